@@ -1,0 +1,71 @@
+// The in-memory model: a ModelProto whose main-graph initializers hold only their header
+// (name, type, dims, external-data entries); their payload stays in the source file and is
+// written back verbatim unless a rewrite replaces the tensor. Rules that need a constant's
+// values ask for them (`tensor_with_data`), which decodes just that tensor.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <unordered_map>
+
+#include <onnx/onnx_pb.h>
+
+namespace onnx_rewrite {
+
+// The bytes a model was loaded from: a read-only memory mapping of its file, or a buffer.
+class SourceBytes {
+ public:
+  static std::shared_ptr<const SourceBytes> map_file(const std::filesystem::path& path);  // throws InputError
+  static std::shared_ptr<const SourceBytes> hold(std::string bytes);
+  ~SourceBytes();
+  SourceBytes(const SourceBytes&) = delete;
+  SourceBytes& operator=(const SourceBytes&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  int fd() const { return fd_; }  // -1 for a buffer
+
+ private:
+  SourceBytes() = default;
+  std::string buffer_;
+  int fd_ = -1;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Bytes [begin, end) of the source file.
+struct FileRange {
+  size_t begin = 0;
+  size_t end = 0;
+  size_t size() const { return end - begin; }
+};
+
+class Model {
+ public:
+  onnx::ModelProto proto;
+
+  // Where the model came from; external-data locations are relative to its directory.
+  std::filesystem::path path;
+  std::shared_ptr<const SourceBytes> source;
+
+  // Set by the rewriter as soon as anything changes; an unchanged model is written back as
+  // a copy of its source file.
+  bool changed = false;
+
+  std::filesystem::path directory() const { return path.parent_path(); }
+
+  // The serialized initializer field (tag, length, TensorProto) a header stands for, if its
+  // payload was left in the source file.
+  const FileRange* deferred_field(const onnx::TensorProto& header) const;
+  // The full tensor, payload included (decoded from the source file when deferred).
+  onnx::TensorProto tensor_with_data(const onnx::TensorProto& tensor) const;
+  // Called before an initializer header is destroyed.
+  void forget(const onnx::TensorProto& header) { deferred_.erase(&header); }
+
+  void defer(const onnx::TensorProto& header, FileRange field) { deferred_[&header] = field; }
+
+ private:
+  std::unordered_map<const onnx::TensorProto*, FileRange> deferred_;
+};
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,30 @@
+// Loading and writing models: the first and last stages of the pipeline.
+#pragma once
+
+#include <filesystem>
+
+#include "onnx_rewrite/model.h"
+
+namespace onnx_rewrite {
+
+// Reads a model without touching its weights' payload bytes. Throws InputError naming the file
+// on anything unreadable: not a file, not protobuf, not an ONNX model, external data whose
+// location is absolute, escapes the model's directory, or is missing/too short.
+Model load_model(const std::filesystem::path& path);
+
+// Same, from bytes in memory (tests, rule examples); external data is not allowed.
+Model parse_model(const std::string& bytes, const std::string& name);
+
+struct WriteOptions {
+  bool allow_overwrite_input = false;  // --in-place
+};
+
+// Writes atomically: a temporary file in the target directory, renamed over `path` only once
+// complete. External-data files the model references are copied next to it first when
+// `path` lies in another directory. Throws InputError / UsageError; never leaves a partial file.
+void write_model(const Model& model, const std::filesystem::path& path, const WriteOptions& options = {});
+
+// The serialized bytes write_model would write (tests; small models).
+std::string serialize_model(const Model& model);
+
+}  // namespace onnx_rewrite

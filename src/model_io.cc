@@ -1,0 +1,499 @@
+// Loading keeps main-graph initializer payloads in the (memory-mapped) source file; writing
+// splices them back verbatim. docs/design.md explains why: a no-op rewrite costs about a `cp`.
+#include "onnx_rewrite/model_io.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "onnx_rewrite/error.h"
+#include "onnx_rewrite/walk.h"
+#include "wire.h"
+
+namespace onnx_rewrite {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint32_t kModelGraph = 7;        // ModelProto.graph
+constexpr uint32_t kGraphInitializer = 5;  // GraphProto.initializer
+
+// TensorProto fields that hold element values; an initializer header is the tensor without them.
+bool is_tensor_payload(uint32_t field_number) {
+  switch (field_number) {
+    case 4:   // float_data
+    case 5:   // int32_data
+    case 6:   // string_data
+    case 7:   // int64_data
+    case 9:   // raw_data
+    case 10:  // double_data
+    case 11:  // uint64_data
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+// ---- SourceBytes ---------------------------------------------------------------------------
+
+std::shared_ptr<const SourceBytes> SourceBytes::map_file(const fs::path& path) {
+  std::shared_ptr<SourceBytes> source(new SourceBytes);
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (!fs::exists(status)) throw InputError(path.string(), "no such file");
+  if (fs::is_directory(status)) throw InputError(path.string(), "is a directory, not a model file");
+  if (!fs::is_regular_file(status)) throw InputError(path.string(), "not a regular file");
+  source->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (source->fd_ < 0) throw InputError(path.string(), "cannot open: " + errno_text());
+  struct stat st {};
+  if (::fstat(source->fd_, &st) != 0) throw InputError(path.string(), "cannot stat: " + errno_text());
+  source->size_ = static_cast<size_t>(st.st_size);
+  if (source->size_ == 0) throw InputError(path.string(), "empty file, not an ONNX model");
+  void* mapping = ::mmap(nullptr, source->size_, PROT_READ, MAP_PRIVATE, source->fd_, 0);
+  if (mapping == MAP_FAILED) throw InputError(path.string(), "cannot map: " + errno_text());
+  source->data_ = static_cast<const uint8_t*>(mapping);
+  return source;
+}
+
+std::shared_ptr<const SourceBytes> SourceBytes::hold(std::string bytes) {
+  std::shared_ptr<SourceBytes> source(new SourceBytes);
+  source->buffer_ = std::move(bytes);
+  source->data_ = reinterpret_cast<const uint8_t*>(source->buffer_.data());
+  source->size_ = source->buffer_.size();
+  return source;
+}
+
+SourceBytes::~SourceBytes() {
+  if (fd_ >= 0) {
+    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+    ::close(fd_);
+  }
+}
+
+// ---- Model ---------------------------------------------------------------------------------
+
+const FileRange* Model::deferred_field(const onnx::TensorProto& header) const {
+  auto it = deferred_.find(&header);
+  return it == deferred_.end() ? nullptr : &it->second;
+}
+
+onnx::TensorProto Model::tensor_with_data(const onnx::TensorProto& tensor) const {
+  const FileRange* field = deferred_field(tensor);
+  if (!field) return tensor;
+  wire::FieldReader reader(source->data(), field->begin, field->end);
+  wire::Field parsed;
+  reader.next(parsed);
+  onnx::TensorProto full;
+  full.ParseFromArray(source->data() + parsed.payload_begin, static_cast<int>(parsed.payload_size()));
+  return full;
+}
+
+// ---- Loading -------------------------------------------------------------------------------
+
+namespace {
+
+// Splits the graph field: initializers become headers whose payload stays in `source`,
+// everything else is collected for a regular parse.
+void scan_graph(const SourceBytes& source, const wire::Field& graph_field, std::string& graph_rest,
+                std::vector<std::pair<std::string, FileRange>>& initializers) {
+  wire::FieldReader reader(source.data(), graph_field.payload_begin, graph_field.end);
+  wire::Field field;
+  while (reader.next(field)) {
+    const char* bytes = reinterpret_cast<const char*>(source.data());
+    if (field.number != kGraphInitializer || field.type != wire::WireType::kLen) {
+      graph_rest.append(bytes + field.begin, field.size());
+      continue;
+    }
+    std::string header;
+    wire::FieldReader tensor_reader(source.data(), field.payload_begin, field.end);
+    wire::Field tensor_field;
+    while (tensor_reader.next(tensor_field)) {
+      if (!is_tensor_payload(tensor_field.number)) header.append(bytes + tensor_field.begin, tensor_field.size());
+    }
+    initializers.emplace_back(std::move(header), FileRange{field.begin, field.end});
+  }
+}
+
+Model parse_source(std::shared_ptr<const SourceBytes> source, const std::string& name) {
+  Model model;
+  model.source = source;
+  std::string model_rest;
+  std::string graph_rest;
+  std::vector<std::pair<std::string, FileRange>> initializers;
+  bool has_graph = false;
+  try {
+    wire::FieldReader reader(source->data(), 0, source->size());
+    wire::Field field;
+    while (reader.next(field)) {
+      if (field.number == kModelGraph && field.type == wire::WireType::kLen) {
+        has_graph = true;
+        scan_graph(*source, field, graph_rest, initializers);
+      } else {
+        model_rest.append(reinterpret_cast<const char*>(source->data()) + field.begin, field.size());
+      }
+    }
+  } catch (const wire::MalformedError& e) {
+    throw InputError(name, std::string("not a valid ONNX model (corrupt protobuf: ") + e.what() + ")");
+  }
+  auto* graph = model.proto.mutable_graph();
+  if (!model.proto.ParsePartialFromString(model_rest) || !graph->ParsePartialFromString(graph_rest)) {
+    throw InputError(name, "not a valid ONNX model (protobuf parse failed)");
+  }
+  if (!has_graph) throw InputError(name, "not an ONNX model: it has no graph");
+  if (!model.proto.has_ir_version() || model.proto.ir_version() <= 0) {
+    throw InputError(name, "not an ONNX model: it has no ir_version");
+  }
+  graph->mutable_initializer()->Reserve(static_cast<int>(initializers.size()));
+  for (auto& [header, range] : initializers) {
+    auto* tensor = graph->add_initializer();
+    if (!tensor->ParsePartialFromString(header)) {
+      throw InputError(name, "not a valid ONNX model (an initializer does not parse)");
+    }
+    model.defer(*tensor, range);
+  }
+  return model;
+}
+
+bool escapes_directory(const fs::path& location) {
+  if (location.empty() || location.is_absolute() || location.has_root_name()) return true;
+  int depth = 0;
+  for (const auto& part : location.lexically_normal()) {
+    if (part == "..") --depth;
+    else if (part != "." && !part.empty()) ++depth;
+    if (depth < 0) return true;
+  }
+  return false;
+}
+
+// Refuses external data that could read outside the model's directory or is not there.
+void check_external_data(Model& model, const std::string& name) {
+  for_each_tensor(model.proto, [&](onnx::TensorProto& tensor, const std::string& where) {
+    if (tensor.data_location() != onnx::TensorProto::EXTERNAL) return;
+    std::string location;
+    int64_t offset = 0;
+    int64_t length = -1;
+    for (const auto& entry : tensor.external_data()) {
+      if (entry.key() == "location") location = entry.value();
+      else if (entry.key() == "offset") offset = std::atoll(entry.value().c_str());
+      else if (entry.key() == "length") length = std::atoll(entry.value().c_str());
+    }
+    const std::string what = "tensor '" + tensor.name() + "' (" + where + "): external data";
+    if (location.empty()) throw InputError(name, what + " has no location");
+    if (escapes_directory(location)) {
+      throw InputError(name, what + " location '" + location + "' is absolute or escapes the model's directory");
+    }
+    const fs::path file = model.directory() / location;
+    std::error_code ec;
+    if (!fs::is_regular_file(file, ec)) throw InputError(name, what + " file '" + location + "' is missing");
+    const auto size = static_cast<int64_t>(fs::file_size(file, ec));
+    if (offset < 0 || (length >= 0 && offset + length > size) || offset > size) {
+      throw InputError(name, what + " range [" + std::to_string(offset) + ", +" + std::to_string(length) +
+                                 ") lies outside '" + location + "' (" + std::to_string(size) + " bytes)");
+    }
+  });
+}
+
+}  // namespace
+
+Model load_model(const fs::path& path) {
+  Model model = parse_source(SourceBytes::map_file(path), path.string());
+  model.path = path;
+  check_external_data(model, path.string());
+  return model;
+}
+
+Model parse_model(const std::string& bytes, const std::string& name) {
+  if (bytes.empty()) throw InputError(name, "empty, not an ONNX model");
+  Model model = parse_source(SourceBytes::hold(bytes), name);
+  model.path = name;
+  for_each_tensor(model.proto, [&](onnx::TensorProto& tensor, const std::string&) {
+    if (tensor.data_location() == onnx::TensorProto::EXTERNAL) {
+      throw InputError(name, "tensor '" + tensor.name() + "' has external data, which needs a file on disk");
+    }
+  });
+  return model;
+}
+
+// ---- Serializing ---------------------------------------------------------------------------
+
+namespace {
+
+// The output as pieces: bytes of our own, or a range of the source to copy verbatim.
+struct Piece {
+  std::string bytes;
+  FileRange source_range;
+  bool from_source = false;
+
+  static Piece own(std::string bytes) { return Piece{std::move(bytes), {}, false}; }
+  static Piece copy_of(FileRange range) { return Piece{{}, range, true}; }
+  size_t size() const { return from_source ? source_range.size() : bytes.size(); }
+};
+
+void split_at(std::vector<Piece>& pieces, std::string serialized, uint32_t field_number,
+              std::vector<Piece>& inserted) {
+  const size_t at = wire::insertion_point(serialized, field_number);
+  pieces.push_back(Piece::own(serialized.substr(0, at)));
+  for (auto& piece : inserted) pieces.push_back(std::move(piece));
+  pieces.push_back(Piece::own(serialized.substr(at)));
+}
+
+// Protobuf writes fields in field-number order, so serializing the model without its graph and
+// the graph without its initializers, then inserting the missing pieces where their field number
+// belongs, reproduces what a full serialization would write, without copying weights.
+std::vector<Piece> serialize_pieces(const Model& model) {
+  auto& proto = const_cast<onnx::ModelProto&>(model.proto);  // restored before returning
+  auto& graph = *proto.mutable_graph();
+
+  std::vector<Piece> initializers;
+  for (const auto& tensor : graph.initializer()) {
+    if (const FileRange* range = model.deferred_field(tensor)) {
+      initializers.push_back(Piece::copy_of(*range));
+    } else {
+      std::string bytes = tensor.SerializeAsString();
+      initializers.push_back(Piece::own(wire::len_header(kGraphInitializer, bytes.size()) + bytes));
+    }
+  }
+  google::protobuf::RepeatedPtrField<onnx::TensorProto> held;
+  held.Swap(graph.mutable_initializer());
+  std::string graph_rest = graph.SerializeAsString();
+  held.Swap(graph.mutable_initializer());
+
+  std::vector<Piece> graph_pieces;
+  split_at(graph_pieces, std::move(graph_rest), kGraphInitializer, initializers);
+  size_t graph_size = 0;
+  for (const auto& piece : graph_pieces) graph_size += piece.size();
+  graph_pieces.insert(graph_pieces.begin(), Piece::own(wire::len_header(kModelGraph, graph_size)));
+
+  onnx::GraphProto* released = proto.release_graph();
+  std::string model_rest = proto.SerializeAsString();
+  proto.set_allocated_graph(released);
+
+  std::vector<Piece> pieces;
+  split_at(pieces, std::move(model_rest), kModelGraph, graph_pieces);
+  return pieces;
+}
+
+// ---- Atomic output files -------------------------------------------------------------------
+
+// Temporary files being written, removed if the process is interrupted.
+std::array<std::atomic<const char*>, 64> g_pending_files{};
+
+extern "C" void remove_pending_files(int signal_number) {
+  for (auto& slot : g_pending_files) {
+    if (const char* path = slot.load()) ::unlink(path);
+  }
+  std::signal(signal_number, SIG_DFL);
+  std::raise(signal_number);
+}
+
+void install_interrupt_cleanup() {
+  static const bool installed = [] {
+    std::signal(SIGINT, remove_pending_files);
+    std::signal(SIGTERM, remove_pending_files);
+    std::signal(SIGHUP, remove_pending_files);
+    return true;
+  }();
+  (void)installed;
+}
+
+mode_t default_file_mode() {
+  static const mode_t mode = [] {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    return static_cast<mode_t>(0666 & ~mask);
+  }();
+  return mode;
+}
+
+// A temporary file next to `target` that becomes `target` on commit() and disappears otherwise.
+class AtomicFile {
+ public:
+  explicit AtomicFile(fs::path target) : target_(std::move(target)) {
+    install_interrupt_cleanup();
+    const fs::path directory = target_.parent_path().empty() ? fs::path(".") : target_.parent_path();
+    std::string temp_name = ".";  // hidden, and named after its target for anyone who finds one
+    temp_name += target_.filename().string();
+    temp_name += ".onnx-rewrite-XXXXXX";
+    temp_ = (directory / temp_name).string();
+    fd_ = ::mkstemp(temp_.data());
+    if (fd_ < 0) throw InputError(target_.string(), "cannot create a file there: " + errno_text());
+    for (auto& slot : g_pending_files) {
+      const char* expected = nullptr;
+      if (slot.compare_exchange_strong(expected, temp_.c_str())) {
+        slot_ = &slot;
+        break;
+      }
+    }
+  }
+  ~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(temp_.c_str());
+    if (slot_) slot_->store(nullptr);
+  }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const char* data, size_t size) {
+    while (size > 0) {
+      const ssize_t written = ::write(fd_, data, size);
+      if (written < 0) {
+        if (errno == EINTR) continue;
+        fail("write failed");
+      }
+      data += written;
+      size -= static_cast<size_t>(written);
+    }
+  }
+
+  // Copies bytes of another file in the kernel: no page of it enters this process.
+  void copy_from(int source_fd, const uint8_t* source_data, FileRange range) {
+    if (source_fd < 0) return write(reinterpret_cast<const char*>(source_data) + range.begin, range.size());
+    loff_t offset = static_cast<loff_t>(range.begin);
+    size_t left = range.size();
+    while (left > 0) {
+      const ssize_t copied = ::copy_file_range(source_fd, &offset, fd_, nullptr, left, 0);
+      if (copied > 0) {
+        left -= static_cast<size_t>(copied);
+        continue;
+      }
+      if (copied < 0 && errno == EINTR) continue;
+      if (copied == 0 || errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) break;
+      fail("copy failed");
+    }
+    std::vector<char> buffer(std::min<size_t>(left, 1 << 20));
+    while (left > 0) {
+      const ssize_t got = ::pread(source_fd, buffer.data(), std::min(left, buffer.size()), offset);
+      if (got <= 0) {
+        if (got < 0 && errno == EINTR) continue;
+        fail("read of the source failed");
+      }
+      write(buffer.data(), static_cast<size_t>(got));
+      offset += got;
+      left -= static_cast<size_t>(got);
+    }
+  }
+
+  void commit(mode_t mode) {
+    if (::fchmod(fd_, mode) != 0) fail("cannot set permissions");
+    if (::close(fd_) != 0) {
+      fd_ = -1;
+      fail("close failed");
+    }
+    fd_ = -1;
+    if (::rename(temp_.c_str(), target_.c_str()) != 0) fail("cannot rename the temporary file into place");
+    committed_ = true;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) { throw InputError(target_.string(), what + ": " + errno_text()); }
+
+  fs::path target_;
+  std::string temp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  std::atomic<const char*>* slot_ = nullptr;
+};
+
+mode_t mode_of_existing_or_default(const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return st.st_mode & 07777;
+  return default_file_mode();
+}
+
+void copy_file_atomically(const fs::path& from, const fs::path& to) {
+  const int fd = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError(from.string(), "cannot open external data: " + errno_text());
+  struct stat st {};
+  ::fstat(fd, &st);
+  try {
+    AtomicFile out(to);
+    out.copy_from(fd, nullptr, FileRange{0, static_cast<size_t>(st.st_size)});
+    out.commit(st.st_mode & 07777);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+}
+
+bool same_file(const fs::path& a, const fs::path& b) {
+  std::error_code ec;
+  return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec);
+}
+
+// External-data files the model refers to, relative to its directory.
+std::set<std::string> external_locations(const Model& model) {
+  std::set<std::string> locations;
+  for_each_tensor(const_cast<onnx::ModelProto&>(model.proto), [&](onnx::TensorProto& tensor, const std::string&) {
+    if (tensor.data_location() != onnx::TensorProto::EXTERNAL) return;
+    for (const auto& entry : tensor.external_data()) {
+      if (entry.key() == "location") locations.insert(entry.value());
+    }
+  });
+  return locations;
+}
+
+}  // namespace
+
+std::string serialize_model(const Model& model) {
+  if (!model.changed) return std::string(reinterpret_cast<const char*>(model.source->data()), model.source->size());
+  std::string out;
+  for (const auto& piece : serialize_pieces(model)) {
+    if (piece.from_source) {
+      out.append(reinterpret_cast<const char*>(model.source->data()) + piece.source_range.begin, piece.source_range.size());
+    } else {
+      out += piece.bytes;
+    }
+  }
+  return out;
+}
+
+void write_model(const Model& model, const fs::path& path, const WriteOptions& options) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw UsageError("output '" + path.string() + "' is a directory");
+  const fs::path directory = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  if (!fs::is_directory(directory, ec)) {
+    throw UsageError("output directory '" + directory.string() + "' does not exist");
+  }
+  if (!options.allow_overwrite_input && !model.path.empty() && same_file(model.path, path)) {
+    throw UsageError("refusing to overwrite the input '" + path.string() + "' (use --in-place)");
+  }
+
+  // Weights first, so that the model never appears without its data.
+  if (!same_file(model.directory().empty() ? "." : model.directory(), directory)) {
+    for (const auto& location : external_locations(model)) {
+      const fs::path from = model.directory() / location;
+      const fs::path to = directory / location;
+      if (same_file(from, to)) continue;
+      fs::create_directories(to.parent_path(), ec);
+      copy_file_atomically(from, to);
+    }
+  }
+
+  AtomicFile out(path);
+  const SourceBytes& source = *model.source;
+  if (!model.changed) {
+    out.copy_from(source.fd(), source.data(), FileRange{0, source.size()});
+  } else {
+    for (const auto& piece : serialize_pieces(model)) {
+      if (piece.from_source) out.copy_from(source.fd(), source.data(), piece.source_range);
+      else out.write(piece.bytes.data(), piece.bytes.size());
+    }
+  }
+  out.commit(mode_of_existing_or_default(path));
+}
+
+}  // namespace onnx_rewrite
