@@ -1,0 +1,242 @@
+'use strict';
+// Self-tests of the ORT harness: `node --test tests/ort/` (about 10 s).
+// Conformance-corpus checks run only when the corpus is found (ONNX_CONFORMANCE_DIR, or
+// ../shared/conformance beside the repository).
+
+const test = require('node:test');
+const assert = require('node:assert');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const { spawnSync } = require('child_process');
+
+const tp = require('./lib/tensor_proto');
+const { compareTensors } = require('./lib/tensor_compare');
+const { readModel } = require('./lib/onnx_model');
+const models = require('./lib/test_models');
+
+const HERE = __dirname;
+const CORPUS = process.env.ONNX_CONFORMANCE_DIR || path.resolve(HERE, '../../../shared/conformance');
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ort-harness-'));
+test.after(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+function writeModel(name, bytes) {
+  const file = path.join(tmp, name);
+  fs.writeFileSync(file, bytes);
+  return file;
+}
+
+function run(script, args) {
+  const r = spawnSync(process.execPath, [path.join(HERE, script), ...args], { encoding: 'utf8' });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+const A = writeModel('add.onnx', models.addModel());
+const ADD_OFF = writeModel('add_off.onnx', models.addModel({ offset: 1e-3 }));
+const SUB = writeModel('sub.onnx', models.addModel({ op: 'Sub' }));
+const BAD = writeModel('bad.onnx', models.unknownOpModel());
+const ADD_Z = writeModel('add_unused_input.onnx', models.addModel({ unusedInput: true }));
+const GELU = writeModel('gelu.onnx', models.spelledGeluModel());
+const MIXED = writeModel('mixed.onnx', models.mixedTypesModel());
+const LOOP = writeModel('loop.onnx', models.endlessLoopModel());
+
+// ---- tensor_proto ----------------------------------------------------------------------------
+
+const SAMPLES = {
+  float32: Float32Array.of(1.5, -0, NaN, Infinity, 3.4e38),
+  float64: Float64Array.of(Math.PI, -1e300, NaN),
+  float16: Uint16Array.of(0x3c00, 0xfbff, 0x0001, 0x7e00),
+  int8: Int8Array.of(-128, 127, 0),
+  uint8: Uint8Array.of(0, 255),
+  int16: Int16Array.of(-32768, 32767),
+  uint16: Uint16Array.of(65535, 1),
+  int32: Int32Array.of(-2147483648, 2147483647),
+  uint32: Uint32Array.of(4294967295, 7),
+  int64: BigInt64Array.of(-(2n ** 63n), 2n ** 63n - 1n, -1n),
+  uint64: BigUint64Array.of(2n ** 64n - 1n, 0n),
+  bool: Uint8Array.of(1, 0, 1),
+  string: ['', 'héllo', 'x'],
+};
+
+test('TensorProto round-trips every ORT-node dtype through raw, packed and unpacked fields', () => {
+  for (const [type, data] of Object.entries(SAMPLES)) {
+    const t = { name: `t_${type}`, type, dims: [1, data.length], data };
+    for (const opts of [{}, { raw: false }, { raw: false, packed: false }]) {
+      const back = tp.decodeTensor(tp.encodeTensor(t, opts));
+      assert.strictEqual(back.type, type);
+      assert.strictEqual(back.name, t.name);
+      assert.deepStrictEqual(back.dims, t.dims);
+      if (type === 'float32' || type === 'float64') {
+        assert.deepStrictEqual(Array.from(back.data, String), Array.from(data, String), `${type} ${JSON.stringify(opts)}`);
+      } else {
+        assert.deepStrictEqual(Array.from(back.data), Array.from(data), `${type} ${JSON.stringify(opts)}`);
+      }
+      const ortTensor = tp.toOrtTensor(back);
+      assert.deepStrictEqual(Array.from(tp.fromOrtTensor(ortTensor).data, String), Array.from(back.data, String));
+    }
+  }
+});
+
+test('Sequence and Optional protos decode', () => {
+  const x = { type: 'float32', dims: [2], data: Float32Array.of(1, 2) };
+  const seq = tp.decodeSequence(tp.encodeSequence({ name: 's', values: [x, x] }));
+  assert.strictEqual(seq.values.length, 2);
+  assert.deepStrictEqual(Array.from(seq.values[1].data), [1, 2]);
+  assert.strictEqual(tp.decodeOptional(tp.encodeOptional({ name: 'o', value: null })).value, null);
+  assert.deepStrictEqual(tp.decodeOptional(tp.encodeOptional({ value: x })).value.dims, [2]);
+});
+
+test('float16 conversion rounds to nearest even and keeps specials', () => {
+  const cases = [[1, 0x3c00], [-2, 0xc000], [65504, 0x7bff], [65520, 0x7c00], [2 ** -24, 0x0001],
+    [2 ** -26, 0x0000], [1 + 2 ** -11, 0x3c00], [1 + 3 * 2 ** -11, 0x3c02], [Infinity, 0x7c00], [-0, 0x8000]];
+  for (const [v, bits] of cases) assert.strictEqual(tp.floatToHalf(v), bits, `floatToHalf(${v})`);
+  assert.ok(Number.isNaN(tp.halfToFloat(tp.floatToHalf(NaN))));
+  for (let h = 0; h < 0x7c00; h += 97) assert.strictEqual(tp.floatToHalf(tp.halfToFloat(h)), h);
+});
+
+test('random tensors are deterministic per seed and respect ranges', () => {
+  const a = tp.randomTensor('float32', [100], tp.makeRng(7), { float: [2, 3] });
+  const b = tp.randomTensor('float32', [100], tp.makeRng(7), { float: [2, 3] });
+  assert.deepStrictEqual(a.data, b.data);
+  assert.ok(a.data.every((v) => v >= 2 && v < 3));
+  const i = tp.randomTensor('int64', [200], tp.makeRng(1), { int: [-2, 2] });
+  assert.deepStrictEqual(new Set(Array.from(i.data, Number)), new Set([-2, -1, 0, 1, 2]));
+});
+
+// ---- comparison ------------------------------------------------------------------------------
+
+test('compareTensors: tolerance, NaN, infinities, exact ints and strings', () => {
+  const f = (...v) => ({ type: 'float32', dims: [v.length], data: Float32Array.from(v) });
+  assert.ok(compareTensors(f(1, NaN, Infinity), f(1.0005, NaN, Infinity), { rtol: 1e-3, atol: 0 }).ok);
+  assert.ok(!compareTensors(f(1), f(1.01), { rtol: 1e-3, atol: 0 }).ok);
+  assert.ok(!compareTensors(f(NaN), f(0)).ok);
+  assert.ok(!compareTensors(f(Infinity), f(-Infinity)).ok);
+  assert.ok(!compareTensors(f(Infinity), f(3e38), { rtol: 1 }).ok);
+  const bad = compareTensors(f(0, 1, 2), f(0, 1, 3), { rtol: 0, atol: 0.5 });
+  assert.deepStrictEqual([bad.ok, bad.index, bad.expected, bad.got, bad.max_abs], [false, 2, 2, 3, 1]);
+  const i64 = (...v) => ({ type: 'int64', dims: [v.length], data: BigInt64Array.from(v) });
+  assert.ok(!compareTensors(i64(2n ** 62n), i64(2n ** 62n + 1n), { atol: 10 }).ok);
+  assert.ok(!compareTensors({ type: 'string', dims: [1], data: ['a'] }, { type: 'string', dims: [1], data: ['b'] }).ok);
+  assert.match(compareTensors(f(1, 2), { ...f(1, 2), dims: [2, 1] }).message, /shape/);
+  assert.match(compareTensors(f(1), { type: 'float64', dims: [1], data: Float64Array.of(1) }).message, /dtype/);
+});
+
+// ---- scripts ---------------------------------------------------------------------------------
+
+test('load.js: 0 when ORT loads, 1 with its message when not, 2 on usage errors', () => {
+  assert.strictEqual(run('load.js', [A]).code, 0);
+  const bad = run('load.js', [BAD]);
+  assert.strictEqual(bad.code, 1);
+  assert.match(bad.stdout, /NoSuchOp/);
+  assert.strictEqual(bad.stdout.trim().split('\n').length, 1);
+  assert.strictEqual(run('load.js', []).code, 2);
+  assert.strictEqual(run('load.js', [A, '--nope']).code, 2);
+});
+
+test('compare.js exit codes: same 0, different 1, broken model 2, missing dim 2', () => {
+  assert.strictEqual(run('compare.js', [A, A, '--dim', 'N=4']).code, 0);
+  const off = run('compare.js', [A, ADD_OFF, '--dim', 'N=4', '--json']);
+  assert.strictEqual(off.code, 1);
+  const report = JSON.parse(off.stdout);
+  assert.strictEqual(report.ok, false);
+  assert.ok(Math.abs(report.outputs[0].max_abs - 1e-3) < 1e-5);
+  assert.strictEqual(run('compare.js', [A, ADD_OFF, '--dim', 'N=4', '--atol', '2e-3']).code, 0);
+  assert.strictEqual(run('compare.js', [A, SUB, '--shape', 'A=2,3']).code, 1);
+  const broken = run('compare.js', [A, BAD, '--dim', 'N=1', '--json']);
+  assert.strictEqual(broken.code, 2);
+  assert.match(JSON.parse(broken.stdout).error, /model B .* failed to load.*NoSuchOp/);
+  const nodim = run('compare.js', [A, A]);
+  assert.strictEqual(nodim.code, 2);
+  assert.match(nodim.stderr, /symbolic 'N'.*--dim N=/);
+  assert.strictEqual(run('compare.js', [A, A, '--dim', 'N=2', '--range', 'Z=0,1']).code, 2);
+  assert.strictEqual(run('compare.js', [MIXED, MIXED, '--int-range', '-5,5', '--float-range', '-100,100']).code, 0);
+  // B's input that nothing reads gets zeros; A must have every input B reads.
+  assert.strictEqual(run('compare.js', [A, ADD_Z, '--dim', 'N=2']).code, 0);
+  assert.match(run('compare.js', [GELU, A]).stderr, /B has an input A does not have: A/);
+});
+
+test('compare.js --reference: naive registry name or module file', () => {
+  assert.strictEqual(run('compare.js', [A, '--reference', 'add', '--dim', 'N=3']).code, 0);
+  const file = path.join(HERE, 'lib/naive/add.js');
+  assert.strictEqual(run('compare.js', [A, '--reference', file, '--params', '{"a":"A","b":"B","output":"C"}', '--dim', 'N=2']).code, 0);
+  // A reference that computes something else must be caught.
+  const sub = path.join(tmp, 'sub_ref.js');
+  fs.writeFileSync(sub, `module.exports = (i) => ({ C: { dims: i.A.dims, data: i.A.data.map((v, k) => v - i.B.data[k % 3]) } });\n`);
+  assert.strictEqual(run('compare.js', [A, '--reference', sub, '--dim', 'N=2']).code, 1);
+});
+
+test('optimize.js: extended level fuses a spelled-out GELU into com.microsoft Gelu', () => {
+  const out = path.join(tmp, 'gelu_opt.onnx');
+  const r = run('optimize.js', [GELU, out, '--level', 'extended', '--json']);
+  assert.strictEqual(r.code, 0, r.stderr);
+  const report = JSON.parse(r.stdout);
+  assert.ok(report.ms > 0 && report.max_rss_kb > 0);
+  const ops = readModel(out).graph.nodes.map((n) => `${n.domain}:${n.opType}`);
+  assert.deepStrictEqual(ops, ['com.microsoft:Gelu']);
+  assert.strictEqual(run('compare.js', [GELU, out, '--level', 'disabled', '--rtol', '1e-5', '--atol', '1e-6']).code, 0);
+  assert.strictEqual(run('optimize.js', [GELU, out]).code, 2);
+  assert.strictEqual(run('optimize.js', [BAD, out, '--level', 'basic']).code, 1);
+});
+
+// A conformance-style case for the add model: C = A + B with A [2,3] and B [3].
+function makeAddCase() {
+  const dir = path.join(tmp, 'case_add');
+  const set = path.join(dir, 'test_data_set_0');
+  fs.mkdirSync(set, { recursive: true });
+  fs.copyFileSync(A, path.join(dir, 'model.onnx'));
+  const a = Float32Array.of(1, 2, 3, 4, 5, 6);
+  const b = Float32Array.of(0.5, -1, 10);
+  // Typed, unpacked fields on purpose: the runner must not depend on raw_data.
+  fs.writeFileSync(path.join(set, 'input_0.pb'), tp.encodeTensor({ type: 'float32', dims: [2, 3], data: a }, { raw: false, packed: false }));
+  fs.writeFileSync(path.join(set, 'input_1.pb'), tp.encodeTensor({ name: 'B', type: 'float32', dims: [3], data: b }));
+  fs.writeFileSync(path.join(set, 'output_0.pb'), tp.encodeTensor({ type: 'float32', dims: [2, 3], data: a.map((v, i) => v + b[i % 3]) }));
+  return dir;
+}
+
+function makeLoopCase() {
+  const dir = path.join(tmp, 'case_loop');
+  const set = path.join(dir, 'test_data_set_0');
+  fs.mkdirSync(set, { recursive: true });
+  fs.copyFileSync(LOOP, path.join(dir, 'model.onnx'));
+  fs.writeFileSync(path.join(set, 'input_0.pb'), tp.encodeTensor({ type: 'float32', dims: [1], data: Float32Array.of(0) }));
+  fs.writeFileSync(path.join(set, 'output_0.pb'), tp.encodeTensor({ type: 'float32', dims: [1], data: Float32Array.of(1e12) }));
+  return dir;
+}
+
+test('conformance.js: pass, mismatch, load_error, timeout, in job order', () => {
+  const addCase = makeAddCase();
+  const jobs = [
+    { case: addCase },
+    { case: addCase, model: SUB },
+    { case: addCase, model: BAD },
+    { case: addCase, model: path.join(tmp, 'missing.onnx') },
+    { case: makeLoopCase() },
+    { case: addCase, model: ADD_OFF, atol: 2e-3 },
+    { case: addCase, model: ADD_Z },
+  ];
+  const jobsFile = path.join(tmp, 'jobs.json');
+  const outFile = path.join(tmp, 'results.json');
+  fs.writeFileSync(jobsFile, JSON.stringify(jobs));
+  const r = run('conformance.js', ['--jobs', jobsFile, '--out', outFile, '--timeout', '3']);
+  assert.strictEqual(r.code, 0, r.stderr);
+  const results = JSON.parse(fs.readFileSync(outFile, 'utf8'));
+  assert.deepStrictEqual(results.map((x) => x.status), ['pass', 'mismatch', 'load_error', 'load_error', 'run_error', 'pass', 'pass']);
+  assert.deepStrictEqual([results[1].output, results[1].at, results[1].expected, results[1].got], ['C', [0, 0], 1.5, 0.5]);
+  assert.match(results[2].message, /NoSuchOp/);
+  assert.match(results[4].message, /timeout/);
+  assert.match(r.stderr, /7 cases: 3 pass, 1 mismatch, 2 load_error, 1 run_error, 0 unsupported/);
+  assert.strictEqual(run('conformance.js', []).code, 2);
+  assert.strictEqual(run('conformance.js', ['--jobs', jobsFile, '--workers', '0']).code, 2);
+});
+
+test('conformance.js on corpus samples (skipped without the corpus)', { skip: !fs.existsSync(CORPUS) && `no corpus at ${CORPUS}` }, () => {
+  const names = ['node/test_abs', 'node/test_cast_FLOAT_to_FLOAT16', 'node/test_optional_get_element_optional_tensor',
+    'node/test_sequence_insert_at_back', 'node/test_cast_FLOAT_to_INT4', 'pytorch-converted/test_AvgPool1d',
+    'pytorch-converted/test_ConvTranspose2d', 'simple/test_expand_shape_model1', 'light/light_squeezenet.onnx'];
+  const jobsFile = path.join(tmp, 'corpus_jobs.json');
+  fs.writeFileSync(jobsFile, JSON.stringify(names.map((n) => ({ case: path.join(CORPUS, n) }))));
+  const r = run('conformance.js', ['--jobs', jobsFile]);
+  assert.strictEqual(r.code, 0, r.stderr);
+  assert.deepStrictEqual(JSON.parse(r.stdout).map((x) => x.status),
+    ['pass', 'pass', 'pass', 'unsupported', 'unsupported', 'load_error', 'pass', 'pass', 'pass']);
+});
