@@ -215,6 +215,12 @@ Model load_model(const fs::path& path) {
   return model;
 }
 
+Model reload_model(const Model& model) {
+  Model fresh = parse_source(model.source, model.path.string());
+  fresh.path = model.path;
+  return fresh;
+}
+
 Model parse_model(const std::string& bytes, const std::string& name) {
   if (bytes.empty()) throw InputError(name, "empty, not an ONNX model");
   Model model = parse_source(SourceBytes::hold(bytes), name);
@@ -459,6 +465,12 @@ std::string serialize_model(const Model& model) {
     }
   }
   return out;
+}
+
+void write_file_atomically(const fs::path& path, const std::string& bytes) {
+  AtomicFile out(path);
+  out.write(bytes.data(), bytes.size());
+  out.commit(mode_of_existing_or_default(path));
 }
 
 void write_model(const Model& model, const fs::path& path, const WriteOptions& options) {

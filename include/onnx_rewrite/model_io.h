@@ -12,6 +12,9 @@ namespace onnx_rewrite {
 // location is absolute, escapes the model's directory, or is missing/too short.
 Model load_model(const std::filesystem::path& path);
 
+// A fresh copy of a model as it was loaded (its source bytes parsed again; cheap: weights stay put).
+Model reload_model(const Model& model);
+
 // Same, from bytes in memory (tests, rule examples); external data is not allowed.
 Model parse_model(const std::string& bytes, const std::string& name);
 
@@ -23,6 +26,9 @@ struct WriteOptions {
 // complete. External-data files the model references are copied next to it first when
 // `path` lies in another directory. Throws InputError / UsageError; never leaves a partial file.
 void write_model(const Model& model, const std::filesystem::path& path, const WriteOptions& options = {});
+
+// Writes `bytes` to `path` the same atomic way (reports).
+void write_file_atomically(const std::filesystem::path& path, const std::string& bytes);
 
 // The serialized bytes write_model would write (tests; small models).
 std::string serialize_model(const Model& model);

@@ -1,10 +1,131 @@
-#include "onnx_rewrite/model_io.h"
-#include "onnx_rewrite/error.h"
+// onnx-rewrite: the command line (docs/cli.md). Parses options and hands over to commands.h.
+#include <unistd.h>
+
 #include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <google/protobuf/stubs/logging.h>
+
+#include "onnx_rewrite/commands.h"
+#include "onnx_rewrite/error.h"
+
+namespace {
+
+using namespace onnx_rewrite;
+
+constexpr const char* kProgram = "onnx-rewrite";
+
+void add_rule_sources(CLI::App& command, RuleSources& sources) {
+  command.add_option("--rules", sources.paths, "Rule file or directory of *.rules files to add (repeatable)");
+  command.add_flag("--no-builtin-rules{false}", sources.builtin, "Drop the rules compiled into the binary");
+}
+
+void add_target(CLI::App& command, std::string& target, std::optional<int>& opset) {
+  command.add_option("--target", target, "Runtime the model must load in: onnx (standard ONNX) or ort (ONNX Runtime)")
+      ->capture_default_str();
+  command.add_option("--opset", opset, "Highest ai.onnx opset the runtime loads (default: no limit)")
+      ->check(CLI::Range(1, 1000));
+}
+
+void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources& sources,
+                         std::optional<bool>& inline_functions, std::string& report) {
+  add_target(command, options.target, options.max_opset);
+  add_rule_sources(command, sources);
+  command.add_option("--only", options.only, "Apply only this rule id (repeatable)");
+  command.add_option("--skip", options.skip, "Don't apply this rule id (repeatable)");
+  command.add_flag("--inline-functions", inline_functions,
+                   "Inline calls to model-local functions (default: for --target onnx only)");
+  command.add_option("--max-rounds", options.max_rounds, "Rounds before rules that keep firing are an error")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
+  command.add_option("--report", report, "Also write what happened as JSON to FILE");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char*, int, const std::string&) {});
+
+  CLI::App app{"Rewrites ONNX models with pattern rules so that a target runtime can load them.", kProgram};
+  app.set_version_flag("--version", std::string(kProgram) + " " + ONNX_REWRITE_VERSION);
+  app.require_subcommand(1);
+
+  RewriteCommand rewrite;
+  auto* rewrite_app = app.add_subcommand("rewrite", "Apply rules to one model and write the result");
+  rewrite_app->add_option("model", rewrite.input, "Input model (.onnx)")->required();
+  rewrite_app->add_option("-o,--output", rewrite.output, "Output model (.onnx)");
+  add_rewrite_options(*rewrite_app, rewrite.options, rewrite.rules, rewrite.inline_functions, rewrite.report);
+  rewrite_app->add_flag("--dry-run", rewrite.dry_run, "Rewrite and report, but write nothing");
+  rewrite_app->add_flag("--in-place", rewrite.in_place, "Replace the input file");
+  rewrite_app->add_option("--explain", rewrite.options.explain,
+                          "For nodes with this op type or name, print each rule tried and why it matched or not");
+
+  std::string check_model_path, check_target = "onnx";
+  std::optional<int> check_opset;
+  bool check_json = false;
+  auto* check_app = app.add_subcommand("check", "List the nodes a target runtime can't load (exit 1 if any)");
+  check_app->add_option("model", check_model_path, "Model (.onnx)")->required();
+  add_target(*check_app, check_target, check_opset);
+  check_app->add_flag("--json", check_json, "Machine-readable output");
+
+  std::string inspect_path;
+  bool inspect_json = false;
+  RuleSources inspect_rules;
+  auto* inspect_app = app.add_subcommand("inspect", "Describe a model: opsets, ops, custom ops and covering rules, weights");
+  inspect_app->add_option("model", inspect_path, "Model (.onnx)")->required();
+  inspect_app->add_flag("--json", inspect_json, "Machine-readable output");
+  add_rule_sources(*inspect_app, inspect_rules);
+
+  RuleSources listed_rules;
+  bool rules_json = false;
+  auto* rules_app = app.add_subcommand("rules", "List the rules: ids, descriptions, targets, what they match and need");
+  add_rule_sources(*rules_app, listed_rules);
+  rules_app->add_flag("--json", rules_json, "Machine-readable output");
+
+  BatchCommand batch;
+  auto* batch_app = app.add_subcommand("batch", "Rewrite every *.onnx under directories into OUT_DIR");
+  batch_app->add_option("inputs", batch.inputs, "Input directories (or model files)")->required();
+  batch_app->add_option("-o,--output", batch.output_dir, "Output directory")->required();
+  batch_app->add_option("-j,--jobs", batch.jobs, "Models rewritten in parallel (default: one per core)")->check(CLI::Range(1, 1024));
+  add_rewrite_options(*batch_app, batch.options, batch.rules, batch.inline_functions, batch.report);
+
   try {
-    auto m = onnx_rewrite::load_model(argv[1]);
-    if (argc > 3) m.changed = true;
-    onnx_rewrite::write_model(m, argv[2]);
-  } catch (const onnx_rewrite::InputError& e) { std::cerr << "onnx-rewrite: error: " << e.file() << ": " << e.what() << "\n"; return 3; }
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << kProgram << ": error: " << e.what() << " (see --help)\n";
+    return static_cast<int>(ExitCode::kUsage);
+  }
+
+  try {
+    if (*rewrite_app) {
+      rewrite.options.explain_out = &std::cout;
+      return run_rewrite(rewrite, std::cout, std::cerr);
+    }
+    if (*check_app) return run_check(check_model_path, check_target, check_opset, check_json, std::cout, std::cerr);
+    if (*inspect_app) return run_inspect(inspect_path, inspect_rules, inspect_json, std::cout);
+    if (*rules_app) return run_rules(listed_rules, rules_json, std::cout);
+    if (*batch_app) {
+      batch.progress_line = ::isatty(STDERR_FILENO);
+      return run_batch(batch, std::cout, std::cerr);
+    }
+  } catch (const InputError& e) {
+    std::cerr << kProgram << ": error: " << e.file() << ": " << e.what() << "\n";
+    return static_cast<int>(ExitCode::kBadInput);
+  } catch (const UsageError& e) {
+    std::cerr << kProgram << ": error: " << e.what() << "\n";
+    return static_cast<int>(ExitCode::kUsage);
+  } catch (const std::bad_alloc&) {
+    std::cerr << kProgram << ": error: out of memory\n";
+    return static_cast<int>(ExitCode::kBadInput);
+  } catch (const std::exception& e) {
+    std::cerr << kProgram << ": error: internal error: " << e.what() << "\n";
+    return static_cast<int>(ExitCode::kBadInput);
+  }
+  return static_cast<int>(ExitCode::kUsage);
 }

@@ -1,0 +1,51 @@
+// The CLI's subcommands as library functions (docs/cli.md): each returns an exit code and
+// prints to the streams it is given; errors in input files are thrown as InputError, bad
+// combinations of options as UsageError.
+#pragma once
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "onnx_rewrite/engine.h"
+#include "onnx_rewrite/rule.h"
+
+namespace onnx_rewrite {
+
+struct RuleSources {
+  bool builtin = true;              // false: --no-builtin-rules
+  std::vector<std::string> paths;   // --rules
+  RuleSet load() const;
+};
+
+struct RewriteCommand {
+  std::string input;
+  std::string output;               // -o
+  RewriteOptions options;
+  RuleSources rules;
+  std::optional<bool> inline_functions;  // --inline-functions; default: only for target onnx
+  std::string report;               // --report FILE.json
+  bool dry_run = false;
+  bool in_place = false;
+};
+
+struct BatchCommand {
+  std::vector<std::string> inputs;  // directories (or single model files)
+  std::string output_dir;
+  int jobs = 0;                     // 0: one per core
+  RewriteOptions options;
+  RuleSources rules;
+  std::optional<bool> inline_functions;
+  std::string report;
+  bool progress_line = false;       // a terminal: one updating line instead of a line per model
+};
+
+int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& err);
+int run_check(const std::string& input, const std::string& target, std::optional<int> max_opset, bool json,
+              std::ostream& out, std::ostream& err);
+int run_inspect(const std::string& input, const RuleSources& rules, bool json, std::ostream& out);
+int run_rules(const RuleSources& rules, bool json, std::ostream& out);
+int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err);
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,16 @@
+// Files compiled into the binary (rules/, targets/), so that a copied binary works alone.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+namespace onnx_rewrite {
+
+struct EmbeddedFile {
+  std::string_view path;  // relative to the repository, e.g. "rules/gelu.rules"
+  std::string_view contents;
+};
+
+std::span<const EmbeddedFile> embedded_files();
+
+}  // namespace onnx_rewrite

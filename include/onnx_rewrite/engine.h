@@ -1,0 +1,56 @@
+// The driver: applies rules everywhere in a model to a fixed point, then cleans up imports.
+// load -> index -> match -> rewrite -> clean up -> (verify: target.h) -> write.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "onnx_rewrite/model.h"
+#include "onnx_rewrite/rule.h"
+
+namespace onnx_rewrite {
+
+struct RewriteOptions {
+  std::string target = "onnx";
+  std::optional<int> max_opset;          // --opset: highest ai.onnx opset the runtime loads
+  std::set<std::string> only;            // --only: rule ids (empty = all)
+  std::set<std::string> skip;            // --skip
+  bool inline_functions = false;         // inline calls to model-local functions first
+  int max_rounds = 16;
+  std::string explain;                   // --explain: op type or node name
+  std::ostream* explain_out = nullptr;
+};
+
+struct RuleStats {
+  int matches = 0;
+  int nodes_removed = 0;  // nodes the matches covered
+  int nodes_added = 0;
+};
+
+using OpKey = std::pair<std::string, std::string>;  // (domain, op_type); domain "" = ai.onnx
+using OpCounts = std::map<OpKey, int>;
+
+// Nodes per (domain, op_type) in every graph, subgraph and function.
+OpCounts count_ops(const onnx::ModelProto& model);
+
+struct RewriteResult {
+  std::map<std::string, RuleStats> rules;  // by rule id, rules that fired
+  OpCounts before, after;
+  int rounds = 0;
+  int functions_inlined = 0;
+  std::map<std::string, std::pair<int, int>> opset_changes;  // domain -> (before, after); 0 = absent
+  std::vector<std::string> notes;  // e.g. why --opset could not be reached
+  bool changed() const { return !rules.empty() || functions_inlined > 0 || !opset_changes.empty(); }
+};
+
+// The active rules for a run: serving the target, filtered by only/skip (unknown ids: UsageError).
+std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions& options);
+
+// Rewrites `model` in place. Throws InputError when rules keep firing past max_rounds.
+RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOptions& options);
+
+}  // namespace onnx_rewrite

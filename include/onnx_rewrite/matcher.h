@@ -1,0 +1,65 @@
+// The match stage: find a rule's pattern at a node, without changing anything. A match binds
+// pattern values to graph values and captures attributes; a failed match says why.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <onnx/onnx_pb.h>
+
+#include "onnx_rewrite/rule.h"
+#include "onnx_rewrite/scope.h"
+
+namespace onnx_rewrite {
+
+class Match {
+ public:
+  const Scope* scope = nullptr;
+  const Rule* rule = nullptr;
+  const Pattern* pattern = nullptr;
+  onnx::NodeProto* anchor = nullptr;
+  std::vector<onnx::NodeProto*> nodes;          // every graph node the match covers
+  std::map<std::string, std::string> values;    // pattern value -> graph value ("" when absent)
+  std::map<std::string, onnx::AttributeProto> attributes;  // captures, defaults and `let` results
+  std::map<std::string, int> opsets;            // domain -> version the replacement is built for
+
+  // The graph value bound to a pattern value ("" when an optional input is absent).
+  const std::string& value(const std::string& pattern_name) const;
+  bool has_value(const std::string& pattern_name) const;
+  const onnx::AttributeProto* attribute(const std::string& name) const;
+  int64_t attribute_int(const std::string& name, int64_t otherwise) const;
+  float attribute_float(const std::string& name, float otherwise) const;
+  std::vector<int64_t> attribute_ints(const std::string& name, std::vector<int64_t> otherwise = {}) const;
+  std::string attribute_string(const std::string& name, std::string otherwise = {}) const;
+  ValueType type_of(const std::string& pattern_name) const;
+  std::optional<TensorValues> constant(const std::string& pattern_name) const;
+  int opset(const std::string& domain = "") const;
+};
+
+class Matcher {
+ public:
+  // `claimed`: nodes already rewritten in this round, which no other match may cover.
+  Matcher(const Scope& scope, const std::unordered_set<const onnx::NodeProto*>& claimed)
+      : scope_(scope), claimed_(claimed) {}
+
+  // Tries `pattern` with its anchor at `node`. On failure returns nullopt and, if `why_not` is
+  // given, the reason from the attempt that got furthest.
+  std::optional<Match> match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node,
+                             std::string* why_not = nullptr) const;
+
+ private:
+  const Scope& scope_;
+  const std::unordered_set<const onnx::NodeProto*>& claimed_;
+};
+
+// Whether two attribute values are the same (ints, floats within 1e-6 relative, strings, lists).
+bool same_attribute_value(const onnx::AttributeProto& a, const onnx::AttributeProto& b);
+std::string attribute_value_text(const onnx::AttributeProto& attribute);
+// ONNX's documented default for an attribute of a standard op, if it has one.
+std::optional<onnx::AttributeProto> schema_default(const std::string& domain, const std::string& op_type, int opset,
+                                                   const std::string& attribute);
+
+}  // namespace onnx_rewrite

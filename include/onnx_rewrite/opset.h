@@ -1,0 +1,67 @@
+// Operator version histories (targets/*.ops) and what they allow: whether an op exists at an
+// opset version, and whether an opset import can be raised or lowered without changing what
+// the model's nodes mean.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <onnx/onnx_pb.h>
+
+namespace onnx_rewrite {
+
+// "" and "ai.onnx" name the same domain; we use "".
+std::string normalize_domain(std::string_view domain);
+std::string display_domain(std::string_view domain);  // "ai.onnx" for ""
+
+// Stand-ins in `added_types` for sequence, optional and map types, which have no element type id.
+constexpr int32_t kSequenceTypes = 1000;
+constexpr int32_t kOptionalTypes = 1001;
+constexpr int32_t kMapTypes = 1002;
+
+// How an op version differs from the one before it (targets/README.md).
+struct OpVersionStep {
+  int version = 0;
+  bool breaking = true;               // a plain version number: not safe to cross
+  bool deprecated = false;            // the op no longer exists from this version on
+  std::vector<int32_t> added_types;   // types(...)
+  std::vector<std::pair<std::string, std::string>> added_attributes;  // attr(name=default)
+  std::vector<int> added_inputs;      // input(k)
+};
+
+class OpTable {
+ public:
+  // Parses one domain's table; throws std::runtime_error("line N: ...").
+  static OpTable parse(std::string_view text);
+
+  bool knows(const std::string& op_type) const { return ops_.count(op_type) != 0; }
+  // The version of the op in effect at `opset` (its since_version); nullopt if it does not exist there.
+  std::optional<int> since_version(const std::string& op_type, int opset) const;
+  // Why `node` would mean something else (or not exist) if its domain's import moved from
+  // `from` to `to`; nullopt when the move is safe. `model_types` are the element types the
+  // model declares anywhere (new types added by a version only matter if the model uses them).
+  std::optional<std::string> move_blocker(const onnx::NodeProto& node, int from, int to,
+                                          const std::set<int32_t>& model_types) const;
+  int highest_version() const { return highest_; }
+  std::vector<std::string> op_types() const;
+
+ private:
+  std::map<std::string, std::vector<OpVersionStep>, std::less<>> ops_;
+  int highest_ = 0;
+};
+
+// The tables of every domain we know, from the embedded targets/ directory.
+class OpRegistry {
+ public:
+  static const OpRegistry& builtin();
+  const OpTable* table(std::string_view domain) const;
+
+ private:
+  std::map<std::string, OpTable, std::less<>> tables_;
+};
+
+}  // namespace onnx_rewrite

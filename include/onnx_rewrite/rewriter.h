@@ -1,0 +1,65 @@
+// The rewrite and clean-up stages: the one API through which rules change a model. Replacements
+// are recorded while matching goes on (so iteration never sees a half-changed graph) and applied
+// in one sweep per round.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "onnx_rewrite/builder.h"
+#include "onnx_rewrite/matcher.h"
+#include "onnx_rewrite/model.h"
+#include "onnx_rewrite/scope.h"
+
+namespace onnx_rewrite {
+
+// Every value and node name of a model, at any depth; hands out names nobody uses.
+class NameRegistry {
+ public:
+  explicit NameRegistry(onnx::ModelProto& model);
+  // `hint` itself if free, else `hint_1`, `hint_2`, ...
+  std::string fresh(const std::string& hint);
+
+ private:
+  std::unordered_set<std::string> taken_;
+  std::unordered_map<std::string, int> next_suffix_;
+};
+
+class Rewriter {
+ public:
+  explicit Rewriter(Model& model) : model_(model) {}
+
+  // Records that `builder`'s nodes replace the nodes of `match`. They will stand where the last
+  // node the match covers stands now; the graph values the match's outputs had keep their names.
+  void replace(const Match& match, const GraphBuilder& builder);
+
+  // Applies every recorded replacement, scope by scope (children before parents): matched nodes
+  // go, new nodes come in, producers and initializers nobody uses any more because of a removal
+  // go too (with their value_info), and node order is repaired where a rewrite broke it.
+  void commit(const std::vector<std::unique_ptr<Scope>>& scopes);
+
+  // Nodes created by rules since this rewriter was made (valid after commit).
+  const std::unordered_set<const onnx::NodeProto*>& created() const { return created_; }
+  size_t nodes_removed() const { return nodes_removed_; }
+
+ private:
+  struct Pending {
+    std::unordered_set<const onnx::NodeProto*> removed;
+    std::unordered_map<const onnx::NodeProto*, std::vector<onnx::NodeProto>> insert_before;
+    std::vector<onnx::TensorProto> initializers;
+    std::map<std::string, std::string> constant_names;  // serialized tensor -> initializer name
+  };
+
+  void commit_scope(const Scope& scope, Pending& pending);
+
+  Model& model_;
+  std::map<const Scope*, Pending> pending_;
+  std::unordered_set<const onnx::NodeProto*> created_;
+  size_t nodes_removed_ = 0;
+};
+
+}  // namespace onnx_rewrite

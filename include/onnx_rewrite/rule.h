@@ -1,0 +1,144 @@
+// Rules as data: what a rule file (rules/*.rules, docs/rules.md) says, after parsing.
+// A rule is one or more alternative patterns, constraints, computed values, and a replacement
+// (ONNX text, or a C++ builder named in the file).
+#pragma once
+
+#include <climits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <onnx/onnx_pb.h>
+
+namespace onnx_rewrite {
+
+class GraphBuilder;
+class Match;
+
+// A domain's opset import must lie in [min, max].
+struct VersionRange {
+  std::string domain;  // normalized: "" for ai.onnx
+  int min = 1;
+  int max = INT_MAX;
+  bool contains(int version) const { return version >= min && version <= max; }
+  std::string describe() const;
+};
+
+struct PatternAttribute {
+  std::string name;
+  std::optional<onnx::AttributeProto> literal;  // must equal (ONNX's default counts when absent)
+  std::string capture;                          // else: bind the node's value to this name
+};
+
+struct PatternNode {
+  std::string domain;  // normalized
+  std::string op_type;
+  std::vector<std::string> inputs;   // pattern value names; "" = must be absent
+  std::vector<std::string> outputs;  // "" or "_" = not bound
+  std::vector<PatternAttribute> attributes;
+  // Mul/Add written with more than two inputs: a tree of binary ops over these factors, in any
+  // order and association.
+  bool associative = false;
+  bool commutative = false;
+};
+
+// A condition on a pattern value or a captured attribute (`where` lines).
+struct Constraint {
+  enum class Kind {
+    kConstant,     // x is constant
+    kScalar,       // x is scalar: a constant with one element
+    kApprox,       // x ≈ v ± tol: a constant whose every element is within tol of v
+    kEquals,       // x == literal (constant value or captured attribute)
+    kIn,           // x in [...] (captured attribute)
+    kOptional,     // x is optional: may be absent
+    kPresent,      // x is present (input or attribute)
+    kAbsent,       // x is absent
+    kDtype,        // x dtype in [...]
+    kRank,         // x rank in [min, max]
+  };
+  Kind kind;
+  std::string subject;
+  bool on_attribute = false;
+  std::vector<onnx::AttributeProto> values;  // kEquals, kIn
+  double number = 0, tolerance = 0;          // kApprox
+  std::vector<int32_t> dtypes;               // kDtype
+  int min_rank = 0, max_rank = INT_MAX;      // kRank
+  int line = 0;
+  std::string describe() const;
+};
+
+struct Pattern {
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  std::vector<PatternNode> nodes;
+  std::vector<Constraint> constraints;
+  std::vector<VersionRange> opsets;  // the model's imports this pattern is valid for
+  std::map<std::string, onnx::AttributeProto> defaults;  // for absent captured attributes
+  std::vector<size_t> order;         // match order: anchor first, then connected nodes
+  int line = 0;
+
+  const PatternNode& anchor() const { return nodes[order.front()]; }
+};
+
+// An expression in a `let` block.
+struct Expression {
+  enum class Kind { kLiteral, kName, kList, kCall, kUnary, kBinary };
+  Kind kind;
+  onnx::AttributeProto literal;
+  std::string name;  // kName, kCall (function), kUnary/kBinary (operator)
+  std::vector<Expression> operands;
+};
+
+struct Let {
+  std::string name;
+  Expression expression;
+  int line = 0;
+};
+
+class Replacement {
+ public:
+  virtual ~Replacement() = default;
+  // Adds nodes to `builder` that compute every output of the pattern; returns why it declines
+  // (e.g. a shape it needs is unknown), or "" on success.
+  virtual std::string build(const Match& match, GraphBuilder& builder) const = 0;
+  virtual std::string describe() const = 0;
+};
+
+// The checked example of a rule: a model and the main graph nodes expected after the rewrite.
+struct RuleExample {
+  std::string model_text;
+  std::string expected_nodes_text;
+  int line = 0;
+};
+
+struct Rule {
+  std::string id;
+  std::string description;
+  std::string file;
+  int line = 0;
+  std::vector<std::string> targets;
+  int priority = 0;
+  std::vector<VersionRange> requires_opsets;  // what the replacement needs
+  std::vector<Pattern> patterns;
+  std::vector<Let> lets;
+  std::shared_ptr<const Replacement> replacement;
+  std::optional<RuleExample> example;
+
+  bool serves(const std::string& target) const;
+};
+
+struct RuleSet {
+  std::vector<std::shared_ptr<const Rule>> rules;
+
+  // Adds rules from a file or a directory of *.rules files; throws InputError("file:line:col: what").
+  void load_path(const std::string& path);
+  // Adds rules from text; `name` is used in errors.
+  void load_text(const std::string& text, const std::string& name);
+  // The rules compiled into the binary (rules/ at build time).
+  void load_builtin();
+  const Rule* find(const std::string& id) const;
+};
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,107 @@
+// The index stage: every node list of a model (main graph, graph attributes at any depth,
+// model-local functions) as a Scope, with who produces and who consumes each value, nodes by
+// (domain, op_type), and what is known about a value's type and constant contents.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <onnx/onnx_pb.h>
+
+#include "onnx_rewrite/model.h"
+#include "onnx_rewrite/tensor.h"
+
+namespace onnx_rewrite {
+
+using NodeList = google::protobuf::RepeatedPtrField<onnx::NodeProto>;
+
+struct Use {
+  onnx::NodeProto* node;
+  int input;  // index into node->input(), or -1 when a subgraph of `node` refers to the value
+};
+
+// What is statically known about a value: element type and dims (-1 where unknown).
+struct ValueType {
+  int32_t elem_type = 0;          // 0 = unknown
+  std::optional<std::vector<int64_t>> dims;  // nullopt = rank unknown
+  std::optional<size_t> rank() const { return dims ? std::optional<size_t>(dims->size()) : std::nullopt; }
+};
+
+class Scope {
+ public:
+  enum class Kind { kMainGraph, kSubgraph, kFunction };
+
+  Scope(Kind kind, std::string where, const Model& model, const Scope* parent, onnx::GraphProto* graph,
+        onnx::FunctionProto* function);
+
+  Kind kind() const { return kind_; }
+  const std::string& where() const { return where_; }
+  onnx::GraphProto* graph() const { return graph_; }          // null for functions
+  onnx::FunctionProto* function() const { return function_; }  // null for graphs
+  NodeList& nodes() const;
+  const Model& model() const { return model_; }
+  const Scope* parent() const { return parent_; }
+
+  // The opset import of a domain in effect here (functions have their own); 0 if not imported.
+  int opset(std::string_view domain) const;
+
+  // Producer of a value defined by a node of this scope.
+  struct Producer {
+    onnx::NodeProto* node;
+    int output;
+  };
+  const Producer* producer(std::string_view value) const;
+  const std::vector<Use>& uses(std::string_view value) const;
+  // Graph or function outputs of this scope.
+  bool is_output(std::string_view value) const { return outputs_.count(std::string(value)) != 0; }
+  // Defined here or in an enclosing graph by a graph input or an initializer.
+  bool is_graph_input(std::string_view value) const;
+  const std::vector<onnx::NodeProto*>& nodes_of(std::string_view domain, std::string_view op_type) const;
+  int position(const onnx::NodeProto* node) const { return positions_.at(node); }
+
+  // The tensor a value is bound to when it is constant: an initializer (header; payload may be
+  // deferred) or a Constant node's tensor, here or in an enclosing graph.
+  const onnx::TensorProto* constant_tensor(std::string_view value) const;
+  // Its values, decoded (small tensors only: at most `max_elements`).
+  std::optional<TensorValues> constant_values(std::string_view value, size_t max_elements = 4096) const;
+  ValueType type_of(std::string_view value) const;
+
+ private:
+  void index();
+  void add_type(const onnx::ValueInfoProto& info);
+
+  Kind kind_;
+  std::string where_;
+  const Model& model_;
+  const Scope* parent_;
+  onnx::GraphProto* graph_;
+  onnx::FunctionProto* function_;
+
+  std::unordered_map<std::string, Producer> producers_;
+  std::unordered_map<std::string, std::vector<Use>> uses_;
+  std::unordered_set<std::string> outputs_;
+  std::unordered_set<std::string> graph_inputs_;
+  std::unordered_map<std::string, const onnx::TensorProto*> initializers_;
+  std::unordered_map<std::string, ValueType> types_;
+  std::map<std::pair<std::string, std::string>, std::vector<onnx::NodeProto*>, std::less<>> by_op_;
+  std::unordered_map<const onnx::NodeProto*, int> positions_;
+  std::map<std::string, int, std::less<>> opsets_;
+};
+
+// All scopes of a model, parents before children. Pointers into the model stay valid until the
+// model's node lists change.
+std::vector<std::unique_ptr<Scope>> collect_scopes(Model& model);
+
+// Names a node's subgraphs read from enclosing scopes.
+std::vector<std::string> implicit_inputs(const onnx::NodeProto& node);
+
+// The constant a Constant node holds, as a tensor (value, value_float(s), value_int(s)).
+std::optional<onnx::TensorProto> constant_node_tensor(const onnx::NodeProto& node);
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,36 @@
+// Small tensors as numbers: the constants rules read (a scalar near 1/√2, num_groups, a shape)
+// and the constants replacements create.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <onnx/onnx_pb.h>
+
+namespace onnx_rewrite {
+
+struct TensorValues {
+  int32_t data_type = 0;
+  std::vector<int64_t> dims;
+  std::vector<double> numbers;  // every element; integers are exact up to 2^53
+
+  std::vector<int64_t> ints() const;
+};
+
+// Nullopt for strings, complex numbers, external data, or bytes that don't fit the dims.
+std::optional<TensorValues> decode_tensor(const onnx::TensorProto& tensor);
+
+// A tensor of `data_type` (float, double, float16, integers, bool) holding `numbers`.
+onnx::TensorProto make_tensor(int32_t data_type, const std::vector<int64_t>& dims, const std::vector<double>& numbers);
+
+// "float", "int64", ... (ONNX's lowercase names) and back.
+std::string data_type_name(int32_t data_type);
+std::optional<int32_t> data_type_from_name(std::string_view name);
+
+uint16_t float_to_half(float value);
+float half_to_float(uint16_t bits);
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,231 @@
+#include "onnx_rewrite/engine.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "onnx_rewrite/error.h"
+#include "onnx_rewrite/inline.h"
+#include "onnx_rewrite/matcher.h"
+#include "onnx_rewrite/model_io.h"
+#include "onnx_rewrite/opset.h"
+#include "onnx_rewrite/rewriter.h"
+#include "onnx_rewrite/scope.h"
+#include "onnx_rewrite/walk.h"
+#include "opset_policy.h"
+#include "text_replacement.h"
+
+namespace onnx_rewrite {
+
+OpCounts count_ops(const onnx::ModelProto& model) {
+  OpCounts counts;
+  for_each_node(const_cast<onnx::ModelProto&>(model), [&](onnx::NodeProto& node, const std::string&) {
+    ++counts[{normalize_domain(node.domain()), node.op_type()}];
+  });
+  return counts;
+}
+
+std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions& options) {
+  for (const auto& id : options.only) {
+    if (!rules.find(id)) throw UsageError("--only " + id + ": no rule has that id");
+  }
+  for (const auto& id : options.skip) {
+    if (!rules.find(id)) throw UsageError("--skip " + id + ": no rule has that id");
+  }
+  std::vector<const Rule*> active;
+  for (const auto& rule : rules.rules) {
+    if (!rule->serves(options.target)) continue;
+    if (!options.only.empty() && !options.only.count(rule->id)) continue;
+    if (options.skip.count(rule->id)) continue;
+    active.push_back(rule.get());
+  }
+  return active;
+}
+
+namespace {
+
+struct Candidate {
+  const Rule* rule;
+  const Pattern* pattern;
+};
+
+// Rules by the (domain, op_type) of their anchors, best first: priority, then id.
+std::map<OpKey, std::vector<Candidate>> index_by_anchor(const std::vector<const Rule*>& rules) {
+  std::vector<const Rule*> sorted = rules;
+  std::stable_sort(sorted.begin(), sorted.end(), [](const Rule* a, const Rule* b) {
+    return a->priority != b->priority ? a->priority > b->priority : a->id < b->id;
+  });
+  std::map<OpKey, std::vector<Candidate>> index;
+  for (const Rule* rule : sorted) {
+    for (const auto& pattern : rule->patterns) {
+      index[{pattern.anchor().domain, pattern.anchor().op_type}].push_back({rule, &pattern});
+    }
+  }
+  return index;
+}
+
+bool explains(const RewriteOptions& options, const onnx::NodeProto& node) {
+  if (options.explain.empty() || !options.explain_out) return false;
+  return options.explain == node.op_type() || options.explain == node.name() ||
+         options.explain == node.domain() + "." + node.op_type();
+}
+
+class Run {
+ public:
+  Run(Model& model, const std::vector<const Rule*>& rules, const RewriteOptions& options, bool lower,
+      const std::set<std::pair<const void*, std::string>>& domains_before, RewriteResult& result)
+      : model_(model), options_(options), domains_before_(domains_before), candidates_(index_by_anchor(rules)),
+        policy_(model, options.max_opset, lower), names_(model.proto), rewriter_(model), result_(result) {}
+
+  // Returns why the requested opset can't be reached, if it can't.
+  std::optional<std::string> execute() {
+    std::set<std::string> firing;
+    for (int round = 1;; ++round) {
+      if (round > options_.max_rounds) {
+        throw InputError(model_.path.string(), fmt::format("rules still fire after {} rounds (no fixed point): {}",
+                                                           options_.max_rounds, fmt::join(firing, ", ")));
+      }
+      firing.clear();
+      policy_.new_round();
+      auto scopes = collect_scopes(model_);
+      for (const auto& scope : scopes) rewrite_scope(*scope, round, firing);
+      if (firing.empty()) break;
+      rewriter_.commit(scopes);
+      model_.changed = true;
+      result_.rounds = round;
+    }
+    return policy_.apply(rewriter_.created(), domains_before_);
+  }
+
+ private:
+  void rewrite_scope(const Scope& scope, int round, std::set<std::string>& firing) {
+    Matcher matcher(scope, claimed_);
+    for (auto& node : scope.nodes()) {
+      if (claimed_.count(&node)) continue;
+      const bool explain = explains(options_, node);
+      auto found = candidates_.find({normalize_domain(node.domain()), node.op_type()});
+      if (explain) {
+        *options_.explain_out << fmt::format("node '{}' ({}.{}) in {}, round {}:\n", describe_node(node),
+                                             display_domain(node.domain()), node.op_type(), scope.where(), round);
+        if (found == candidates_.end()) *options_.explain_out << "  no active rule matches this op\n";
+      }
+      if (found == candidates_.end()) continue;
+      if (const Rule* fired = rewrite_at(scope, matcher, node, found->second, explain)) firing.insert(fired->id);
+    }
+  }
+
+  // Tries the rules anchored at this op, best first; those needing a raised opset import only
+  // when no other fits. Returns the rule that rewrote the node.
+  const Rule* rewrite_at(const Scope& scope, const Matcher& matcher, onnx::NodeProto& node,
+                         const std::vector<Candidate>& candidates, bool explain) {
+    std::vector<std::pair<Candidate, Match>> need_raise;
+    for (const auto& candidate : candidates) {
+      std::string why;
+      auto match = matcher.match(*candidate.rule, *candidate.pattern, &node, explain ? &why : nullptr);
+      if (!match) {
+        if (explain) say(candidate, "no: " + why);
+        continue;
+      }
+      if (apply(scope, candidate, *match, false, explain)) return candidate.rule;
+      if (std::holds_alternative<OpsetPolicy::Plan>(policy_.plan(scope, candidate.rule->requires_opsets, true))) {
+        need_raise.emplace_back(candidate, std::move(*match));
+      }
+    }
+    for (auto& [candidate, match] : need_raise) {
+      if (apply(scope, candidate, match, true, explain)) return candidate.rule;
+    }
+    return nullptr;
+  }
+
+  bool apply(const Scope& scope, const Candidate& candidate, Match& match, bool allow_raise, bool explain) {
+    const Rule& rule = *candidate.rule;
+    auto plan = policy_.plan(scope, rule.requires_opsets, allow_raise);
+    if (auto* reason = std::get_if<std::string>(&plan)) {
+      if (explain) say(candidate, "matched, but " + *reason);
+      return false;
+    }
+    match.opsets = std::get<OpsetPolicy::Plan>(plan).versions;
+    std::string reason = evaluate_lets(rule, match);
+    const std::string base = match.anchor->name().empty() ? match.anchor->output(0) : match.anchor->name();
+    GraphBuilder builder(base, rule.id, match.opsets, [this](const std::string& hint) { return names_.fresh(hint); });
+    if (reason.empty()) {
+      try {
+        reason = rule.replacement->build(match, builder);
+      } catch (const std::exception& e) {
+        reason = std::string("the replacement failed: ") + e.what();
+      }
+    }
+    if (!reason.empty()) {
+      if (explain) say(candidate, "matched, but declined: " + reason);
+      return false;
+    }
+    if (explain) say(candidate, "matched: rewritten");
+    policy_.commit(scope, std::get<OpsetPolicy::Plan>(plan));
+    rewriter_.replace(match, builder);
+    for (auto* node : match.nodes) claimed_.insert(node);
+    RuleStats& stats = result_.rules[rule.id];
+    ++stats.matches;
+    stats.nodes_removed += static_cast<int>(match.nodes.size());
+    stats.nodes_added += static_cast<int>(builder.nodes().size());
+    return true;
+  }
+
+  void say(const Candidate& candidate, const std::string& what) {
+    *options_.explain_out << fmt::format("  {} ({}:{}): {}\n", candidate.rule->id, candidate.rule->file,
+                                         candidate.pattern->line, what);
+  }
+
+  Model& model_;
+  const RewriteOptions& options_;
+  const std::set<std::pair<const void*, std::string>>& domains_before_;
+  std::map<OpKey, std::vector<Candidate>> candidates_;
+  OpsetPolicy policy_;
+  NameRegistry names_;
+  Rewriter rewriter_;
+  RewriteResult& result_;
+  std::unordered_set<const onnx::NodeProto*> claimed_;
+};
+
+std::map<std::string, int> imports(const onnx::ModelProto& model) {
+  std::map<std::string, int> versions;
+  for (const auto& import : model.opset_import()) versions[normalize_domain(import.domain())] = static_cast<int>(import.version());
+  return versions;
+}
+
+}  // namespace
+
+RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOptions& options) {
+  const auto active = active_rules(rules, options);
+  RewriteResult result;
+  result.before = count_ops(model.proto);
+  const auto imports_before = imports(model.proto);
+
+  auto attempt = [&](bool lower) {
+    result.rules.clear();
+    const auto domains_before = OpsetPolicy::domains_in_use(model.proto);
+    result.functions_inlined = options.inline_functions ? inline_local_functions(model) : 0;
+    if (result.functions_inlined > 0) model.changed = true;
+    return Run(model, active, options, lower, domains_before, result).execute();
+  };
+  if (auto problem = attempt(true)) {
+    // The requested opset can't be reached: rewrite again at the model's own opset.
+    model = reload_model(model);
+    result.notes.push_back(*problem);
+    if (auto again = attempt(false)) result.notes.push_back(*again);
+  }
+
+  const auto imports_after = imports(model.proto);
+  for (const auto& [domain, version] : imports_before) {
+    auto it = imports_after.find(domain);
+    const int after = it == imports_after.end() ? 0 : it->second;
+    if (after != version) result.opset_changes[domain] = {version, after};
+  }
+  for (const auto& [domain, version] : imports_after) {
+    if (!imports_before.count(domain)) result.opset_changes[domain] = {0, version};
+  }
+  if (!result.opset_changes.empty()) model.changed = true;
+  result.after = count_ops(model.proto);
+  return result;
+}
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,223 @@
+#include "opset_policy.h"
+
+#include <fmt/format.h>
+
+#include "onnx_rewrite/opset.h"
+#include "onnx_rewrite/walk.h"
+
+namespace onnx_rewrite {
+namespace {
+
+constexpr int kDefaultOpset = 17;
+
+void add_type(const onnx::TypeProto& type, std::set<int32_t>& types) {
+  if (type.has_tensor_type()) types.insert(type.tensor_type().elem_type());
+  if (type.has_sequence_type()) {
+    types.insert(kSequenceTypes);
+    add_type(type.sequence_type().elem_type(), types);
+  }
+  if (type.has_optional_type()) {
+    types.insert(kOptionalTypes);
+    add_type(type.optional_type().elem_type(), types);
+  }
+  if (type.has_map_type()) {
+    types.insert(kMapTypes);
+    add_type(type.map_type().value_type(), types);
+  }
+}
+
+void add_graph_types(const onnx::GraphProto& graph, std::set<int32_t>& types) {
+  for (const auto& info : graph.input()) add_type(info.type(), types);
+  for (const auto& info : graph.output()) add_type(info.type(), types);
+  for (const auto& info : graph.value_info()) add_type(info.type(), types);
+  for (const auto& tensor : graph.initializer()) types.insert(tensor.data_type());
+}
+
+// Element types the model mentions anywhere: a version that only added other types can't matter.
+std::set<int32_t> declared_types(onnx::ModelProto& model) {
+  std::set<int32_t> types;
+  add_graph_types(model.graph(), types);
+  for_each_tensor(model, [&](onnx::TensorProto& tensor, const std::string&) { types.insert(tensor.data_type()); });
+  for_each_node(model, [&](onnx::NodeProto& node, const std::string&) {
+    // Values between nodes are often undeclared; the ops that make them say what they are.
+    const std::string& op = node.op_type();
+    if (op.find("Sequence") != std::string::npos) types.insert(kSequenceTypes);
+    if (op.starts_with("Optional")) types.insert(kOptionalTypes);
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == "to" && attribute.type() == onnx::AttributeProto::INT) types.insert(static_cast<int32_t>(attribute.i()));
+      if (attribute.has_g()) add_graph_types(attribute.g(), types);
+      for (const auto& graph : attribute.graphs()) add_graph_types(graph, types);
+    }
+  });
+  types.erase(0);
+  return types;
+}
+
+void visit_graph_nodes(const onnx::GraphProto& graph, const std::function<void(const onnx::NodeProto&)>& visit) {
+  for (const auto& node : graph.node()) {
+    visit(node);
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.has_g()) visit_graph_nodes(attribute.g(), visit);
+      for (const auto& subgraph : attribute.graphs()) visit_graph_nodes(subgraph, visit);
+    }
+  }
+}
+
+}  // namespace
+
+OpsetPolicy::OpsetPolicy(Model& model, std::optional<int> max_opset, bool lower) : model_(model), max_opset_(max_opset) {
+  for (const auto& import : model.proto.opset_import()) {
+    original_[{nullptr, normalize_domain(import.domain())}] = static_cast<int>(import.version());
+  }
+  for (const auto& function : model.proto.functions()) {
+    for (const auto& import : function.opset_import()) {
+      original_[{&function, normalize_domain(import.domain())}] = static_cast<int>(import.version());
+    }
+  }
+  decided_ = original_;
+  if (max_opset_ && lower) {
+    for (auto& [key, version] : decided_) {
+      if (key.second.empty() && version > *max_opset_) version = *max_opset_;
+    }
+  }
+  model_types_ = declared_types(model.proto);
+}
+
+OpsetPolicy::Owner OpsetPolicy::owner_of(const Scope& scope) {
+  const Scope* root = &scope;
+  while (root->parent()) root = root->parent();
+  return root->function();
+}
+
+int OpsetPolicy::effective(Owner owner, const std::string& domain) const {
+  auto it = decided_.find({owner, domain});
+  return it == decided_.end() ? 0 : it->second;
+}
+
+void OpsetPolicy::for_each_owned_node(Owner owner, const std::function<void(const onnx::NodeProto&)>& visit) const {
+  if (!owner) {
+    visit_graph_nodes(model_.proto.graph(), visit);
+    return;
+  }
+  for (const auto& node : static_cast<const onnx::FunctionProto*>(owner)->node()) {
+    visit(node);
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.has_g()) visit_graph_nodes(attribute.g(), visit);
+      for (const auto& subgraph : attribute.graphs()) visit_graph_nodes(subgraph, visit);
+    }
+  }
+}
+
+std::optional<std::string> OpsetPolicy::raise_blocker(Owner owner, const std::string& domain, int from, int to) const {
+  const OpTable* table = OpRegistry::builtin().table(domain);
+  if (!table) return "no version history is known for " + display_domain(domain);
+  std::optional<std::string> blocker;
+  for_each_owned_node(owner, [&](const onnx::NodeProto& node) {
+    if (blocker || normalize_domain(node.domain()) != domain) return;
+    blocker = table->move_blocker(node, from, to, model_types_);
+  });
+  return blocker;
+}
+
+std::variant<OpsetPolicy::Plan, std::string> OpsetPolicy::plan(const Scope& scope,
+                                                               const std::vector<VersionRange>& requires_opsets,
+                                                               bool allow_raise) const {
+  const Owner owner = owner_of(scope);
+  Plan plan;
+  // A model without an ai.onnx import gets one at a widely loadable version if a rule needs it.
+  plan.versions[""] = effective(owner, "") ? effective(owner, "") : std::min(max_opset_.value_or(kDefaultOpset), kDefaultOpset);
+  for (const auto& range : requires_opsets) {
+    const int current = effective(owner, range.domain);
+    const std::string name = display_domain(range.domain);
+    if (current != 0 && range.contains(current)) {
+      plan.versions[range.domain] = current;
+      continue;
+    }
+    if (current > range.max) return fmt::format("needs {}, the model uses {} {}", range.describe(), name, current);
+    const int wanted = range.min;
+    if (range.domain.empty() && max_opset_ && wanted > *max_opset_) {
+      return fmt::format("needs {}, --opset allows {}", range.describe(), *max_opset_);
+    }
+    if (current != 0) {  // adding an import is free; raising one must not change any node
+      if (!allow_raise) return fmt::format("needs {} {} (the model uses {}), tried only when no other rule fits", name, wanted, current);
+      if (rewritten_owners_.count(owner)) return fmt::format("needs {} raised to {}; retried next round", name, wanted);
+      if (auto blocker = raise_blocker(owner, range.domain, current, wanted)) {
+        return fmt::format("needs {} {}, and raising it from {} would change the model: {}", name, wanted, current, *blocker);
+      }
+      plan.raises = true;
+    }
+    plan.versions[range.domain] = wanted;
+  }
+  return plan;
+}
+
+void OpsetPolicy::commit(const Scope& scope, const Plan& plan) {
+  const Owner owner = owner_of(scope);
+  for (const auto& [domain, version] : plan.versions) {
+    if (version != 0) decided_[{owner, domain}] = version;
+  }
+  rewritten_owners_.insert(owner);
+}
+
+std::set<std::pair<const void*, std::string>> OpsetPolicy::domains_in_use(onnx::ModelProto& model) {
+  std::set<std::pair<const void*, std::string>> in_use;
+  visit_graph_nodes(model.graph(), [&](const onnx::NodeProto& node) { in_use.insert({nullptr, normalize_domain(node.domain())}); });
+  for (const auto& function : model.functions()) {
+    for (const auto& node : function.node()) {
+      in_use.insert({&function, normalize_domain(node.domain())});
+      for (const auto& attribute : node.attribute()) {
+        if (attribute.has_g()) {
+          visit_graph_nodes(attribute.g(), [&](const onnx::NodeProto& inner) { in_use.insert({&function, normalize_domain(inner.domain())}); });
+        }
+      }
+    }
+    // Calls to model-local functions need the function's domain imported by the caller.
+  }
+  return in_use;
+}
+
+std::optional<std::string> OpsetPolicy::apply(const std::unordered_set<const onnx::NodeProto*>& created,
+                                              const std::set<std::pair<const void*, std::string>>& domains_used_before) {
+  // Lowering (only through --opset) must leave every node that was already there meaning the same.
+  for (const auto& [key, version] : decided_) {
+    auto original = original_.find(key);
+    if (original == original_.end() || version >= original->second) continue;
+    const OpTable* table = OpRegistry::builtin().table(key.second);
+    std::optional<std::string> blocker;
+    for_each_owned_node(key.first, [&](const onnx::NodeProto& node) {
+      if (blocker || created.count(&node) || normalize_domain(node.domain()) != key.second) return;
+      blocker = table ? table->move_blocker(node, original->second, version, model_types_)
+                      : std::optional<std::string>("no version history is known for " + display_domain(key.second));
+    });
+    if (blocker) {
+      return fmt::format("{} opset {} can't be lowered to {}: {}", display_domain(key.second), original->second, version, *blocker);
+    }
+  }
+
+  const auto in_use = domains_in_use(model_.proto);
+  auto update = [&](Owner owner, google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>& imports) {
+    std::set<std::string> present;
+    for (const auto& import : imports) present.insert(normalize_domain(import.domain()));
+    for (int i = imports.size() - 1; i >= 0; --i) {
+      const std::string domain = normalize_domain(imports.Get(i).domain());
+      const bool was_used = domains_used_before.count({owner, domain}) != 0;
+      if (!domain.empty() && was_used && !in_use.count({owner, domain})) {
+        imports.DeleteSubrange(i, 1);  // a custom domain the rewrite made unused
+        continue;
+      }
+      const int version = effective(owner, domain);
+      if (version != 0 && version != imports.Get(i).version()) imports.Mutable(i)->set_version(version);
+    }
+    for (const auto& [key, version] : decided_) {
+      if (key.first != owner || present.count(key.second) || !in_use.count({owner, key.second})) continue;
+      auto* import = imports.Add();
+      import->set_domain(key.second);
+      import->set_version(version);
+    }
+  };
+  update(nullptr, *model_.proto.mutable_opset_import());
+  for (auto& function : *model_.proto.mutable_functions()) update(&function, *function.mutable_opset_import());
+  return std::nullopt;
+}
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,228 @@
+#include "onnx_rewrite/scope.h"
+
+#include <set>
+
+#include "onnx_rewrite/opset.h"
+
+namespace onnx_rewrite {
+namespace {
+
+// Names a graph reads without defining them, in order of first use.
+void collect_free_names(const onnx::GraphProto& graph, std::vector<std::string>& free_names,
+                        std::unordered_set<std::string>& seen) {
+  std::unordered_set<std::string> defined;
+  for (const auto& input : graph.input()) defined.insert(input.name());
+  for (const auto& initializer : graph.initializer()) defined.insert(initializer.name());
+  for (const auto& sparse : graph.sparse_initializer()) defined.insert(sparse.values().name());
+  auto use = [&](const std::string& name) {
+    if (!name.empty() && !defined.count(name) && seen.insert(name).second) free_names.push_back(name);
+  };
+  for (const auto& node : graph.node()) {
+    for (const auto& input : node.input()) use(input);
+    for (const auto& name : implicit_inputs(node)) use(name);
+    for (const auto& output : node.output()) defined.insert(output);
+  }
+  for (const auto& output : graph.output()) use(output.name());
+}
+
+const std::vector<Use> kNoUses;
+const std::vector<onnx::NodeProto*> kNoNodes;
+
+}  // namespace
+
+std::vector<std::string> implicit_inputs(const onnx::NodeProto& node) {
+  std::vector<std::string> names;
+  std::unordered_set<std::string> seen;
+  for (const auto& attribute : node.attribute()) {
+    if (attribute.has_g()) collect_free_names(attribute.g(), names, seen);
+    for (const auto& graph : attribute.graphs()) collect_free_names(graph, names, seen);
+  }
+  return names;
+}
+
+std::optional<onnx::TensorProto> constant_node_tensor(const onnx::NodeProto& node) {
+  if (node.op_type() != "Constant" || !normalize_domain(node.domain()).empty()) return std::nullopt;
+  for (const auto& attribute : node.attribute()) {
+    const std::string& name = attribute.name();
+    if (name == "value" && attribute.has_t()) return attribute.t();
+    if (name == "value_float") return make_tensor(onnx::TensorProto::FLOAT, {}, {attribute.f()});
+    if (name == "value_int") return make_tensor(onnx::TensorProto::INT64, {}, {static_cast<double>(attribute.i())});
+    if (name == "value_floats") {
+      std::vector<double> numbers(attribute.floats().begin(), attribute.floats().end());
+      return make_tensor(onnx::TensorProto::FLOAT, {static_cast<int64_t>(numbers.size())}, numbers);
+    }
+    if (name == "value_ints") {
+      std::vector<double> numbers(attribute.ints().begin(), attribute.ints().end());
+      return make_tensor(onnx::TensorProto::INT64, {static_cast<int64_t>(numbers.size())}, numbers);
+    }
+  }
+  return std::nullopt;
+}
+
+Scope::Scope(Kind kind, std::string where, const Model& model, const Scope* parent, onnx::GraphProto* graph,
+             onnx::FunctionProto* function)
+    : kind_(kind), where_(std::move(where)), model_(model), parent_(parent), graph_(graph), function_(function) {
+  index();
+}
+
+NodeList& Scope::nodes() const { return graph_ ? *graph_->mutable_node() : *function_->mutable_node(); }
+
+void Scope::add_type(const onnx::ValueInfoProto& info) {
+  if (!info.type().has_tensor_type()) return;
+  const auto& tensor = info.type().tensor_type();
+  ValueType type;
+  type.elem_type = tensor.elem_type();
+  if (tensor.has_shape()) {
+    std::vector<int64_t> dims;
+    for (const auto& dim : tensor.shape().dim()) dims.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
+    type.dims = std::move(dims);
+  }
+  types_[info.name()] = std::move(type);
+}
+
+void Scope::index() {
+  if (kind_ != Kind::kSubgraph) {  // subgraphs use the imports of the graph or function holding them
+    const auto& imports = function_ ? function_->opset_import() : model_.proto.opset_import();
+    for (const auto& import : imports) opsets_[normalize_domain(import.domain())] = static_cast<int>(import.version());
+  }
+
+  if (graph_) {
+    for (const auto& input : graph_->input()) {
+      graph_inputs_.insert(input.name());
+      add_type(input);
+    }
+    for (const auto& output : graph_->output()) {
+      outputs_.insert(output.name());
+      add_type(output);
+    }
+    for (const auto& info : graph_->value_info()) add_type(info);
+    for (const auto& initializer : graph_->initializer()) {
+      initializers_[initializer.name()] = &initializer;
+      ValueType type;
+      type.elem_type = initializer.data_type();
+      type.dims = std::vector<int64_t>(initializer.dims().begin(), initializer.dims().end());
+      types_[initializer.name()] = std::move(type);
+    }
+  } else {
+    for (const auto& output : function_->output()) outputs_.insert(output);
+  }
+
+  int position = 0;
+  for (auto& node : nodes()) {
+    positions_[&node] = position++;
+    by_op_[{normalize_domain(node.domain()), node.op_type()}].push_back(&node);
+    for (int i = 0; i < node.input_size(); ++i) {
+      if (!node.input(i).empty()) uses_[node.input(i)].push_back({&node, i});
+    }
+    for (const auto& name : implicit_inputs(node)) uses_[name].push_back({&node, -1});
+    for (int i = 0; i < node.output_size(); ++i) {
+      if (!node.output(i).empty()) producers_[node.output(i)] = {&node, i};
+    }
+  }
+}
+
+int Scope::opset(std::string_view domain) const {
+  if (kind_ == Kind::kSubgraph) return parent_->opset(domain);
+  auto it = opsets_.find(normalize_domain(domain));
+  return it == opsets_.end() ? 0 : it->second;
+}
+
+const Scope::Producer* Scope::producer(std::string_view value) const {
+  auto it = producers_.find(std::string(value));
+  return it == producers_.end() ? nullptr : &it->second;
+}
+
+const std::vector<Use>& Scope::uses(std::string_view value) const {
+  auto it = uses_.find(std::string(value));
+  return it == uses_.end() ? kNoUses : it->second;
+}
+
+bool Scope::is_graph_input(std::string_view value) const {
+  const std::string name(value);
+  if (graph_inputs_.count(name) || initializers_.count(name)) return true;
+  if (producers_.count(name)) return false;
+  return parent_ && parent_->is_graph_input(value);
+}
+
+const std::vector<onnx::NodeProto*>& Scope::nodes_of(std::string_view domain, std::string_view op_type) const {
+  auto it = by_op_.find(std::make_pair(normalize_domain(domain), std::string(op_type)));
+  return it == by_op_.end() ? kNoNodes : it->second;
+}
+
+const onnx::TensorProto* Scope::constant_tensor(std::string_view value) const {
+  const std::string name(value);
+  if (auto it = initializers_.find(name); it != initializers_.end()) {
+    // An initializer that is also a graph input can be overridden at run time (IR >= 4).
+    if (graph_inputs_.count(name) && model_.proto.ir_version() >= 4) return nullptr;
+    return it->second;
+  }
+  if (const Producer* produced = producer(value)) {
+    const onnx::NodeProto& node = *produced->node;
+    if (node.op_type() != "Constant" || !normalize_domain(node.domain()).empty()) return nullptr;
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == "value" && attribute.has_t()) return &attribute.t();
+    }
+    return nullptr;  // value_float & co are read by constant_values
+  }
+  if (graph_inputs_.count(name)) return nullptr;
+  return parent_ ? parent_->constant_tensor(value) : nullptr;
+}
+
+std::optional<TensorValues> Scope::constant_values(std::string_view value, size_t max_elements) const {
+  const onnx::TensorProto* tensor = constant_tensor(value);
+  if (!tensor) {
+    const Producer* produced = producer(value);
+    if (!produced) return std::nullopt;
+    auto made = constant_node_tensor(*produced->node);
+    return made ? decode_tensor(*made) : std::nullopt;
+  }
+  size_t elements = 1;
+  for (int64_t dim : tensor->dims()) elements *= static_cast<size_t>(std::max<int64_t>(dim, 0));
+  if (elements > max_elements) return std::nullopt;
+  return decode_tensor(model_.tensor_with_data(*tensor));
+}
+
+ValueType Scope::type_of(std::string_view value) const {
+  const std::string name(value);
+  if (auto it = types_.find(name); it != types_.end()) return it->second;
+  if (const Producer* produced = producer(value)) {
+    if (auto tensor = constant_node_tensor(*produced->node)) {
+      ValueType type;
+      type.elem_type = tensor->data_type();
+      type.dims = std::vector<int64_t>(tensor->dims().begin(), tensor->dims().end());
+      return type;
+    }
+    return {};
+  }
+  return parent_ ? parent_->type_of(value) : ValueType{};
+}
+
+std::vector<std::unique_ptr<Scope>> collect_scopes(Model& model) {
+  std::vector<std::unique_ptr<Scope>> scopes;
+  // Breadth-first so that a scope's parent is always listed (and indexed) before it.
+  auto add_subgraphs = [&](size_t from) {
+    for (size_t i = from; i < scopes.size(); ++i) {
+      const Scope* parent = scopes[i].get();
+      for (auto& node : parent->nodes()) {
+        for (auto& attribute : *node.mutable_attribute()) {
+          auto add = [&](onnx::GraphProto& graph) {
+            std::string where = "subgraph '" + attribute.name() + "' of node '" +
+                                (node.name().empty() ? node.op_type() : node.name()) + "' (" + parent->where() + ")";
+            scopes.push_back(std::make_unique<Scope>(Scope::Kind::kSubgraph, std::move(where), model, parent, &graph, nullptr));
+          };
+          if (attribute.has_g()) add(*attribute.mutable_g());
+          for (auto& graph : *attribute.mutable_graphs()) add(graph);
+        }
+      }
+    }
+  };
+  scopes.push_back(std::make_unique<Scope>(Scope::Kind::kMainGraph, "main graph", model, nullptr, model.proto.mutable_graph(), nullptr));
+  for (auto& function : *model.proto.mutable_functions()) {
+    scopes.push_back(std::make_unique<Scope>(Scope::Kind::kFunction, "function " + function.domain() + "." + function.name(),
+                                             model, nullptr, nullptr, &function));
+  }
+  add_subgraphs(0);
+  return scopes;
+}
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,159 @@
+#include "onnx_rewrite/target.h"
+
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "onnx_rewrite/embedded.h"
+#include "onnx_rewrite/error.h"
+#include "onnx_rewrite/opset.h"
+
+namespace onnx_rewrite {
+namespace {
+
+// targets/NAME.target: "description TEXT", "domain NAME" lines, "local-functions yes|no".
+Target parse_target(std::string_view path, std::string_view text) {
+  Target target;
+  target.name = std::string(path.substr(8, path.size() - 8 - 7));
+  std::istringstream lines{std::string(text)};
+  std::string line;
+  while (std::getline(lines, line)) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string key;
+    if (!(words >> key)) continue;
+    std::string rest;
+    std::getline(words >> std::ws, rest);
+    if (key == "description") target.description = rest;
+    else if (key == "domain") target.domains.push_back(normalize_domain(rest));
+    else if (key == "local-functions") target.local_functions = rest == "yes";
+    else throw std::logic_error(fmt::format("{}: unknown key '{}'", path, key));
+  }
+  return target;
+}
+
+struct Tally {
+  std::map<std::tuple<std::string, std::string, std::string>, Unloadable> entries;
+
+  void add(const onnx::NodeProto& node, const std::string& place, const std::string& reason) {
+    auto& entry = entries[{node.domain(), node.op_type(), place}];
+    if (entry.count == 0) entry = {node.domain(), node.op_type(), place, reason, 0};
+    ++entry.count;
+  }
+};
+
+class Checker {
+ public:
+  Checker(const Model& model, const Target& target) : model_(model), target_(target) {
+    for (const auto& function : model.proto.functions()) local_functions_.insert({normalize_domain(function.domain()), function.name()});
+  }
+
+  void check_nodes(const google::protobuf::RepeatedPtrField<onnx::NodeProto>& nodes,
+                   const std::map<std::string, int>& imports, const std::string& place, const std::string& nested_place) {
+    for (const auto& node : nodes) {
+      check_node(node, imports, place);
+      for (const auto& attribute : node.attribute()) {
+        if (attribute.has_g()) check_nodes(attribute.g().node(), imports, nested_place, nested_place);
+        for (const auto& graph : attribute.graphs()) check_nodes(graph.node(), imports, nested_place, nested_place);
+      }
+    }
+  }
+
+  Tally tally;
+  std::set<std::string> notes;
+
+ private:
+  void check_node(const onnx::NodeProto& node, const std::map<std::string, int>& imports, const std::string& place) {
+    const std::string domain = normalize_domain(node.domain());
+    if (local_functions_.count({domain, node.op_type()})) {
+      if (!target_.local_functions) tally.add(node, place, "calls a model-local function, which this target does not run");
+      return;
+    }
+    if (std::find(target_.domains.begin(), target_.domains.end(), domain) == target_.domains.end()) {
+      tally.add(node, place, fmt::format("domain {} is not loadable by target {}", display_domain(domain), target_.name));
+      return;
+    }
+    const OpTable* table = OpRegistry::builtin().table(domain);
+    auto import = imports.find(domain);
+    if (import == imports.end()) {
+      tally.add(node, place, fmt::format("the model does not import domain {}", display_domain(domain)));
+      return;
+    }
+    const int version = import->second;
+    if (!table) return;
+    if (table->since_version(node.op_type(), version)) return;
+    if (version > table->highest_version() && !table->knows(node.op_type())) {
+      notes.insert(fmt::format("{} opset {} is newer than the tables ({}); ops new after that are not verified",
+                               display_domain(domain), version, table->highest_version()));
+      return;
+    }
+    if (!table->knows(node.op_type())) {
+      tally.add(node, place, fmt::format("{} has no op {}", display_domain(domain), node.op_type()));
+    } else {
+      tally.add(node, place, fmt::format("{} does not exist (or is deprecated) at {} opset {}", node.op_type(),
+                                         display_domain(domain), version));
+    }
+  }
+
+  const Model& model_;
+  const Target& target_;
+  std::set<std::pair<std::string, std::string>> local_functions_;
+};
+
+std::map<std::string, int> import_map(const google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>& imports) {
+  std::map<std::string, int> versions;
+  for (const auto& import : imports) versions[normalize_domain(import.domain())] = static_cast<int>(import.version());
+  return versions;
+}
+
+}  // namespace
+
+const std::vector<Target>& all_targets() {
+  static const std::vector<Target> targets = [] {
+    std::vector<Target> parsed;
+    for (const auto& file : embedded_files()) {
+      if (file.path.starts_with("targets/") && file.path.ends_with(".target")) parsed.push_back(parse_target(file.path, file.contents));
+    }
+    return parsed;
+  }();
+  return targets;
+}
+
+const Target& find_target(const std::string& name) {
+  for (const auto& target : all_targets()) {
+    if (target.name == name) return target;
+  }
+  std::vector<std::string> names;
+  for (const auto& target : all_targets()) names.push_back(target.name);
+  throw UsageError(fmt::format("unknown target '{}' (known: {})", name, fmt::join(names, ", ")));
+}
+
+CheckReport check_model(const Model& model, const Target& target, std::optional<int> max_opset) {
+  Checker checker(model, target);
+  const auto model_imports = import_map(model.proto.opset_import());
+  checker.check_nodes(model.proto.graph().node(), model_imports, "main graph", "subgraph");
+  for (const auto& function : model.proto.functions()) {
+    const std::string place = fmt::format("function {}.{}", function.domain(), function.name());
+    checker.check_nodes(function.node(), import_map(function.opset_import()), place, place);
+  }
+  CheckReport report;
+  for (auto& [key, entry] : checker.tally.entries) report.unloadable.push_back(std::move(entry));
+  report.notes.assign(checker.notes.begin(), checker.notes.end());
+  if (max_opset) {
+    auto check_import = [&](const std::map<std::string, int>& imports, const std::string& owner) {
+      auto it = imports.find("");
+      if (it != imports.end() && it->second > *max_opset) {
+        report.opset_problems.push_back(fmt::format("{} imports ai.onnx opset {}, above --opset {}", owner, it->second, *max_opset));
+      }
+    };
+    check_import(model_imports, "the model");
+    for (const auto& function : model.proto.functions()) {
+      check_import(import_map(function.opset_import()), fmt::format("function {}.{}", function.domain(), function.name()));
+    }
+  }
+  return report;
+}
+
+}  // namespace onnx_rewrite
