@@ -742,13 +742,16 @@ class RuleFileParser {
         if (!producer.emplace(output, i).second) error(where + ": '" + output + "' is computed twice");
       }
     }
-    const std::set<std::string> inputs(pattern.inputs.begin(), pattern.inputs.end());
+    // Names no pattern node computes are inputs too (constants, weights), listed or not.
+    std::set<std::string> inputs(pattern.inputs.begin(), pattern.inputs.end());
     for (const auto& node : pattern.nodes) {
       for (const auto& input : node.inputs) {
-        if (!input.empty() && !inputs.count(input) && !producer.count(input)) {
-          error(where + ": '" + input + "' is neither a pattern input nor computed by the pattern");
-        }
+        if (input.empty() || producer.count(input) || !inputs.insert(input).second) continue;
+        pattern.inputs.push_back(input);
       }
+    }
+    for (const auto& input : pattern.inputs) {
+      if (producer.count(input)) error(where + ": '" + input + "' is an input of the pattern and computed by it");
     }
     for (const auto& output : pattern.outputs) {
       if (!producer.count(output)) error(where + ": output '" + output + "' is not computed by the pattern");

@@ -1,14 +1,20 @@
-// The C++ replacements rule files can name with `replace with NAME`. Listed here explicitly
-// (no self-registration: a static library would drop unreferenced builders).
-#include <map>
-
-#include "onnx_rewrite/builder.h"
+// The C++ replacements rule files can name with `replace with NAME`. Families are listed here
+// explicitly (no self-registration: a static library would drop unreferenced builders).
+#include "builders.h"
 
 namespace onnx_rewrite {
 namespace {
 
-const std::map<std::string, BuilderFunction>& registry() {
-  static const std::map<std::string, BuilderFunction> builders = {};
+const BuilderTable& registry() {
+  static const BuilderTable builders = [] {
+    BuilderTable table;
+    add_group_norm_builders(table);
+    add_deform_conv_builders(table);
+    add_contrib_fusion_builders(table);
+    add_contrib_defusion_builders(table);
+    add_nchwc_builders(table);
+    return table;
+  }();
   return builders;
 }
 

@@ -1,0 +1,283 @@
+#include "test_support.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+
+#include <onnx/defs/parser.h>
+#include <onnx/defs/attr_proto_util.h>
+#include <onnx/defs/printer.h>
+
+#include "onnx_rewrite/model_io.h"
+#include "onnx_rewrite/scope.h"
+
+namespace onnx_rewrite::testing {
+
+fs::path source_dir() { return ONNX_REWRITE_SOURCE_DIR; }
+fs::path build_dir() { return ONNX_REWRITE_BUILD_DIR; }
+fs::path cli_path() { return build_dir() / "onnx-rewrite"; }
+
+std::optional<fs::path> conformance_dir() {
+  if (const char* configured = std::getenv("ONNX_CONFORMANCE_DIR")) return fs::path(configured);
+  for (const fs::path& candidate : {source_dir() / ".." / "shared" / "conformance", fs::path("/work/shared/conformance")}) {
+    if (fs::is_directory(candidate / "node")) return fs::weakly_canonical(candidate);
+  }
+  return std::nullopt;
+}
+
+onnx::ModelProto parse_model_text(const std::string& text) {
+  onnx::ModelProto model;
+  const auto status = onnx::OnnxParser::Parse(model, text.c_str());
+  if (!status.IsOK()) throw std::runtime_error("bad ONNX text in a test: " + status.ErrorMessage());
+  return model;
+}
+
+std::string serialize(const onnx::ModelProto& model) {
+  std::string bytes;
+  model.SerializeToString(&bytes);
+  return bytes;
+}
+
+Model model_from_text(const std::string& text) { return parse_model(serialize(parse_model_text(text)), "test.onnx"); }
+
+void write_file(const fs::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TempDir::TempDir() {
+  std::string pattern = (fs::temp_directory_path() / "onnx-rewrite-test-XXXXXX").string();
+  if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+fs::path write_model_text(const std::string& text, const fs::path& path) {
+  write_file(path, serialize(parse_model_text(text)));
+  return path;
+}
+
+CommandResult run_command(const std::vector<std::string>& argv) {
+  TempDir scratch;
+  const fs::path out_path = scratch / "out";
+  const fs::path err_path = scratch / "err";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    std::vector<char*> args;
+    for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  CommandResult result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.out = read_file(out_path);
+  result.err = read_file(err_path);
+  return result;
+}
+
+CommandResult run_cli(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{cli_path().string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv);
+}
+
+RuleSet rules_from_text(const std::string& text, bool with_builtin) {
+  RuleSet rules;
+  if (with_builtin) rules.load_builtin();
+  rules.load_text(text, "test.rules");
+  return rules;
+}
+
+Rewritten rewrite_text(const std::string& model_text, const RuleSet& rules, RewriteOptions options) {
+  Model model = model_from_text(model_text);
+  Rewritten rewritten;
+  rewritten.result = rewrite_model(model, rules, options);
+  rewritten.model = model.proto;
+  return rewritten;
+}
+
+std::set<std::string> interface_names(const onnx::ModelProto& model) {
+  std::set<std::string> names;
+  for (const auto& input : model.graph().input()) names.insert(input.name());
+  for (const auto& output : model.graph().output()) names.insert(output.name());
+  for (const auto& initializer : model.graph().initializer()) names.insert(initializer.name());
+  return names;
+}
+
+namespace {
+
+std::string canonicalize(onnx::NodeList nodes, const std::set<std::string>& kept) {
+  // Constants last-minute: each goes right before its first consumer.
+  onnx::NodeList constants, others;
+  for (auto& node : nodes) {
+    if (node.op_type() == "Constant" && node.domain().empty() && node.input_size() == 0) *constants.Add() = node;
+    else *others.Add() = node;
+  }
+  onnx::NodeList ordered;
+  std::set<int> placed;
+  for (const auto& node : others) {
+    for (const auto& input : node.input()) {
+      for (int c = 0; c < constants.size(); ++c) {
+        if (!placed.count(c) && constants.Get(c).output(0) == input) {
+          *ordered.Add() = constants.Get(c);
+          placed.insert(c);
+        }
+      }
+    }
+    *ordered.Add() = node;
+  }
+  std::map<std::string, std::string> renamed;
+  auto rename = [&](std::string& name) {
+    if (name.empty() || kept.count(name)) return;
+    auto [it, fresh] = renamed.emplace(name, "");
+    if (fresh) it->second = "v" + std::to_string(renamed.size());
+    name = it->second;
+  };
+  for (auto& node : ordered) {
+    node.clear_name();
+    if (node.domain().empty()) node.clear_domain();
+    for (auto& input : *node.mutable_input()) rename(input);
+    for (auto& output : *node.mutable_output()) rename(output);
+    for (auto& attribute : *node.mutable_attribute()) {
+      if (attribute.has_t()) attribute.mutable_t()->clear_name();
+    }
+  }
+  std::ostringstream text;
+  for (const auto& node : ordered) text << node << "\n";
+  return text.str();
+}
+
+}  // namespace
+
+std::string canonical_nodes(const onnx::ModelProto& model, const std::set<std::string>& kept) {
+  onnx::NodeList nodes;
+  for (const auto& initializer : model.graph().initializer()) {
+    if (kept.count(initializer.name())) continue;
+    onnx::NodeProto& constant = *nodes.Add();
+    constant.set_op_type("Constant");
+    constant.add_output(initializer.name());
+    *constant.add_attribute() = onnx::MakeAttribute("value", initializer);
+  }
+  for (const auto& node : model.graph().node()) *nodes.Add() = node;
+  // Constant nodes and initializers both become `Constant <value = ...>` with a tensor value.
+  for (auto& node : nodes) {
+    if (node.op_type() != "Constant" || !node.domain().empty()) continue;
+    if (auto tensor = constant_node_tensor(node)) {
+      node.clear_attribute();
+      tensor->clear_name();
+      onnx::TensorProto normalized = make_tensor(tensor->data_type(), {tensor->dims().begin(), tensor->dims().end()},
+                                                 decode_tensor(*tensor) ? decode_tensor(*tensor)->numbers : std::vector<double>{});
+      *node.add_attribute() = onnx::MakeAttribute("value", normalized);
+    }
+  }
+  return canonicalize(std::move(nodes), kept);
+}
+
+std::string canonical_nodes_text(const std::string& nodes_text, const onnx::ModelProto& model, const std::set<std::string>& kept) {
+  onnx::NodeList nodes;
+  const auto status = onnx::OnnxParser::Parse(nodes, nodes_text.c_str());
+  if (!status.IsOK()) throw std::runtime_error("bad node list: " + status.ErrorMessage());
+  onnx::ModelProto holder = model;
+  holder.mutable_graph()->clear_node();
+  holder.mutable_graph()->clear_initializer();
+  for (const auto& initializer : model.graph().initializer()) {
+    if (kept.count(initializer.name())) *holder.mutable_graph()->add_initializer() = initializer;
+  }
+  *holder.mutable_graph()->mutable_node() = nodes;
+  return canonical_nodes(holder, kept);
+}
+
+namespace {
+
+std::vector<std::string> node_command(const std::string& script) {
+  return {"node", (source_dir() / "tests" / "ort" / script).string()};
+}
+
+// The expected side runs op by op unless a test asks otherwise: ORT's own fusions must not
+// stand in for the semantics being checked.
+void add_default_level(std::vector<std::string>& argv, const std::vector<std::string>& extra) {
+  if (std::find(extra.begin(), extra.end(), "--level") == extra.end()) {
+    argv.push_back("--level");
+    argv.push_back("disabled");
+  }
+}
+
+OrtComparison parse_comparison(const CommandResult& result) {
+  OrtComparison comparison;
+  comparison.exit_code = result.exit_code;
+  comparison.ok = result.exit_code == 0;
+  comparison.output = result.out + result.err;
+  static const std::regex max_abs(R"re("max_abs"\s*:\s*"?([-+0-9.eEInfinityNa]+))re");
+  for (auto it = std::sregex_iterator(result.out.begin(), result.out.end(), max_abs); it != std::sregex_iterator(); ++it) {
+    try {
+      comparison.max_abs = std::max(comparison.max_abs, std::stod((*it)[1].str()));
+    } catch (...) {
+      comparison.max_abs = INFINITY;
+    }
+  }
+  return comparison;
+}
+
+}  // namespace
+
+OrtComparison ort_compare(const fs::path& expected, const fs::path& candidate, const std::vector<std::string>& extra) {
+  auto argv = node_command("compare.js");
+  argv.push_back(expected.string());
+  argv.push_back(candidate.string());
+  add_default_level(argv, extra);
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.push_back("--json");
+  return parse_comparison(run_command(argv));
+}
+
+OrtComparison ort_compare_reference(const fs::path& model, const fs::path& reference_module, const std::string& params_json,
+                                    const std::vector<std::string>& extra) {
+  auto argv = node_command("compare.js");
+  argv.push_back(model.string());
+  argv.push_back("--reference");
+  argv.push_back(reference_module.string());
+  argv.push_back("--params");
+  argv.push_back(params_json);
+  add_default_level(argv, extra);
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.push_back("--json");
+  return parse_comparison(run_command(argv));
+}
+
+std::pair<bool, std::string> ort_loads(const fs::path& model) {
+  auto argv = node_command("load.js");
+  argv.push_back(model.string());
+  const auto result = run_command(argv);
+  return {result.exit_code == 0, result.out + result.err};
+}
+
+}  // namespace onnx_rewrite::testing

@@ -1,0 +1,100 @@
+// Helpers shared by the tests: models from ONNX text, temporary directories, running the CLI
+// and proving numbers in ONNX Runtime (tests/ort/compare.js).
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <onnx/onnx_pb.h>
+
+#include "onnx_rewrite/engine.h"
+#include "onnx_rewrite/model.h"
+#include "onnx_rewrite/rule.h"
+
+namespace onnx_rewrite::testing {
+
+namespace fs = std::filesystem;
+
+fs::path source_dir();
+fs::path build_dir();
+fs::path cli_path();  // build/onnx-rewrite
+// The ONNX backend corpus: $ONNX_CONFORMANCE_DIR, else ../shared/conformance beside the repository.
+std::optional<fs::path> conformance_dir();
+
+// A ModelProto from ONNX textual syntax; throws std::runtime_error with the parser's message.
+onnx::ModelProto parse_model_text(const std::string& text);
+// Our Model from ONNX text (as if loaded from a file).
+Model model_from_text(const std::string& text);
+std::string serialize(const onnx::ModelProto& model);
+void write_file(const fs::path& path, const std::string& bytes);
+std::string read_file(const fs::path& path);
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  fs::path path_;
+};
+
+// Writes ONNX text as a model file.
+fs::path write_model_text(const std::string& text, const fs::path& path);
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+CommandResult run_command(const std::vector<std::string>& argv);
+CommandResult run_cli(const std::vector<std::string>& args);
+
+// Rules from text (with the builtin rules unless `with_builtin` is false).
+RuleSet rules_from_text(const std::string& text, bool with_builtin = false);
+
+// Rewrites a model given as ONNX text with the given rules; returns the rewritten proto.
+struct Rewritten {
+  onnx::ModelProto model;
+  RewriteResult result;
+};
+Rewritten rewrite_text(const std::string& model_text, const RuleSet& rules, RewriteOptions options = {});
+
+// The main graph's nodes as ONNX text with every name that is not in `kept` (graph inputs,
+// outputs and the original initializers) renamed in order of appearance, node names dropped,
+// and initializers that are not in `kept` shown as Constant nodes right before their first use:
+// a rewrite's result compared with what a rule documents, whatever fresh names it chose.
+std::string canonical_nodes(const onnx::ModelProto& model, const std::set<std::string>& kept);
+// The same for a node list written in ONNX text (`{ ... }`), in the context of `model`.
+std::string canonical_nodes_text(const std::string& nodes_text, const onnx::ModelProto& model,
+                                 const std::set<std::string>& kept);
+// Graph inputs, outputs and initializers: the names a rewrite keeps.
+std::set<std::string> interface_names(const onnx::ModelProto& model);
+
+// ---- ONNX Runtime ---------------------------------------------------------------------------
+
+struct OrtComparison {
+  int exit_code = -1;   // 0 within tolerance, 1 mismatch, 2 error
+  bool ok = false;
+  double max_abs = 0;   // largest absolute difference over all outputs and trials
+  std::string output;   // what compare.js printed
+};
+
+// Runs tests/ort/compare.js: does `candidate` compute what `expected` computes (A = expected)?
+// `extra` are compare.js options (--dim N=2, --shape x=1,3,8,8, --trials 3, --rtol 1e-4 ...);
+// without `--level`, ORT runs both models with graph optimizations disabled.
+OrtComparison ort_compare(const fs::path& expected, const fs::path& candidate, const std::vector<std::string>& extra = {});
+// compare.js with a naive reference module (--reference MODULE.js --params JSON).
+OrtComparison ort_compare_reference(const fs::path& model, const fs::path& reference_module, const std::string& params_json,
+                                    const std::vector<std::string>& extra = {});
+// Whether ONNX Runtime loads the model (tests/ort/load.js); the message when not.
+std::pair<bool, std::string> ort_loads(const fs::path& model);
+
+}  // namespace onnx_rewrite::testing
