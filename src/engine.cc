@@ -80,16 +80,24 @@ class Run {
   // Returns why the requested opset can't be reached, if it can't.
   std::optional<std::string> execute() {
     std::set<std::string> firing;
+    std::map<std::string, int> last_fired;  // rule id -> round
     for (int round = 1;; ++round) {
       if (round > options_.max_rounds) {
+        // Rules in a cycle take turns: name every rule that fired in the second half of the rounds.
+        std::vector<std::string> cycling;
+        for (const auto& [id, last] : last_fired) {
+          if (last > options_.max_rounds / 2) cycling.push_back(id);
+        }
         throw InputError(model_.path.string(), fmt::format("rules still fire after {} rounds (no fixed point): {}",
-                                                           options_.max_rounds, fmt::join(firing, ", ")));
+                                                           options_.max_rounds, fmt::join(cycling, ", ")));
       }
       firing.clear();
+      claimed_.clear();  // node addresses of swept nodes may be reused by new ones
       policy_.new_round();
       auto scopes = collect_scopes(model_);
       for (const auto& scope : scopes) rewrite_scope(*scope, round, firing);
       if (firing.empty()) break;
+      for (const auto& id : firing) last_fired[id] = round;
       rewriter_.commit(scopes);
       model_.changed = true;
       result_.rounds = round;

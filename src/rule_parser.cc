@@ -490,7 +490,8 @@ class RuleFileParser {
     return tokens;
   }
 
-  // Lines of a block with their offsets, comments and blank lines dropped.
+  // Lines of a block, each from its first non-blank character (with that offset), comments
+  // and blank lines dropped.
   std::vector<std::pair<std::string, size_t>> block_lines() {
     auto [body, start] = braced_block();
     std::vector<std::pair<std::string, size_t>> lines;
@@ -501,8 +502,9 @@ class RuleFileParser {
       const size_t line_at = start + offset;
       offset += line.size() + 1;
       line = line.substr(0, line.find('#'));
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      lines.emplace_back(line, line_at);
+      const size_t first = line.find_first_not_of(" \t\r");
+      if (first == std::string::npos) continue;
+      lines.emplace_back(line.substr(first), line_at + first);
     }
     return lines;
   }

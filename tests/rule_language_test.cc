@@ -1,0 +1,738 @@
+// The rule language and the engine: parsing and its errors, every kind of constraint, the
+// matching machinery (commutative, associative, alternatives, values used outside), where rules
+// fire (subgraphs, functions), names, clean-up, opsets, fixed point and determinism.
+#include <gtest/gtest.h>
+
+#include "onnx_rewrite/error.h"
+#include "onnx_rewrite/model_io.h"
+#include "onnx_rewrite/tensor.h"
+#include "test_support.h"
+
+namespace onnx_rewrite {
+namespace {
+
+using namespace testing;
+
+// A GELU fusion written once, exercising n-ary Mul, alternatives and approximate constants.
+const char* kGeluRule = R"(
+rule gelu
+  description: GELU, erf form
+  targets: ort
+  requires: com.microsoft 1
+  pattern (x) => (y) {
+    h = Div (x, k_sqrt2)
+    e = Erf (h)
+    a = Add (e, k_one)
+    y = Mul (x, a, k_half)
+  }
+  where {
+    k_sqrt2 ≈ 1.41421356 ± 1e-4
+    k_one ≈ 1.0
+    k_half ≈ 0.5
+  }
+  pattern (x) => (y) {
+    h = Mul (x, k_rsqrt2)
+    e = Erf (h)
+    a = Add (e, k_one)
+    y = Mul (x, a, k_half)
+  }
+  where {
+    k_rsqrt2 ~= 0.70710678 +- 1e-4
+    k_one ~= 1.0
+    k_half ~= 0.5
+  }
+  replace (x) => (y) {
+    y = com.microsoft.Gelu (x)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] x) => (float[2] y) <float s = {1.41421356}, float one = {1.0}, float half = {0.5}> {
+      h = Div (x, s)
+      e = Erf (h)
+      a = Add (e, one)
+      m = Mul (x, a)
+      y = Mul (m, half)
+    }
+  }
+  expect {
+    y = com.microsoft.Gelu (x)
+  }
+end
+)";
+
+RewriteOptions ort() {
+  RewriteOptions options;
+  options.target = "ort";
+  return options;
+}
+
+// Main-graph nodes of an op in a domain (ai.onnx by default).
+int count(const onnx::ModelProto& model, const std::string& op_type, const std::string& domain = "") {
+  int n = 0;
+  for (const auto& node : model.graph().node()) n += node.op_type() == op_type && node.domain() == domain;
+  return n;
+}
+
+std::string gelu_model(const std::string& body, const std::string& initializers = "") {
+  return R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2, 3] x) => (float[2, 3] y) <float s = {1.41421356}, float r = {0.70710678}, float one = {1.0}, float half = {0.5})" +
+         initializers + R"(> {
+)" + body + "\n}";
+}
+
+// ---- Matching the math, not one spelling ----------------------------------------------------
+
+class GeluSpelling : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GeluSpelling, FusesEveryAssociationAndOrder) {
+  const auto rewritten = rewrite_text(gelu_model(GetParam()), rules_from_text(kGeluRule), ort());
+  EXPECT_EQ(count(rewritten.model, "Gelu", "com.microsoft"), 1) << GetParam();
+  EXPECT_EQ(rewritten.model.graph().node_size(), 1) << "every spelled-out node goes";
+  // Constants only the pattern used go with it; the one this spelling never used stays.
+  ASSERT_EQ(rewritten.model.graph().initializer_size(), 1);
+  const std::string& left = rewritten.model.graph().initializer(0).name();
+  EXPECT_EQ(GetParam().find(left + ")"), std::string::npos) << left << " was used, so it should have gone";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Spellings, GeluSpelling,
+    ::testing::Values(
+        "h = Div (x, s)\n e = Erf (h)\n a = Add (e, one)\n m = Mul (x, a)\n y = Mul (m, half)",
+        "h = Div (x, s)\n e = Erf (h)\n a = Add (one, e)\n m = Mul (half, x)\n y = Mul (a, m)",
+        "h = Div (x, s)\n e = Erf (h)\n a = Add (e, one)\n m = Mul (a, half)\n y = Mul (x, m)",
+        "h = Mul (r, x)\n e = Erf (h)\n a = Add (e, one)\n m = Mul (x, half)\n y = Mul (m, a)",
+        "h = Mul (x, r)\n e = Erf (h)\n a = Add (one, e)\n m = Mul (half, a)\n y = Mul (m, x)"));
+
+TEST(Matching, ConstantOutsideToleranceDoesNotFuseAndExplainSaysWhy) {
+  const std::string model = gelu_model("h = Div (x, s2)\n e = Erf (h)\n a = Add (e, one)\n m = Mul (x, a)\n y = Mul (m, half)",
+                                       ", float s2 = {1.5}");
+  RewriteOptions options = ort();
+  std::ostringstream explain;
+  options.explain = "Mul";
+  options.explain_out = &explain;
+  const auto rewritten = rewrite_text(model, rules_from_text(kGeluRule), options);
+  EXPECT_EQ(count(rewritten.model, "Gelu", "com.microsoft"), 0);
+  EXPECT_NE(explain.str().find("'k_sqrt2' (s2) holds 1.5, not ≈ 1.41421356 ± 0.0001"), std::string::npos) << explain.str();
+}
+
+TEST(Matching, ValueUsedOutsideTheMatchBlocksIt) {
+  // The Erf result also feeds another output: fusing would lose it.
+  const std::string model = R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2] x) => (float[2] y, float[2] leak) <float s = {1.41421356}, float one = {1.0}, float half = {0.5}> {
+  h = Div (x, s)
+  e = Erf (h)
+  a = Add (e, one)
+  m = Mul (x, a)
+  y = Mul (m, half)
+  leak = Neg (e)
+})";
+  RewriteOptions options = ort();
+  std::ostringstream explain;
+  options.explain = "Mul";
+  options.explain_out = &explain;
+  const auto rewritten = rewrite_text(model, rules_from_text(kGeluRule), options);
+  EXPECT_EQ(count(rewritten.model, "Gelu", "com.microsoft"), 0);
+  EXPECT_NE(explain.str().find("'e', computed inside the match, is also used by node"), std::string::npos) << explain.str();
+}
+
+TEST(Matching, ValueThatIsAGraphOutputBlocksIt) {
+  const std::string model = R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2] x) => (float[2] y, float[2] h) <float s = {1.41421356}, float one = {1.0}, float half = {0.5}> {
+  h = Div (x, s)
+  e = Erf (h)
+  a = Add (e, one)
+  m = Mul (x, a)
+  y = Mul (m, half)
+})";
+  const auto rewritten = rewrite_text(model, rules_from_text(kGeluRule), ort());
+  EXPECT_EQ(count(rewritten.model, "Gelu", "com.microsoft"), 0);
+}
+
+TEST(Matching, ValueReadBySubgraphBlocksIt) {
+  const std::string model = R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2] x, bool c) => (float[2] y, float[2] z) <float s = {1.41421356}, float one = {1.0}, float half = {0.5}> {
+  h = Div (x, s)
+  e = Erf (h)
+  a = Add (e, one)
+  m = Mul (x, a)
+  y = Mul (m, half)
+  z = If (c) <then_branch = t () => (float[2] r) { r = Neg (a) }, else_branch = f () => (float[2] q) { q = Neg (x) }>
+})";
+  const auto rewritten = rewrite_text(model, rules_from_text(kGeluRule), ort());
+  EXPECT_EQ(count(rewritten.model, "Gelu", "com.microsoft"), 0);
+}
+
+TEST(Matching, NonConstantFactorDoesNotMatchAConstantConstraint) {
+  const std::string model = R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2] x, float[1] s) => (float[2] y) <float one = {1.0}, float half = {0.5}> {
+  h = Div (x, s)
+  e = Erf (h)
+  a = Add (e, one)
+  m = Mul (x, a)
+  y = Mul (m, half)
+})";
+  const auto rewritten = rewrite_text(model, rules_from_text(kGeluRule), ort());
+  EXPECT_EQ(count(rewritten.model, "Gelu", "com.microsoft"), 0);
+}
+
+TEST(Matching, InitializerThatIsAlsoAGraphInputIsNotConstant) {
+  // IR >= 4: such an initializer is only a default; the caller may feed another value.
+  const std::string model = R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2] x, float s = {1.41421356}) => (float[2] y) <float one = {1.0}, float half = {0.5}> {
+  h = Div (x, s)
+  e = Erf (h)
+  a = Add (e, one)
+  m = Mul (x, a)
+  y = Mul (m, half)
+})";
+  const auto rewritten = rewrite_text(model, rules_from_text(kGeluRule), ort());
+  EXPECT_EQ(count(rewritten.model, "Gelu", "com.microsoft"), 0);
+}
+
+TEST(Matching, ConstantNodesCountAsConstants) {
+  const std::string model = R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2] x) => (float[2] y) {
+  s = Constant <value = float {1.41421356}> ()
+  one = Constant <value_float = 1.0> ()
+  half = Constant <value_floats = [0.5]> ()
+  h = Div (x, s)
+  e = Erf (h)
+  a = Add (e, one)
+  m = Mul (x, a)
+  y = Mul (m, half)
+})";
+  const auto rewritten = rewrite_text(model, rules_from_text(kGeluRule), ort());
+  EXPECT_EQ(count(rewritten.model, "Gelu", "com.microsoft"), 1);
+  EXPECT_EQ(count(rewritten.model, "Constant"), 0) << "Constant nodes left without a use are removed";
+}
+
+// ---- Attributes, constraints, lets ------------------------------------------------------------
+
+const char* kScaledTanhRule = R"(
+rule scaled-tanh
+  description: mydomain::ScaledTanh(x) = alpha * tanh(beta * x), as standard ops
+  targets: onnx, ort
+  pattern (x) => (y) {
+    y = mydomain.ScaledTanh <alpha: float = @alpha, beta: float = @beta> (x)
+  }
+  where {
+    alpha default 1.0
+    beta default 1.0
+  }
+  replace (x) => (y) {
+    a = Constant <value_float: float = @alpha> ()
+    b = Constant <value_float: float = @beta> ()
+    bx = Mul (b, x)
+    t = Tanh (bx)
+    y = Mul (a, t)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "mydomain": 1]>
+    g (float[2, 3] x) => (float[2, 3] y) {
+      y = mydomain.ScaledTanh <alpha = 2.0, beta = 0.5> (x)
+    }
+  }
+  expect {
+    b = Constant <value = float {0.5}> ()
+    bx = Mul (b, x)
+    t = Tanh (bx)
+    a = Constant <value = float {2.0}> ()
+    y = Mul (a, t)
+  }
+end
+)";
+
+TEST(RuleLanguage, TheDocumentedExampleRuleRewritesAsDocumented) {
+  const RuleSet rules = rules_from_text(kScaledTanhRule);
+  const Rule& rule = *rules.find("scaled-tanh");
+  const auto before = parse_model_text(rule.example->model_text);
+  const auto rewritten = rewrite_text(rule.example->model_text, rules);
+  const auto kept = interface_names(before);
+  EXPECT_EQ(canonical_nodes(rewritten.model, kept), canonical_nodes_text(rule.example->expected_nodes_text, before, kept));
+  EXPECT_EQ(rewritten.model.opset_import_size(), 1) << "mydomain is no longer used, so its import goes";
+}
+
+TEST(RuleLanguage, GoldenComparisonNoticesADifferentReplacement) {
+  const RuleSet rules = rules_from_text(kScaledTanhRule);
+  const Rule& rule = *rules.find("scaled-tanh");
+  const auto before = parse_model_text(rule.example->model_text);
+  const auto rewritten = rewrite_text(rule.example->model_text, rules);
+  const auto kept = interface_names(before);
+  EXPECT_NE(canonical_nodes(rewritten.model, kept),
+            canonical_nodes_text("{ b = Constant <value = float {0.25}> ()\n bx = Mul (b, x)\n t = Tanh (bx)\n"
+                                 " a = Constant <value = float {2.0}> ()\n y = Mul (a, t) }",
+                                 before, kept));
+}
+
+TEST(RuleLanguage, DefaultsApplyToAbsentAttributes) {
+  const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "mydomain": 1]>
+g (float[2] x) => (float[2] y) { y = mydomain.ScaledTanh (x) })",
+                                      rules_from_text(kScaledTanhRule));
+  ASSERT_EQ(rewritten.model.graph().initializer_size(), 1) << "alpha and beta are both 1.0: one shared constant";
+  EXPECT_EQ(decode_tensor(rewritten.model.graph().initializer(0))->numbers, std::vector<double>{1.0});
+}
+
+TEST(RuleLanguage, AttributeLiteralsAndSetsConstrainTheMatch) {
+  const RuleSet rules = rules_from_text(R"(
+rule softmax-last
+  description: test
+  targets: onnx
+  pattern (x) => (y) {
+    y = my.Softmax <axis: int = @axis, mode = "fast"> (x)
+  }
+  where {
+    axis in [-1, 3]
+  }
+  replace (x) => (y) {
+    y = Softmax <axis: int = @axis> (x)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "my": 1]>
+    g (float[1, 2, 3, 4] x) => (float[1, 2, 3, 4] y) { y = my.Softmax <axis = 3, mode = "fast"> (x) }
+  }
+  expect { y = Softmax <axis = 3> (x) }
+end
+)");
+  auto fired = [&](const std::string& attributes) {
+    const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "my": 1]>
+g (float[1, 2, 3, 4] x) => (float[1, 2, 3, 4] y) { y = my.Softmax <)" + attributes + R"(> (x) })",
+                                        rules);
+    return count(rewritten.model, "Softmax") == 1;
+  };
+  EXPECT_TRUE(fired("axis = -1, mode = \"fast\""));
+  EXPECT_TRUE(fired("axis = 3, mode = \"fast\""));
+  EXPECT_FALSE(fired("axis = 1, mode = \"fast\"")) << "axis not in the set";
+  EXPECT_FALSE(fired("axis = -1, mode = \"slow\"")) << "literal attribute differs";
+  EXPECT_FALSE(fired("mode = \"fast\"")) << "captured attribute absent, no default: the set can't hold";
+}
+
+TEST(RuleLanguage, LetsComputeAttributesFromConstantsAndCaptures) {
+  const RuleSet rules = rules_from_text(R"(
+rule padded
+  description: test
+  targets: onnx
+  pattern (x, n) => (y) {
+    y = my.PadTo <ph: int = @ph, pw: int = @pw> (x, n)
+  }
+  where { n is scalar }
+  let {
+    pads = [0, 0, ph, pw, 0, 0, ph + int(n), pw * 2]
+  }
+  replace (x) => (y) {
+    y = Pad <pads: ints = @pads> (x)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 10, "my": 1]>
+    g (float[1, 1, 2, 2] x) => (float[1, 1, 5, 6] y) <float n = {2.0}> { y = my.PadTo <ph = 1, pw = 2> (x, n) }
+  }
+  expect { y = Pad <pads = [0, 0, 1, 2, 0, 0, 3, 4]> (x) }
+end
+)");
+  const Rule& rule = *rules.find("padded");
+  const auto before = parse_model_text(rule.example->model_text);
+  const auto rewritten = rewrite_text(rule.example->model_text, rules);
+  const auto kept = interface_names(before);
+  EXPECT_EQ(canonical_nodes(rewritten.model, kept), canonical_nodes_text(rule.example->expected_nodes_text, before, kept));
+  EXPECT_EQ(rewritten.model.graph().initializer_size(), 0) << "n lost its only use";
+}
+
+TEST(RuleLanguage, LetThatCannotBeComputedDeclinesWithAReason) {
+  const RuleSet rules = rules_from_text(R"(
+rule needs-constant
+  description: test
+  targets: onnx
+  pattern (x, n) => (y) { y = my.Repeat (x, n) }
+  let { times = int(n) }
+  replace (x) => (y) { y = Identity (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "my": 1]>
+    g (float[2] x) => (float[2] y) <int64 n = {1}> { y = my.Repeat (x, n) }
+  }
+  expect { y = Identity (x) }
+end
+)");
+  RewriteOptions options;
+  std::ostringstream explain;
+  options.explain = "Repeat";
+  options.explain_out = &explain;
+  const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "my": 1]>
+g (float[2] x, int64 n) => (float[2] y) { y = my.Repeat (x, n) })",
+                                      rules, options);
+  EXPECT_EQ(count(rewritten.model, "Repeat", "my"), 1);
+  EXPECT_NE(explain.str().find("let times (line 6): 'n' is not a readable constant"), std::string::npos) << explain.str();
+}
+
+TEST(RuleLanguage, OptionalInputsBindPresentOrAbsent) {
+  const RuleSet rules = rules_from_text(R"(
+rule affine
+  description: test
+  targets: onnx
+  pattern (x, w, b) => (y) { y = my.Affine (x, w, b) }
+  where { b is optional }
+  replace (x, w, b) => (y) { y = Gemm (x, w, b) }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "my": 1]>
+    g (float[2, 3] x, float[3, 4] w) => (float[2, 4] y) { y = my.Affine (x, w, ) }
+  }
+  expect { y = Gemm (x, w) }
+end
+)");
+  const auto with_bias = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "my": 1]>
+g (float[2, 3] x, float[3, 4] w, float[4] b) => (float[2, 4] y) { y = my.Affine (x, w, b) })",
+                                      rules);
+  ASSERT_EQ(count(with_bias.model, "Gemm"), 1);
+  EXPECT_EQ(with_bias.model.graph().node(0).input_size(), 3);
+  const auto without = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "my": 1]>
+g (float[2, 3] x, float[3, 4] w) => (float[2, 4] y) { y = my.Affine (x, w) })",
+                                    rules);
+  ASSERT_EQ(count(without.model, "Gemm"), 1);
+  EXPECT_EQ(without.model.graph().node(0).input_size(), 2) << "an absent optional input is left out";
+}
+
+TEST(RuleLanguage, RankAndDtypeConstraintsUseKnownTypesAndDeclineUnknownOnes) {
+  const RuleSet rules = rules_from_text(R"(
+rule rank4
+  description: test
+  targets: onnx
+  pattern (x) => (y) { y = my.Op (x) }
+  where {
+    x rank == 4
+    x dtype in [float, float16]
+  }
+  replace (x) => (y) { y = Identity (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "my": 1]>
+    g (float[1, 2, 3, 4] x) => (float[1, 2, 3, 4] y) { y = my.Op (x) }
+  }
+  expect { y = Identity (x) }
+end
+)");
+  auto fired = [&](const std::string& input) {
+    const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "my": 1]>
+g ()" + input + R"() => (y) { y = my.Op (x) })",
+                                        rules);
+    return count(rewritten.model, "Identity") == 1;
+  };
+  EXPECT_TRUE(fired("float[1, 2, 3, 4] x"));
+  EXPECT_TRUE(fired("float16[N, 2, H, W] x"));
+  EXPECT_FALSE(fired("float[2, 3] x"));
+  EXPECT_FALSE(fired("int32[1, 2, 3, 4] x"));
+  EXPECT_FALSE(fired("float x")) << "a scalar has rank 0";
+}
+
+// ---- Where rules fire -------------------------------------------------------------------------
+
+const char* kOneToAdd = R"(
+rule one
+  description: test
+  targets: onnx, ort
+  pattern (x, y) => (z) { z = test.customop.CustomOpOne (x, y) }
+  replace (x, y) => (z) { z = Add (x, y) }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
+    g (float[2] x, float[2] y) => (float[2] z) { z = test.customop.CustomOpOne (x, y) }
+  }
+  expect { z = Add (x, y) }
+end
+)";
+
+TEST(Engine, FiresInsideNestedIfAndLoopBodies) {
+  const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
+g (float[2] x, bool c, int64 n) => (float[2] z, float[2] w) {
+  z = If (c) <then_branch = t () => (float[2] r) {
+        r = Loop (n, , x) <body = b (int64 i, bool cond, float[2] acc) => (bool cond_out, float[2] acc_out) {
+              cond_out = Identity (cond)
+              acc_out = test.customop.CustomOpOne (acc, x)
+            }>
+      }, else_branch = f () => (float[2] q) { q = test.customop.CustomOpOne (x, x) }>
+  w = test.customop.CustomOpOne (x, x)
+})",
+                                      rules_from_text(kOneToAdd));
+  EXPECT_EQ(rewritten.result.rules.at("one").matches, 3);
+  EXPECT_EQ(rewritten.result.after.count({"test.customop", "CustomOpOne"}), 0u);
+  EXPECT_EQ(rewritten.result.after.at({"", "Add"}), 3);
+  EXPECT_EQ(rewritten.model.opset_import_size(), 1) << "test.customop is no longer used anywhere";
+}
+
+TEST(Engine, FiresInsideModelLocalFunctionsWhenTheyAreKept) {
+  const std::string model = R"(<ir_version: 8, opset_import: ["": 17, "local": 1]>
+g (float[2] x) => (float[2] z) { z = local.Twice (x) }
+<domain: "local", opset_import: ["": 17, "test.customop": 1]>
+Twice (a) => (b) { b = test.customop.CustomOpOne (a, a) })";
+  RewriteOptions options;
+  options.target = "ort";  // ort runs local functions: they are kept, and rules fire inside
+  const auto rewritten = rewrite_text(model, rules_from_text(kOneToAdd), options);
+  ASSERT_EQ(rewritten.model.functions_size(), 1);
+  const auto& function = rewritten.model.functions(0);
+  ASSERT_EQ(function.node_size(), 1);
+  EXPECT_EQ(function.node(0).op_type(), "Add");
+  ASSERT_EQ(function.opset_import_size(), 1) << "the function's own custom import goes";
+  EXPECT_EQ(function.opset_import(0).domain(), "");
+}
+
+TEST(Engine, KeepsOutputNamesAndMakesFreshNamesThatCollideWithNothing) {
+  const RuleSet rules = rules_from_text(R"(
+rule split-op
+  description: test
+  targets: onnx
+  pattern (x) => (y) { y = my.Double (x) }
+  replace (x) => (y) {
+    t = Add (x, x)
+    y = Identity (t)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "my": 1]>
+    g (float[2] x) => (float[2] y) { y = my.Double (x) }
+  }
+  expect {
+    t = Add (x, x)
+    y = Identity (t)
+  }
+end
+)");
+  // "y/t" is the readable name the rule would pick: a subgraph already uses it, so another is used.
+  Model model = model_from_text(R"(<ir_version: 8, opset_import: ["": 17, "my": 1]>
+g (float[2] x, bool c) => (float[2] y, float[2] k) {
+  y = my.Double (x)
+  k = If (c) <then_branch = t () => (float[2] r) { taken = Neg (y)
+                                                     r = Neg (taken) },
+              else_branch = f () => (float[2] q) { q = Identity (x) }>
+})");
+  auto& then_branch = *model.proto.mutable_graph()->mutable_node(1)->mutable_attribute(0)->mutable_g();
+  then_branch.mutable_node(0)->set_output(0, "y/t");
+  then_branch.mutable_node(1)->set_input(0, "y/t");
+  Rewritten rewritten;
+  rewritten.result = rewrite_model(model, rules, {});
+  rewritten.model = model.proto;
+  const auto& add = rewritten.model.graph().node(0);
+  ASSERT_EQ(add.op_type(), "Add");
+  EXPECT_NE(add.output(0), "y/t");
+  EXPECT_EQ(add.output(0), "y/t_1");
+  EXPECT_EQ(rewritten.model.graph().node(1).output(0), "y") << "the graph output keeps its name";
+}
+
+TEST(Engine, RepairsNodeOrderWhenAnOutputIsUsedBeforeTheLastMatchedNode) {
+  // Pattern outputs u (from the first node) and v (from the last); `w` uses u before v exists.
+  const RuleSet rules = rules_from_text(R"(
+rule pair
+  description: test
+  targets: onnx
+  pattern (a) => (u, v) {
+    u = my.First (a)
+    v = my.Second (u)
+  }
+  replace (a) => (u, v) {
+    u = Neg (a)
+    v = Abs (u)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "my": 1]>
+    g (float[2] a) => (float[2] v) { u = my.First (a)
+      v = my.Second (u) }
+  }
+  expect {
+    u = Neg (a)
+    v = Abs (u)
+  }
+end
+)");
+  const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "my": 1]>
+g (float[2] a) => (float[2] v, float[2] w) {
+  u = my.First (a)
+  w = Relu (u)
+  v = my.Second (u)
+})",
+                                      rules);
+  std::vector<std::string> order;
+  for (const auto& node : rewritten.model.graph().node()) order.push_back(node.op_type());
+  EXPECT_EQ(order, (std::vector<std::string>{"Neg", "Relu", "Abs"})) << "Relu moves after Neg, which now computes u";
+}
+
+// ---- Opsets -----------------------------------------------------------------------------------
+
+TEST(Opsets, RequirementAboveTheModelsImportRaisesItOnlyWhenSafe) {
+  const RuleSet rules = rules_from_text(R"(
+rule round
+  description: test
+  targets: onnx
+  requires: ai.onnx >= 11
+  pattern (x) => (y) { y = my.Round (x) }
+  replace (x) => (y) { y = Round (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 11, "my": 1]>
+    g (float[2] x) => (float[2] y) { y = my.Round (x) }
+  }
+  expect { y = Round (x) }
+end
+)");
+  // Relu is the same op from 6 to 13: raising 9 -> 11 is safe.
+  const auto safe = rewrite_text(R"(<ir_version: 8, opset_import: ["": 9, "my": 1]>
+g (float[2] x) => (float[2] y) { r = Relu (x)
+  y = my.Round (r) })",
+                                 rules);
+  EXPECT_EQ(count(safe.model, "Round"), 1);
+  EXPECT_EQ(safe.model.opset_import(0).version(), 11);
+  // Upsample changed meaning at 10 (and is gone at 10): the import must stay, the node too.
+  const auto unsafe = rewrite_text(R"(<ir_version: 8, opset_import: ["": 9, "my": 1]>
+g (float[1, 1, 2, 2] x, float[4] s) => (y) { r = Upsample (x, s)
+  y = my.Round (r) })",
+                                   rules);
+  EXPECT_EQ(count(unsafe.model, "Round"), 0);
+  EXPECT_EQ(unsafe.model.opset_import(0).version(), 9);
+}
+
+TEST(Opsets, MaxOpsetBelowTheImportLowersItWhenEveryNodeAllows) {
+  const RuleSet rules = rules_from_text(R"(
+rule lower-op
+  description: test
+  targets: onnx
+  requires: ai.onnx <= 20
+  pattern (x) => (y) { y = Gelu (x) }
+  replace (x) => (y) { y = Identity (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 20]>
+    g (float[2] x) => (float[2] y) { y = Gelu (x) }
+  }
+  expect { y = Identity (x) }
+end
+)");
+  RewriteOptions options;
+  options.max_opset = 17;
+  const auto lowered = rewrite_text(R"(<ir_version: 8, opset_import: ["": 21]>
+g (float[2] x) => (float[2] y) { r = Relu (x)
+  y = Gelu (r) })",
+                                    rules, options);
+  EXPECT_EQ(count(lowered.model, "Gelu"), 0);
+  EXPECT_EQ(lowered.model.opset_import(0).version(), 17);
+  EXPECT_EQ(lowered.result.opset_changes.at(""), std::make_pair(21, 17));
+
+  // Reshape-21 is not Reshape-17 for every model... a node set to a value a newer version
+  // added (allowzero = 1 came at 14) blocks lowering below that version: the import stays.
+  options.max_opset = 13;
+  const auto kept = rewrite_text(R"(<ir_version: 8, opset_import: ["": 21]>
+g (float[2] x, int64[1] s) => (float[2] y) { r = Reshape <allowzero = 1> (x, s)
+  y = Gelu (r) })",
+                                 rules, options);
+  EXPECT_EQ(kept.model.opset_import(0).version(), 21);
+  ASSERT_FALSE(kept.result.notes.empty());
+  EXPECT_NE(kept.result.notes.front().find("can't be lowered to 13"), std::string::npos) << kept.result.notes.front();
+  EXPECT_EQ(count(kept.model, "Gelu"), 1) << "rewritten at the model's own opset, where Gelu-20 is loadable";
+}
+
+// ---- Fixed point and determinism --------------------------------------------------------------
+
+TEST(Engine, RulesThatUndoEachOtherFailAtTheCapNamingThem) {
+  const RuleSet rules = rules_from_text(R"(
+rule neg-to-abs
+  description: test
+  targets: onnx
+  pattern (x) => (y) { y = Neg (x) }
+  replace (x) => (y) { y = Abs (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] x) => (float[2] y) { y = Neg (x) }
+  }
+  expect { y = Abs (x) }
+end
+rule abs-to-neg
+  description: test
+  targets: onnx
+  pattern (x) => (y) { y = Abs (x) }
+  replace (x) => (y) { y = Neg (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] x) => (float[2] y) { y = Abs (x) }
+  }
+  expect { y = Neg (x) }
+end
+)");
+  Model model = model_from_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2] x) => (float[2] y) { y = Neg (x) })");
+  RewriteOptions options;
+  options.max_rounds = 5;
+  try {
+    rewrite_model(model, rules, options);
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("after 5 rounds"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("abs-to-neg"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Engine, OutputIsByteIdenticalRunAfterRun) {
+  const std::string model = gelu_model("h = Div (x, s)\n e = Erf (h)\n a = Add (e, one)\n m = Mul (x, a)\n y = Mul (m, half)");
+  const RuleSet rules = rules_from_text(kGeluRule);
+  std::string first;
+  for (int run = 0; run < 3; ++run) {
+    Model loaded = model_from_text(model);
+    rewrite_model(loaded, rules, ort());
+    const std::string bytes = serialize_model(loaded);
+    if (run == 0) first = bytes;
+    EXPECT_EQ(bytes, first) << "run " << run;
+  }
+}
+
+TEST(Engine, AModelNoRuleTouchesIsLeftAsItWas) {
+  Model model = model_from_text(gelu_model("y = Relu (x)"));
+  const std::string before = serialize_model(model);
+  const auto result = rewrite_model(model, rules_from_text(kGeluRule), ort());
+  EXPECT_FALSE(result.changed());
+  EXPECT_FALSE(model.changed);
+  EXPECT_EQ(serialize_model(model), before);
+}
+
+// ---- Rule file errors -------------------------------------------------------------------------
+
+std::string load_error(const std::string& text) {
+  try {
+    rules_from_text(text);
+  } catch (const InputError& e) {
+    return e.file() + ": " + e.what();
+  }
+  return "";
+}
+
+TEST(RuleFiles, ErrorsNameFileLineAndColumn) {
+  EXPECT_EQ(load_error("rule x\n  descripton: hi\nend\n"),
+            "test.rules:2:3: unknown clause 'descripton' (description, targets, priority, requires, where, pattern, let, "
+            "replace, example, expect, end)");
+  const std::string bad_onnx = load_error(R"(rule x
+  targets: onnx
+  pattern (a) => (b) {
+    b = Relu (a
+  }
+end
+)");
+  EXPECT_EQ(bad_onnx.rfind("test.rules:5:3: the pattern is not valid ONNX text", 0), 0u) << bad_onnx;
+  EXPECT_NE(load_error("rule x\n  targets: onnx\n  where {\n    k is wobbly\n  }\nend\n").find("test.rules:4:5:"), std::string::npos);
+  EXPECT_NE(load_error(std::string(kOneToAdd) + kOneToAdd).find("rule id 'one' is already used at test.rules:2"), std::string::npos);
+  EXPECT_NE(load_error(R"(rule x
+  targets: onnx
+  pattern (a) => (b) { b = Relu (a) }
+  replace (a) => (b) { b = Neg (c) }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] a) => (float[2] b) { b = Relu (a) }
+  }
+  expect { b = Neg (a) }
+end
+)")
+                .find("'c' is neither a replacement input nor computed before its use"),
+            std::string::npos);
+  EXPECT_NE(load_error(R"(rule x
+  targets: onnx
+  pattern (a) => (b) { b = Relu (a) }
+  replace with no_such_builder
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] a) => (float[2] b) { b = Relu (a) }
+  }
+  expect { b = Neg (a) }
+end
+)")
+                .find("unknown builder 'no_such_builder'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace onnx_rewrite
