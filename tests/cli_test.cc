@@ -1,0 +1,328 @@
+// The command line contract (docs/cli.md): exit codes, one-line errors naming the file, no
+// output file on failure, never a crash or a hang whatever the bytes, and every subcommand.
+#include <gtest/gtest.h>
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <random>
+
+#include "test_support.h"
+
+namespace onnx_rewrite {
+namespace {
+
+using namespace testing;
+
+const char* kCustomOpModel = R"(<ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
+g (float[2, 3] x, float[2, 3] y) => (float[2, 3] z) {
+  t = test.customop.CustomOpOne (x, y)
+  z = Relu (t)
+})";
+
+const char* kUnknownOpModel = R"(<ir_version: 8, opset_import: ["": 17, "acme": 1]>
+g (float[2, 3] x) => (float[2, 3] z) {
+  t = acme.Frobnicate (x)
+  z = Relu (t)
+})";
+
+google::protobuf::Value parse_json(const std::string& text) {
+  google::protobuf::Value value;
+  const auto status = google::protobuf::util::JsonStringToMessage(text, &value);
+  EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << text;
+  return value;
+}
+
+bool one_error_line(const CommandResult& result, const std::string& prefix) {
+  const std::string& err = result.err;
+  return err.rfind(prefix, 0) == 0 && err.find('\n') == err.size() - 1;
+}
+
+// ---- Usage ------------------------------------------------------------------------------------
+
+TEST(Cli, VersionAndHelpForEverySubcommand) {
+  const auto version = run_cli({"--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.out.rfind("onnx-rewrite 0.", 0), 0u) << version.out;
+  for (const char* command : {"rewrite", "check", "inspect", "rules", "batch"}) {
+    const auto help = run_cli({command, "--help"});
+    EXPECT_EQ(help.exit_code, 0) << command;
+    EXPECT_NE(help.out.find("Usage:"), std::string::npos) << command;
+  }
+}
+
+TEST(Cli, UsageErrorsExitWith2AndOneLine) {
+  TempDir dir;
+  const auto model = write_model_text(kCustomOpModel, dir / "m.onnx");
+  const std::vector<std::vector<std::string>> misuses = {
+      {},
+      {"frobnicate"},
+      {"rewrite", model.string()},
+      {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--in-place"},
+      {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--target", "tensorrt"},
+      {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--only", "no-such-rule"},
+      {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--opset", "zero"},
+      {"rewrite", model.string(), "-o", (dir / "missing-dir" / "o.onnx").string()},
+      {"check", model.string(), "--bogus"},
+      {"batch", dir.path().string()},
+  };
+  for (const auto& args : misuses) {
+    const auto result = run_cli(args);
+    EXPECT_EQ(result.exit_code, 2) << ::testing::PrintToString(args) << result.err;
+    EXPECT_TRUE(one_error_line(result, "onnx-rewrite: error: ")) << ::testing::PrintToString(args) << "\n" << result.err;
+  }
+  EXPECT_FALSE(fs::exists(dir / "o.onnx"));
+}
+
+// ---- Bad input --------------------------------------------------------------------------------
+
+class BadInput : public ::testing::Test {
+ protected:
+  // Runs `rewrite` on `bytes` and checks the contract: exit 3, one line naming the file, no output.
+  void expect_refused(const std::string& bytes, const std::string& why, const std::string& name = "bad.onnx") {
+    const fs::path input = dir_ / name;
+    write_file(input, bytes);
+    const fs::path output = dir_ / "out.onnx";
+    const auto result = run_cli({"rewrite", input.string(), "-o", output.string()});
+    EXPECT_EQ(result.exit_code, 3) << why << ": " << result.err;
+    EXPECT_TRUE(one_error_line(result, "onnx-rewrite: error: " + input.string() + ": ")) << why << ": " << result.err;
+    EXPECT_FALSE(fs::exists(output)) << why;
+    EXPECT_EQ(read_file(input), bytes) << why << ": the input is never modified";
+    for (const auto& entry : fs::directory_iterator(dir_.path())) {
+      EXPECT_EQ(entry.path().filename().string().find(".onnx-rewrite-"), std::string::npos) << "temporary file left";
+    }
+  }
+  TempDir dir_;
+};
+
+TEST_F(BadInput, IsRefusedWithExit3AndNoOutput) {
+  const std::string valid = serialize(parse_model_text(kCustomOpModel));
+  expect_refused("", "empty file");
+  std::mt19937 random(7);
+  std::string noise(4096, '\0');
+  for (auto& c : noise) c = static_cast<char>(random());
+  expect_refused(noise, "random bytes");
+  expect_refused("<ir_version: 8>\ngraph (float x) => (float y) { y = Relu (x) }\n", "ONNX text instead of protobuf");
+  expect_refused(valid.substr(0, valid.size() / 2), "truncated model");
+  expect_refused(valid.substr(0, 3), "truncated to 3 bytes");
+}
+
+TEST_F(BadInput, MissingFilesAndDirectoriesAreRefused) {
+  const auto missing = run_cli({"rewrite", (dir_ / "nope.onnx").string(), "-o", (dir_ / "out.onnx").string()});
+  EXPECT_EQ(missing.exit_code, 3);
+  EXPECT_EQ(missing.err, "onnx-rewrite: error: " + (dir_ / "nope.onnx").string() + ": no such file\n");
+  fs::create_directory(dir_ / "adir.onnx");
+  const auto directory = run_cli({"check", (dir_ / "adir.onnx").string()});
+  EXPECT_EQ(directory.exit_code, 3);
+  EXPECT_EQ(directory.err, "onnx-rewrite: error: " + (dir_ / "adir.onnx").string() + ": is a directory, not a model file\n");
+  EXPECT_FALSE(fs::exists(dir_ / "out.onnx"));
+}
+
+TEST_F(BadInput, BitFlipsNeverCrashOrHang) {
+  const std::string valid = serialize(parse_model_text(kCustomOpModel));
+  std::mt19937 random(11);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::string flipped = valid;
+    const size_t bit = random() % (flipped.size() * 8);
+    flipped[bit / 8] = static_cast<char>(flipped[bit / 8] ^ (1 << (bit % 8)));
+    const fs::path input = dir_ / "flipped.onnx";
+    const fs::path output = dir_ / "flipped-out.onnx";
+    fs::remove(output);
+    write_file(input, flipped);
+    const auto result = run_command({"timeout", "30", cli_path().string(), "rewrite", input.string(), "-o", output.string()});
+    ASSERT_TRUE(result.exit_code == 0 || result.exit_code == 1 || result.exit_code == 3)
+        << "bit " << bit << ": exit " << result.exit_code << " " << result.err;
+    if (result.exit_code == 3) {
+      EXPECT_TRUE(one_error_line(result, "onnx-rewrite: error: ")) << result.err;
+      EXPECT_FALSE(fs::exists(output));
+    } else {
+      onnx::ModelProto written;
+      EXPECT_TRUE(written.ParseFromString(read_file(output))) << "a flip that still parses gives a correct run";
+    }
+  }
+}
+
+TEST_F(BadInput, BrokenRuleFilesGiveFileLineColumn) {
+  const auto model = write_model_text(kCustomOpModel, dir_ / "m.onnx");
+  write_file(dir_ / "broken.rules", "rule x\n  targets: onnx\n  pattern (a) => (b) {\n    b = Relu (a\n  }\nend\n");
+  const auto result = run_cli({"rewrite", model.string(), "-o", (dir_ / "out.onnx").string(), "--rules", (dir_ / "broken.rules").string()});
+  EXPECT_EQ(result.exit_code, 3);
+  EXPECT_TRUE(one_error_line(result, "onnx-rewrite: error: " + (dir_ / "broken.rules").string() + ":5:3: the pattern is not valid ONNX text"))
+      << result.err;
+  EXPECT_FALSE(fs::exists(dir_ / "out.onnx"));
+}
+
+// ---- rewrite ----------------------------------------------------------------------------------
+
+TEST(Rewrite, SummaryReportAndExitCodeWhenTheTargetIsMet) {
+  TempDir dir;
+  const auto model = write_model_text(kCustomOpModel, dir / "m.onnx");
+  const auto result = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--report", (dir / "r.json").string()});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("rule customop-one-to-add: 1 match"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("test.customop.CustomOpOne      1 -> 0"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("target onnx: met"), std::string::npos) << result.out;
+  const auto report = parse_json(read_file(dir / "r.json")).struct_value().fields();
+  EXPECT_EQ(report.at("status").string_value(), "rewritten");
+  EXPECT_EQ(report.at("rules").list_value().values(0).struct_value().fields().at("matches").number_value(), 1);
+  EXPECT_TRUE(report.at("check").struct_value().fields().at("ok").bool_value());
+  EXPECT_EQ(run_cli({"check", (dir / "out.onnx").string()}).exit_code, 0);
+}
+
+TEST(Rewrite, TargetNotMetExits1ListsTheNodesAndStillWrites) {
+  TempDir dir;
+  const auto model = write_model_text(kUnknownOpModel, dir / "m.onnx");
+  const auto result = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string()});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("acme.Frobnicate x1 (main graph): domain acme is not loadable by target onnx"), std::string::npos)
+      << result.err;
+  EXPECT_EQ(read_file(dir / "out.onnx"), read_file(model)) << "no rule applied: an exact copy";
+}
+
+TEST(Rewrite, DryRunWritesNothingAndInPlaceReplacesTheInput) {
+  TempDir dir;
+  const auto model = write_model_text(kCustomOpModel, dir / "m.onnx");
+  const std::string before = read_file(model);
+  const auto dry = run_cli({"rewrite", model.string(), "--dry-run"});
+  EXPECT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_NE(dry.out.find("dry run, nothing written"), std::string::npos);
+  EXPECT_EQ(read_file(model), before);
+  const auto in_place = run_cli({"rewrite", model.string(), "--in-place"});
+  EXPECT_EQ(in_place.exit_code, 0) << in_place.err;
+  onnx::ModelProto written;
+  ASSERT_TRUE(written.ParseFromString(read_file(model)));
+  EXPECT_EQ(written.graph().node(0).op_type(), "Add");
+}
+
+// ---- check, inspect, rules --------------------------------------------------------------------
+
+TEST(Check, ListsWhatTheTargetCantLoadAndTheOpsetLimit) {
+  TempDir dir;
+  const auto custom = write_model_text(kUnknownOpModel, dir / "custom.onnx");
+  const auto result = run_cli({"check", custom.string(), "--json"});
+  EXPECT_EQ(result.exit_code, 1);
+  const auto fields = parse_json(result.out).struct_value().fields();
+  const auto& check = fields.at("result").struct_value().fields();
+  EXPECT_FALSE(check.at("ok").bool_value());
+  const auto& entry = check.at("unloadable").list_value().values(0).struct_value().fields();
+  EXPECT_EQ(entry.at("domain").string_value(), "acme");
+  EXPECT_EQ(entry.at("op_type").string_value(), "Frobnicate");
+  EXPECT_EQ(entry.at("count").number_value(), 1);
+  EXPECT_EQ(entry.at("where").string_value(), "main graph");
+
+  const auto standard = write_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2] x) => (float[2] y) { y = Relu (x) })",
+                                         dir / "standard.onnx");
+  EXPECT_EQ(run_cli({"check", standard.string()}).exit_code, 0);
+  const auto capped = run_cli({"check", standard.string(), "--opset", "13"});
+  EXPECT_EQ(capped.exit_code, 1);
+  EXPECT_NE(capped.out.find("the model imports ai.onnx opset 17, above --opset 13"), std::string::npos) << capped.out;
+
+  const auto too_new = write_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2] x) => (float[2] y) { y = Gelu (x) })",
+                                        dir / "gelu17.onnx");
+  const auto gelu = run_cli({"check", too_new.string()});
+  EXPECT_EQ(gelu.exit_code, 1) << "Gelu exists from opset 20";
+  EXPECT_NE(gelu.out.find("Gelu does not exist (or is deprecated) at ai.onnx opset 17"), std::string::npos) << gelu.out;
+}
+
+TEST(Check, ContribOpsAreLoadableForOrtOnlyAndFunctionsForOrtOnly) {
+  TempDir dir;
+  const auto model = write_model_text(R"(<ir_version: 8, opset_import: ["": 17, "com.microsoft": 1, "local": 1]>
+g (float[2] x) => (float[2] y) {
+  t = com.microsoft.Gelu (x)
+  y = local.Twice (t)
+}
+<domain: "local", opset_import: ["": 17]>
+Twice (a) => (b) { b = Add (a, a) })",
+                                      dir / "m.onnx");
+  const auto onnx_check = run_cli({"check", model.string(), "--target", "onnx"});
+  EXPECT_EQ(onnx_check.exit_code, 1);
+  EXPECT_NE(onnx_check.out.find("com.microsoft.Gelu"), std::string::npos);
+  EXPECT_NE(onnx_check.out.find("local.Twice x1 (main graph): calls a model-local function"), std::string::npos) << onnx_check.out;
+  EXPECT_EQ(run_cli({"check", model.string(), "--target", "ort"}).exit_code, 0);
+}
+
+TEST(Inspect, DescribesOpsCustomOpsCoveringRulesAndWeights) {
+  TempDir dir;
+  const auto model = write_model_text(R"(<ir_version: 8, opset_import: ["": 17, "test.customop": 1], producer_name: "pytorch">
+g (float[2, 3] x) => (float[2, 3] z) <float[2, 3] w = {1, 2, 3, 4, 5, 6}> {
+  t = test.customop.CustomOpOne (x, w)
+  z = Relu (t)
+})",
+                                      dir / "m.onnx");
+  const auto text = run_cli({"inspect", model.string()});
+  EXPECT_EQ(text.exit_code, 0);
+  EXPECT_NE(text.out.find("test.customop.CustomOpOne x1: customop-one-to-add [onnx, ort]"), std::string::npos) << text.out;
+  const auto json = run_cli({"inspect", model.string(), "--json"});
+  ASSERT_EQ(json.exit_code, 0);
+  const auto fields = parse_json(json.out).struct_value().fields();
+  EXPECT_EQ(fields.at("producer_name").string_value(), "pytorch");
+  EXPECT_EQ(fields.at("initializers").struct_value().fields().at("count").number_value(), 1);
+  bool found = false;
+  for (const auto& op : fields.at("ops").list_value().values()) {
+    const auto& entry = op.struct_value().fields();
+    if (entry.at("op_type").string_value() != "CustomOpOne") continue;
+    found = true;
+    EXPECT_TRUE(entry.at("custom").bool_value());
+    EXPECT_EQ(entry.at("rules").list_value().values(0).string_value(), "customop-one-to-add [onnx, ort]");
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(Rules, ListsBuiltinAndUserRules) {
+  TempDir dir;
+  write_file(dir / "mine.rules", R"(
+rule my-rule
+  description: my rule
+  targets: onnx
+  pattern (x) => (y) { y = my.Op (x) }
+  replace (x) => (y) { y = Identity (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "my": 1]>
+    g (float[2] x) => (float[2] y) { y = my.Op (x) }
+  }
+  expect { y = Identity (x) }
+end
+)");
+  const auto result = run_cli({"rules", "--rules", (dir / "mine.rules").string(), "--json"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  std::set<std::string> ids;
+  const auto listed = parse_json(result.out);
+  for (const auto& rule : listed.list_value().values()) ids.insert(rule.struct_value().fields().at("id").string_value());
+  EXPECT_TRUE(ids.count("my-rule"));
+  EXPECT_TRUE(ids.count("customop-one-to-add"));
+  const auto only_mine = run_cli({"rules", "--rules", (dir / "mine.rules").string(), "--no-builtin-rules"});
+  EXPECT_NE(only_mine.out.find("1 rules"), std::string::npos) << only_mine.out;
+}
+
+// ---- batch ------------------------------------------------------------------------------------
+
+TEST(Batch, RewritesATreeKeepsGoingPastFailuresAndReports) {
+  TempDir dir;
+  fs::create_directories(dir / "zoo/vision/deep");
+  write_model_text(kCustomOpModel, dir / "zoo/a.onnx");
+  write_model_text(kCustomOpModel, dir / "zoo/vision/deep/b.onnx");
+  write_model_text(kUnknownOpModel, dir / "zoo/vision/c.onnx");
+  write_file(dir / "zoo/vision/broken.onnx", "not a model");
+  write_file(dir / "zoo/notes.txt", "ignored");
+  const auto result = run_cli({"batch", (dir / "zoo").string(), "-o", (dir / "out").string(), "-j", "2", "--report",
+                               (dir / "batch.json").string()});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.out.find("batch: 4 model(s): 2 rewritten, 0 unchanged, 1 target not met, 1 failed"), std::string::npos)
+      << result.out;
+  EXPECT_NE(result.out.find("failed: " + (dir / "zoo/vision/broken.onnx").string()), std::string::npos) << result.out;
+  EXPECT_TRUE(fs::exists(dir / "out/a.onnx"));
+  EXPECT_TRUE(fs::exists(dir / "out/vision/deep/b.onnx"));
+  EXPECT_TRUE(fs::exists(dir / "out/vision/c.onnx")) << "written even though the target is not met";
+  EXPECT_FALSE(fs::exists(dir / "out/vision/broken.onnx"));
+  EXPECT_FALSE(fs::exists(dir / "out/notes.txt"));
+  const auto report = parse_json(read_file(dir / "batch.json")).struct_value().fields();
+  EXPECT_EQ(report.at("summary").struct_value().fields().at("failed").number_value(), 1);
+  EXPECT_EQ(report.at("models").list_value().values_size(), 4);
+  // Plain lines (not a terminal), one per model.
+  EXPECT_NE(result.err.find("rewritten " + (dir / "zoo/a.onnx").string()), std::string::npos) << result.err;
+}
+
+}  // namespace
+}  // namespace onnx_rewrite

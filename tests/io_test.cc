@@ -1,0 +1,221 @@
+// Model I/O: weights stay in the file until written, untouched bytes are kept exactly, external
+// data is validated and carried along, writes are atomic.
+#include <gtest/gtest.h>
+
+#include <google/protobuf/unknown_field_set.h>
+
+#include "onnx_rewrite/error.h"
+#include "onnx_rewrite/model_io.h"
+#include "onnx_rewrite/tensor.h"
+#include "test_support.h"
+
+namespace onnx_rewrite {
+namespace {
+
+using namespace testing;
+
+// A model with a 1 MiB weight, a custom op the test rule rewrites, and everything a model can
+// carry besides nodes.
+onnx::ModelProto rich_model() {
+  onnx::ModelProto model = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17, "test.customop": 1], producer_name: "exporter", producer_version: "9.9", metadata_props: ["author": "someone"]>
+g (float[1, 262144] x) => (float[1, 262144] z) <float[1] tiny = {3.0}> {
+  a = Mul (x, w)
+  z = test.customop.CustomOpOne (a, tiny)
+})");
+  onnx::TensorProto weight = make_tensor(onnx::TensorProto::FLOAT, {1, 262144}, std::vector<double>(262144, 0.25));
+  weight.set_name("w");
+  weight.set_doc_string("the weight");
+  *model.mutable_graph()->add_initializer() = weight;
+  model.set_doc_string("model doc");
+  model.mutable_graph()->set_doc_string("graph doc");
+  auto* info = model.mutable_graph()->add_value_info();
+  info->set_name("a");
+  info->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  // Fields newer than ONNX 1.12: ModelProto.configuration (26), GraphProto.metadata_props (16),
+  // NodeProto.metadata_props (9), TensorProto.metadata_props (16).
+  model.GetReflection()->MutableUnknownFields(&model)->AddLengthDelimited(26, "device-config");
+  auto* graph = model.mutable_graph();
+  graph->GetReflection()->MutableUnknownFields(graph)->AddLengthDelimited(16, "graph-meta");
+  auto* node = graph->mutable_node(0);
+  node->GetReflection()->MutableUnknownFields(node)->AddLengthDelimited(9, "node-meta");
+  auto* tensor = graph->mutable_initializer(1);
+  tensor->GetReflection()->MutableUnknownFields(tensor)->AddLengthDelimited(16, "tensor-meta");
+  return model;
+}
+
+const char* kOneToAdd = R"(
+rule one
+  description: test
+  targets: onnx
+  pattern (x, y) => (z) { z = test.customop.CustomOpOne (x, y) }
+  replace (x, y) => (z) { z = Add (x, y) }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
+    g (float[2] x, float[2] y) => (float[2] z) { z = test.customop.CustomOpOne (x, y) }
+  }
+  expect { z = Add (x, y) }
+end
+)";
+
+TEST(Loading, WeightsStayInTheFileUntilSomethingNeedsThem) {
+  TempDir dir;
+  write_file(dir / "m.onnx", serialize(rich_model()));
+  const Model model = load_model(dir / "m.onnx");
+  const auto& weight = model.proto.graph().initializer(1);
+  ASSERT_EQ(weight.name(), "w");
+  EXPECT_FALSE(weight.has_raw_data()) << "the header carries no payload";
+  EXPECT_EQ(weight.dims(1), 262144) << "but its name, type and dims";
+  ASSERT_NE(model.deferred_field(weight), nullptr);
+  const auto full = model.tensor_with_data(weight);
+  EXPECT_EQ(full.raw_data().size(), 262144u * 4);
+  EXPECT_EQ(decode_tensor(full)->numbers.back(), 0.25);
+}
+
+TEST(Writing, AnUnchangedModelIsWrittenBackByteForByte) {
+  TempDir dir;
+  const std::string bytes = serialize(rich_model());
+  write_file(dir / "m.onnx", bytes);
+  Model model = load_model(dir / "m.onnx");
+  const auto result = rewrite_model(model, rules_from_text("", false), {});
+  EXPECT_FALSE(result.changed());
+  write_model(model, dir / "out.onnx");
+  EXPECT_EQ(read_file(dir / "out.onnx"), bytes);
+}
+
+TEST(Writing, SplicingReproducesProtobufsOwnSerialization) {
+  // Forcing the changed-model path on an unchanged model must give the same bytes: the weights
+  // are spliced back exactly where a full serialization would put them.
+  const std::string bytes = serialize(rich_model());
+  Model model = parse_model(bytes, "m.onnx");
+  model.changed = true;
+  EXPECT_EQ(serialize_model(model), bytes);
+}
+
+TEST(Writing, ARewriteKeepsEverythingItDidNotMeanToTouch) {
+  TempDir dir;
+  const onnx::ModelProto original = rich_model();
+  write_file(dir / "m.onnx", serialize(original));
+  Model model = load_model(dir / "m.onnx");
+  const auto result = rewrite_model(model, rules_from_text(kOneToAdd), {});
+  ASSERT_EQ(result.rules.at("one").matches, 1);
+  write_model(model, dir / "out.onnx");
+
+  onnx::ModelProto written;
+  ASSERT_TRUE(written.ParseFromString(read_file(dir / "out.onnx")));
+  EXPECT_EQ(written.graph().node(1).op_type(), "Add");
+  // The weight: the very same bytes, unknown fields and doc string included.
+  EXPECT_EQ(written.graph().initializer(1).SerializeAsString(), original.graph().initializer(1).SerializeAsString());
+  EXPECT_EQ(written.graph().initializer(0).SerializeAsString(), original.graph().initializer(0).SerializeAsString());
+  // Untouched node, with its unknown field.
+  EXPECT_EQ(written.graph().node(0).SerializeAsString(), original.graph().node(0).SerializeAsString());
+  // Model and graph level: doc strings, metadata, value_info, producer, unknown fields.
+  EXPECT_EQ(written.doc_string(), "model doc");
+  EXPECT_EQ(written.graph().doc_string(), "graph doc");
+  EXPECT_EQ(written.producer_name(), "exporter");
+  ASSERT_EQ(written.metadata_props_size(), 1);
+  EXPECT_EQ(written.metadata_props(0).value(), "someone");
+  ASSERT_EQ(written.graph().value_info_size(), 1);
+  EXPECT_EQ(written.graph().value_info(0).name(), "a");
+  EXPECT_EQ(written.unknown_fields().field(0).length_delimited(), "device-config");
+  EXPECT_EQ(written.graph().unknown_fields().field(0).length_delimited(), "graph-meta");
+  // Only the opset imports changed: the custom domain is gone.
+  ASSERT_EQ(written.opset_import_size(), 1);
+  EXPECT_EQ(written.opset_import(0).version(), 17);
+}
+
+// ---- External data ----------------------------------------------------------------------------
+
+// A model whose weight lives in `location` (relative to the model), at offset 4096.
+std::string external_model(const std::string& location, int64_t offset = 4096, int64_t length = 16) {
+  onnx::ModelProto model = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[4] x) => (float[4] y) { y = Add (x, w) })");
+  auto* weight = model.mutable_graph()->add_initializer();
+  weight->set_name("w");
+  weight->set_data_type(onnx::TensorProto::FLOAT);
+  weight->add_dims(4);
+  weight->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto add = [&](const std::string& key, const std::string& value) {
+    auto* entry = weight->add_external_data();
+    entry->set_key(key);
+    entry->set_value(value);
+  };
+  add("location", location);
+  add("offset", std::to_string(offset));
+  add("length", std::to_string(length));
+  return serialize(model);
+}
+
+std::string load_error(const fs::path& path) {
+  try {
+    load_model(path);
+  } catch (const InputError& e) {
+    return e.file() + ": " + e.what();
+  }
+  return "";
+}
+
+TEST(ExternalData, IsCopiedNextToAModelWrittenElsewhereAndNeverReadOtherwise) {
+  TempDir dir;
+  fs::create_directories(dir / "in/weights");
+  fs::create_directories(dir / "out");
+  write_file(dir / "in/m.onnx", external_model("weights/w.bin"));
+  const std::string data = std::string(4096, '\0') + std::string(16, 'x');
+  write_file(dir / "in/weights/w.bin", data);
+  Model model = load_model(dir / "in/m.onnx");
+  write_model(model, dir / "out/m.onnx");
+  EXPECT_EQ(read_file(dir / "out/weights/w.bin"), data);
+  EXPECT_EQ(read_file(dir / "out/m.onnx"), read_file(dir / "in/m.onnx"));
+  // Written next to the input: the data file is already there and stays as it is.
+  write_model(model, dir / "in/copy.onnx");
+  EXPECT_EQ(read_file(dir / "in/weights/w.bin"), data);
+}
+
+TEST(ExternalData, UnsafeOrMissingLocationsAreRefused) {
+  TempDir dir;
+  write_file(dir / "w.bin", std::string(8192, '\0'));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {external_model("/etc/passwd"), "location '/etc/passwd' is absolute or escapes the model's directory"},
+      {external_model("../w.bin"), "location '../w.bin' is absolute or escapes the model's directory"},
+      {external_model("a/../../w.bin"), "escapes the model's directory"},
+      {external_model("missing.bin"), "file 'missing.bin' is missing"},
+      {external_model("w.bin", 8190, 16), "lies outside 'w.bin' (8192 bytes)"},
+  };
+  for (const auto& [bytes, message] : cases) {
+    write_file(dir / "m.onnx", bytes);
+    const std::string error = load_error(dir / "m.onnx");
+    EXPECT_EQ(error.rfind((dir / "m.onnx").string() + ": tensor 'w' (main graph): external data", 0), 0u) << error;
+    EXPECT_NE(error.find(message), std::string::npos) << error;
+  }
+  write_file(dir / "m.onnx", external_model("w.bin"));
+  EXPECT_EQ(load_error(dir / "m.onnx"), "");
+}
+
+// ---- Atomic writes ----------------------------------------------------------------------------
+
+TEST(AtomicWrite, RefusesToOverwriteTheInputUnlessAskedAndLeavesNoTemporaryFiles) {
+  TempDir dir;
+  const std::string bytes = serialize(rich_model());
+  write_file(dir / "m.onnx", bytes);
+  Model model = load_model(dir / "m.onnx");
+  rewrite_model(model, rules_from_text(kOneToAdd), {});
+  EXPECT_THROW(write_model(model, dir / "m.onnx"), UsageError);
+  EXPECT_EQ(read_file(dir / "m.onnx"), bytes) << "the input is untouched";
+  EXPECT_THROW(write_model(model, dir / "no/such/dir/out.onnx"), UsageError);
+  fs::create_directory(dir / "taken");
+  EXPECT_THROW(write_model(model, dir / "taken"), UsageError);
+
+  WriteOptions in_place;
+  in_place.allow_overwrite_input = true;
+  write_model(model, dir / "m.onnx", in_place);
+  onnx::ModelProto written;
+  ASSERT_TRUE(written.ParseFromString(read_file(dir / "m.onnx")));
+  EXPECT_EQ(written.graph().node(1).op_type(), "Add");
+  EXPECT_EQ(written.graph().initializer(1).raw_data().size(), 262144u * 4) << "weights read from the replaced file's old inode";
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir.path())) files.push_back(entry.path().filename());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"m.onnx", "taken"})) << "no temporary file left behind";
+}
+
+}  // namespace
+}  // namespace onnx_rewrite
