@@ -1,0 +1,196 @@
+// The ONNX backend corpus (../shared/conformance, ground truth nobody here wrote):
+// - every model loads and round-trips byte-identical, through the copy path and the splicing
+//   serializer;
+// - every case ONNX Runtime runs natively still reproduces its expected outputs after a default
+//   rewrite, and after a rewrite that lowers the opset import wherever the tool says it can.
+#include <gtest/gtest.h>
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include "onnx_rewrite/model_io.h"
+#include "test_support.h"
+
+namespace onnx_rewrite {
+namespace {
+
+using namespace testing;
+
+const char* kCorpora[] = {"node", "pytorch-converted", "pytorch-operator", "simple", "light"};
+
+// Every model of the corpus: (case, model). A light/ case is named by its model file.
+std::vector<std::pair<fs::path, fs::path>> corpus_cases(const fs::path& root) {
+  std::vector<std::pair<fs::path, fs::path>> cases;
+  for (const char* corpus : kCorpora) {
+    for (const auto& entry : fs::directory_iterator(root / corpus)) {
+      if (entry.is_directory() && fs::exists(entry.path() / "model.onnx")) {
+        cases.emplace_back(entry.path(), entry.path() / "model.onnx");
+      } else if (entry.path().extension() == ".onnx") {
+        cases.emplace_back(entry.path(), entry.path());
+      }
+    }
+  }
+  std::sort(cases.begin(), cases.end());
+  return cases;
+}
+
+fs::path corpus_or_skip() {
+  auto root = conformance_dir();
+  if (!root) throw std::runtime_error("the conformance corpus is missing: set ONNX_CONFORMANCE_DIR");
+  return *root;
+}
+
+TEST(Conformance, EveryModelRoundTripsByteIdentical) {
+  const fs::path root = corpus_or_skip();
+  const auto cases = corpus_cases(root);
+  ASSERT_GT(cases.size(), 1800u);
+  RuleSet no_rules;
+  TempDir dir;
+  int checked = 0;
+  for (const auto& [case_path, model_path] : cases) {
+    const std::string bytes = read_file(model_path);
+    Model model = load_model(model_path);
+    const auto result = rewrite_model(model, no_rules, {});
+    ASSERT_FALSE(result.changed()) << model_path;
+    write_model(model, dir / "out.onnx");
+    ASSERT_EQ(read_file(dir / "out.onnx"), bytes) << model_path << ": the copy path";
+    model.changed = true;
+    ASSERT_EQ(serialize_model(model), bytes) << model_path << ": the splicing serializer";
+    ++checked;
+  }
+  EXPECT_EQ(checked, static_cast<int>(cases.size()));
+}
+
+google::protobuf::Value parse_json(const std::string& text) {
+  google::protobuf::Value value;
+  const auto status = google::protobuf::util::JsonStringToMessage(text, &value);
+  if (!status.ok()) throw std::runtime_error("bad JSON: " + status.ToString());
+  return value;
+}
+
+// Runs tests/ort/conformance.js; returns case -> status ("pass", "mismatch", ...).
+std::map<std::string, std::string> run_in_ort(const std::vector<std::pair<fs::path, fs::path>>& jobs, const TempDir& dir,
+                                              const std::string& name) {
+  std::string json = "[";
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    json += (i ? ",\n" : "") + std::string("{\"case\": \"") + jobs[i].first.string() + "\", \"model\": \"" +
+            jobs[i].second.string() + "\"}";
+  }
+  json += "]";
+  write_file(dir / (name + "-jobs.json"), json);
+  const auto result = run_command({"node", (source_dir() / "tests/ort/conformance.js").string(), "--jobs",
+                                   (dir / (name + "-jobs.json")).string(), "--out", (dir / (name + "-results.json")).string()});
+  if (result.exit_code != 0) throw std::runtime_error("conformance.js failed: " + result.err);
+  std::map<std::string, std::string> statuses;
+  const auto results = parse_json(read_file(dir / (name + "-results.json")));
+  for (const auto& entry : results.list_value().values()) {
+    const auto& fields = entry.struct_value().fields();
+    std::string status = fields.at("status").string_value();
+    if (status != "pass" && fields.count("message")) status += ": " + fields.at("message").string_value();
+    statuses[fields.at("case").string_value()] = status;
+  }
+  return statuses;
+}
+
+// Rewrites the whole corpus with `batch` (extra options appended) into dir/out.
+std::map<std::string, google::protobuf::Struct> batch_rewrite(const fs::path& root, const TempDir& dir,
+                                                              const std::vector<std::string>& extra) {
+  std::vector<std::string> args{"batch"};
+  for (const char* corpus : kCorpora) args.push_back((root / corpus).string());
+  args.insert(args.end(), {"-o", (dir / "out").string(), "--report", (dir / "batch.json").string()});
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto result = run_cli(args);
+  if (result.exit_code != 0 && result.exit_code != 1) throw std::runtime_error("batch failed: " + result.err);
+  std::map<std::string, google::protobuf::Struct> reports;
+  const auto report = parse_json(read_file(dir / "batch.json"));
+  for (const auto& model : report.struct_value().fields().at("models").list_value().values()) {
+    reports[model.struct_value().fields().at("model").string_value()] = model.struct_value();
+  }
+  return reports;
+}
+
+// The rewritten model of a case: batch writes each corpus under its own name in out/.
+fs::path rewritten_path(const fs::path& root, const fs::path& model, const TempDir& dir) {
+  const fs::path relative = fs::relative(model, root);
+  auto part = relative.begin();
+  const fs::path corpus = *part;
+  return dir / "out" / fs::relative(model, root / corpus);
+}
+
+class ConformanceInOrt : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = new fs::path(corpus_or_skip());
+    baseline_dir_ = new TempDir();
+    std::vector<std::pair<fs::path, fs::path>> originals;
+    for (const auto& [case_path, model_path] : corpus_cases(*root_)) originals.emplace_back(case_path, model_path);
+    baseline_ = new std::map<std::string, std::string>(run_in_ort(originals, *baseline_dir_, "baseline"));
+  }
+  static void TearDownTestSuite() {
+    delete baseline_;
+    delete baseline_dir_;
+    delete root_;
+  }
+
+  // Every case that passes natively and whose rewrite `counts` must pass after the rewrite.
+  void expect_reproduced(const std::vector<std::string>& options,
+                         const std::function<bool(const google::protobuf::Struct&)>& counts, int minimum_checked) {
+    TempDir dir;
+    const auto reports = batch_rewrite(*root_, dir, options);
+    std::vector<std::pair<fs::path, fs::path>> jobs;
+    for (const auto& [case_path, model_path] : corpus_cases(*root_)) {
+      if (baseline_->at(case_path.string()) != "pass") continue;
+      auto report = reports.find(model_path.string());
+      ASSERT_NE(report, reports.end()) << model_path;
+      if (!counts(report->second)) continue;
+      jobs.emplace_back(case_path, rewritten_path(*root_, model_path, dir));
+    }
+    const auto statuses = run_in_ort(jobs, dir, "rewritten");
+    std::vector<std::string> failures;
+    for (const auto& [case_path, model] : jobs) {
+      if (statuses.at(case_path.string()) != "pass") failures.push_back(case_path.string() + ": " + statuses.at(case_path.string()));
+    }
+    EXPECT_TRUE(failures.empty()) << failures.size() << " case(s) no longer reproduce their outputs:\n"
+                                  << ::testing::PrintToString(failures);
+    EXPECT_GE(static_cast<int>(jobs.size()), minimum_checked);
+  }
+
+  static fs::path* root_;
+  static TempDir* baseline_dir_;
+  static std::map<std::string, std::string>* baseline_;
+};
+
+fs::path* ConformanceInOrt::root_ = nullptr;
+TempDir* ConformanceInOrt::baseline_dir_ = nullptr;
+std::map<std::string, std::string>* ConformanceInOrt::baseline_ = nullptr;
+
+TEST_F(ConformanceInOrt, DefaultRewriteReproducesExpectedOutputs) {
+  int natively = 0;
+  for (const auto& [case_path, status] : *baseline_) natively += status == "pass";
+  ASSERT_GT(natively, 1400) << "ONNX Runtime should run most of the corpus natively";
+  expect_reproduced({}, [](const google::protobuf::Struct&) { return true; }, natively);
+}
+
+TEST_F(ConformanceInOrt, LoweredOpsetImportsStillReproduceExpectedOutputs) {
+  // Where the tool lowers a model's import to meet --opset, every node must mean what it meant.
+  for (const int opset : {17, 13}) {
+    SCOPED_TRACE("--opset " + std::to_string(opset));
+    expect_reproduced(
+        {"--opset", std::to_string(opset)},
+        [](const google::protobuf::Struct& report) {
+          const auto& fields = report.fields();
+          if (fields.at("status").string_value() == "failed") return false;
+          for (const auto& change : fields.at("opset_changes").list_value().values()) {
+            const auto& entry = change.struct_value().fields();
+            if (entry.at("domain").string_value() == "ai.onnx" && entry.at("after").number_value() < entry.at("before").number_value()) {
+              return fields.at("check").struct_value().fields().at("ok").bool_value();
+            }
+          }
+          return false;
+        },
+        50);
+  }
+}
+
+}  // namespace
+}  // namespace onnx_rewrite
