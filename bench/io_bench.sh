@@ -108,7 +108,7 @@ print_table() {
 
 no_rewrite_note="skipped: $rewrite not built yet"
 shopt -s nullglob
-rule_files=("$rules_dir"/*.rule)
+rule_files=("$rules_dir"/*.rules)
 shopt -u nullglob
 
 # 1. Single-file BERT-base.
@@ -122,7 +122,7 @@ else
   skip "rewrite --no-builtin-rules" "$no_rewrite_note"
 fi
 if ((${#rule_files[@]} == 0)); then
-  skip "rewrite --rules bench/rules/" "skipped: no *.rule file in bench/rules/"
+  skip "rewrite --rules bench/rules/" "skipped: no *.rules file in bench/rules/"
 elif $have_rewrite; then
   measure "rewrite --rules bench/rules/" "$rewrite" rewrite "$base" -o "$out/rules.onnx" \
     --no-builtin-rules --rules "$rules_dir/"

@@ -281,6 +281,10 @@ class RuleFileParser {
         }
       } else if (clause == "example") {
         RuleExample example;
+        if (peek_word() == "opset") {  // `example opset N { ... }`: shown as rewritten with --opset N
+          pos_ += 5;
+          example.max_opset = parse_int(read_word("an opset version"), pos_);
+        }
         const size_t end = nested_block_end();
         example.line = line_column(pos_).first;
         onnx::ModelProto model;

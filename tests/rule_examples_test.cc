@@ -1,4 +1,5 @@
-// Every rule in rules/ parses and its example rewrites exactly as the rule documents.
+// Every rule in rules/ (and bench/rules/) parses and its example rewrites exactly as the rule
+// documents.
 #include <gtest/gtest.h>
 
 #include "onnx_rewrite/model_io.h"
@@ -15,6 +16,7 @@ const RuleSet& builtin_rules() {
   static const RuleSet rules = [] {
     RuleSet loaded;
     loaded.load_builtin();
+    loaded.load_path((source_dir() / "bench" / "rules").string());
     return loaded;
   }();
   return rules;
@@ -26,6 +28,7 @@ TEST_P(RuleExample, RewritesAsDocumented) {
   RewriteOptions options;
   options.target = rule.targets.front();
   options.only = {rule.id};
+  options.max_opset = rule.example->max_opset;
   const auto before = parse_model_text(rule.example->model_text);
   const auto rewritten = rewrite_text(rule.example->model_text, builtin_rules(), options);
   ASSERT_TRUE(rewritten.result.rules.count(rule.id)) << rule.id << " did not fire on its own example";

@@ -110,6 +110,7 @@ class Replacement {
 struct RuleExample {
   std::string model_text;
   std::string expected_nodes_text;
+  std::optional<int> max_opset;  // rewritten as with --opset N
   int line = 0;
 };
 
