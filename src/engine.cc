@@ -79,6 +79,7 @@ class Run {
 
   // Returns why the requested opset can't be reached, if it can't.
   std::optional<std::string> execute() {
+    if (!any_candidate()) return policy_.apply(rewriter_.created(), domains_before_);
     std::set<std::string> firing;
     std::map<std::string, int> last_fired;  // rule id -> round
     for (int round = 1;; ++round) {
@@ -106,6 +107,15 @@ class Run {
   }
 
  private:
+  // Whether any node anywhere has an op some active rule is anchored at (or is explained).
+  bool any_candidate() {
+    bool found = !options_.explain.empty();
+    for_each_node(model_.proto, [&](onnx::NodeProto& node, const std::string&) {
+      found = found || candidates_.count({normalize_domain(node.domain()), node.op_type()});
+    });
+    return found;
+  }
+
   void rewrite_scope(const Scope& scope, int round, std::set<std::string>& firing) {
     Matcher matcher(scope, claimed_);
     for (auto& node : scope.nodes()) {

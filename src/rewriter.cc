@@ -78,7 +78,9 @@ void repair_order(NodeList& nodes, const std::string& where) {
 
 }  // namespace
 
-NameRegistry::NameRegistry(onnx::ModelProto& model) {
+void NameRegistry::collect() {
+  onnx::ModelProto& model = model_;
+  collected_ = true;
   collect_graph_names(*model.mutable_graph(), taken_);
   for_each_node(model, [&](onnx::NodeProto& node, const std::string&) {
     taken_.insert(node.name());
@@ -96,6 +98,7 @@ NameRegistry::NameRegistry(onnx::ModelProto& model) {
 }
 
 std::string NameRegistry::fresh(const std::string& hint) {
+  if (!collected_) collect();
   if (taken_.insert(hint).second) return hint;
   int& suffix = next_suffix_[hint];
   for (;;) {

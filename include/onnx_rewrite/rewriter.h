@@ -17,14 +17,19 @@
 
 namespace onnx_rewrite {
 
-// Every value and node name of a model, at any depth; hands out names nobody uses.
+// Every value and node name of a model, at any depth; hands out names nobody uses. The names
+// are collected on first use: a run where no rule fires never pays for it.
 class NameRegistry {
  public:
-  explicit NameRegistry(onnx::ModelProto& model);
+  explicit NameRegistry(onnx::ModelProto& model) : model_(model) {}
   // `hint` itself if free, else `hint_1`, `hint_2`, ...
   std::string fresh(const std::string& hint);
 
  private:
+  void collect();
+
+  onnx::ModelProto& model_;
+  bool collected_ = false;
   std::unordered_set<std::string> taken_;
   std::unordered_map<std::string, int> next_suffix_;
 };
