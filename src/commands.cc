@@ -22,6 +22,33 @@
 namespace onnx_rewrite {
 namespace fs = std::filesystem;
 
+namespace {
+
+bool g_leave_models_to_exit = false;
+
+// A loaded model that lives until the command ends. When the process exits right after (the
+// CLI), it is left to the operating system: freeing millions of protobuf objects one by one
+// costs seconds on huge graphs and buys nothing.
+class LoadedModel {
+ public:
+  explicit LoadedModel(const std::string& path, bool may_leave = true)
+      : model_(std::make_unique<Model>(load_model(path))), leave_(may_leave && g_leave_models_to_exit) {}
+  ~LoadedModel() {
+    if (leave_) (void)model_.release();
+  }
+  LoadedModel(const LoadedModel&) = delete;
+  LoadedModel& operator=(const LoadedModel&) = delete;
+  Model& operator*() { return *model_; }
+
+ private:
+  std::unique_ptr<Model> model_;
+  bool leave_;
+};
+
+}  // namespace
+
+void leave_models_to_process_exit() { g_leave_models_to_exit = true; }
+
 RuleSet RuleSources::load() const {
   RuleSet rules;
   if (builtin) rules.load_builtin();
@@ -173,11 +200,12 @@ void write_text_file(const std::string& path, const std::string& text) {
 
 // Loads, rewrites, checks and (unless dry) writes one model.
 ModelOutcome process(const std::string& input, const std::string& output, const RuleSet& rules,
-                     const RewriteOptions& options, const Target& target, bool dry_run, bool in_place) {
+                     const RewriteOptions& options, const Target& target, bool dry_run, bool in_place, bool in_batch) {
   ModelOutcome outcome;
   outcome.input = input;
   outcome.output = output;
-  Model model = load_model(input);
+  LoadedModel loaded(input, !in_batch);
+  Model& model = *loaded;
   outcome.result = rewrite_model(model, rules, options);
   outcome.check = check_model(model, target, options.max_opset);
   if (!dry_run) {
@@ -204,7 +232,7 @@ int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& 
   const RewriteOptions options = effective_options(command.options, command.inline_functions);
   active_rules(rules, options);  // unknown --only/--skip ids are usage errors, before any work
   const std::string output = command.in_place ? command.input : command.output;
-  const ModelOutcome outcome = process(command.input, output, rules, options, target, command.dry_run, command.in_place);
+  const ModelOutcome outcome = process(command.input, output, rules, options, target, command.dry_run, command.in_place, false);
   print_summary(outcome, target.name, command.dry_run, out);
   if (!command.report.empty()) {
     JsonWriter json;
@@ -221,7 +249,8 @@ int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& 
 int run_check(const std::string& input, const std::string& target_name, std::optional<int> max_opset, bool json,
               std::ostream& out, std::ostream& err) {
   const Target& target = find_target(target_name);
-  const Model model = load_model(input);
+  LoadedModel loaded(input);
+  const Model& model = *loaded;
   const CheckReport report = check_model(model, target, max_opset);
   if (json) {
     JsonWriter writer;
@@ -309,7 +338,8 @@ std::vector<std::string> covering_rules(const RuleSet& rules, const OpKey& key) 
 
 int run_inspect(const std::string& input, const RuleSources& sources, bool json, std::ostream& out) {
   const RuleSet rules = sources.load();
-  const Model model = load_model(input);
+  LoadedModel loaded(input);
+  const Model& model = *loaded;
   const onnx::ModelProto& proto = model.proto;
   const OpCounts ops = count_ops(proto);
   const InitializerStats initializers = initializer_stats(model);
@@ -492,7 +522,7 @@ int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err)
       ModelOutcome& outcome = outcomes[i];
       try {
         fs::create_directories(fs::path(items[i].output).parent_path());
-        outcome = process(items[i].input, items[i].output, rules, options, target, false, false);
+        outcome = process(items[i].input, items[i].output, rules, options, target, false, false, true);
       } catch (const InputError& e) {
         outcome.input = items[i].input;
         outcome.output = items[i].output;

@@ -18,10 +18,10 @@
 namespace onnx_rewrite {
 
 OpCounts count_ops(const onnx::ModelProto& model) {
+  std::unordered_map<OpView, int, OpViewHash> seen;
+  for_each_node(const_cast<onnx::ModelProto&>(model), [&](onnx::NodeProto& node, const std::string&) { ++seen[OpView::of(node)]; });
   OpCounts counts;
-  for_each_node(const_cast<onnx::ModelProto&>(model), [&](onnx::NodeProto& node, const std::string&) {
-    ++counts[{normalize_domain(node.domain()), node.op_type()}];
-  });
+  for (const auto& [key, count] : seen) counts[{std::string(key.domain), std::string(key.op_type)}] = count;
   return counts;
 }
 
@@ -49,13 +49,16 @@ struct Candidate {
   const Pattern* pattern;
 };
 
-// Rules by the (domain, op_type) of their anchors, best first: priority, then id.
-std::map<OpKey, std::vector<Candidate>> index_by_anchor(const std::vector<const Rule*>& rules) {
+// Rules by the (domain, op_type) of their anchors, best first: priority, then id. Keys view
+// the rules' own strings.
+using CandidateIndex = std::unordered_map<OpView, std::vector<Candidate>, OpViewHash>;
+
+CandidateIndex index_by_anchor(const std::vector<const Rule*>& rules) {
   std::vector<const Rule*> sorted = rules;
   std::stable_sort(sorted.begin(), sorted.end(), [](const Rule* a, const Rule* b) {
     return a->priority != b->priority ? a->priority > b->priority : a->id < b->id;
   });
-  std::map<OpKey, std::vector<Candidate>> index;
+  CandidateIndex index;
   for (const Rule* rule : sorted) {
     for (const auto& pattern : rule->patterns) {
       index[{pattern.anchor().domain, pattern.anchor().op_type}].push_back({rule, &pattern});
@@ -111,7 +114,7 @@ class Run {
   bool any_candidate() {
     bool found = !options_.explain.empty();
     for_each_node(model_.proto, [&](onnx::NodeProto& node, const std::string&) {
-      found = found || candidates_.count({normalize_domain(node.domain()), node.op_type()});
+      found = found || candidates_.count(OpView::of(node));
     });
     return found;
   }
@@ -121,7 +124,7 @@ class Run {
     for (auto& node : scope.nodes()) {
       if (claimed_.count(&node)) continue;
       const bool explain = explains(options_, node);
-      auto found = candidates_.find({normalize_domain(node.domain()), node.op_type()});
+      auto found = candidates_.find(OpView::of(node));
       if (explain) {
         *options_.explain_out << fmt::format("node '{}' ({}.{}) in {}, round {}:\n", describe_node(node),
                                              display_domain(node.domain()), node.op_type(), scope.where(), round);
@@ -196,7 +199,7 @@ class Run {
   Model& model_;
   const RewriteOptions& options_;
   const std::set<std::pair<const void*, std::string>>& domains_before_;
-  std::map<OpKey, std::vector<Candidate>> candidates_;
+  CandidateIndex candidates_;
   OpsetPolicy policy_;
   NameRegistry names_;
   Rewriter rewriter_;

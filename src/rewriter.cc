@@ -1,5 +1,6 @@
 #include "onnx_rewrite/rewriter.h"
 
+#include <algorithm>
 #include <queue>
 #include <stdexcept>
 
@@ -18,25 +19,26 @@ std::vector<T*> take_all(google::protobuf::RepeatedPtrField<T>& field) {
   return elements;
 }
 
-void collect_graph_names(onnx::GraphProto& graph, std::unordered_set<std::string>& names) {
-  names.insert(graph.name());
-  for (const auto& info : graph.input()) names.insert(info.name());
-  for (const auto& info : graph.output()) names.insert(info.name());
-  for (const auto& info : graph.value_info()) names.insert(info.name());
-  for (const auto& tensor : graph.initializer()) names.insert(tensor.name());
-  for (const auto& sparse : graph.sparse_initializer()) names.insert(sparse.values().name());
+void collect_graph_names(const onnx::GraphProto& graph, std::vector<size_t>& hashes) {
+  const std::hash<std::string_view> hash;
+  hashes.push_back(hash(graph.name()));
+  for (const auto& info : graph.input()) hashes.push_back(hash(info.name()));
+  for (const auto& info : graph.output()) hashes.push_back(hash(info.name()));
+  for (const auto& info : graph.value_info()) hashes.push_back(hash(info.name()));
+  for (const auto& tensor : graph.initializer()) hashes.push_back(hash(tensor.name()));
+  for (const auto& sparse : graph.sparse_initializer()) hashes.push_back(hash(sparse.values().name()));
 }
 
-// All inputs a node reads, explicit and through its subgraphs.
-std::vector<std::string> read_values(const onnx::NodeProto& node) {
-  std::vector<std::string> values(node.input().begin(), node.input().end());
-  for (auto& name : implicit_inputs(node)) values.push_back(std::move(name));
+// All inputs a node reads, explicit and through its subgraphs (views into the node's protos).
+std::vector<std::string_view> read_values(const onnx::NodeProto& node) {
+  std::vector<std::string_view> values(node.input().begin(), node.input().end());
+  for (const auto name : implicit_inputs(node)) values.push_back(name);
   return values;
 }
 
 // Stable topological order: a node moves only as far as its inputs force it to.
 void repair_order(NodeList& nodes, const std::string& where) {
-  std::unordered_map<std::string, int> producer;
+  std::unordered_map<std::string_view, int> producer;
   for (int i = 0; i < nodes.size(); ++i) {
     for (const auto& output : nodes.Get(i).output()) {
       if (!output.empty()) producer[output] = i;
@@ -79,32 +81,37 @@ void repair_order(NodeList& nodes, const std::string& where) {
 }  // namespace
 
 void NameRegistry::collect() {
-  onnx::ModelProto& model = model_;
   collected_ = true;
-  collect_graph_names(*model.mutable_graph(), taken_);
-  for_each_node(model, [&](onnx::NodeProto& node, const std::string&) {
-    taken_.insert(node.name());
-    for (const auto& name : node.input()) taken_.insert(name);
-    for (const auto& name : node.output()) taken_.insert(name);
-    for (auto& attribute : *node.mutable_attribute()) {
-      if (attribute.has_g()) collect_graph_names(*attribute.mutable_g(), taken_);
-      for (auto& graph : *attribute.mutable_graphs()) collect_graph_names(graph, taken_);
+  const std::hash<std::string_view> hash;
+  collect_graph_names(model_.graph(), existing_);
+  for_each_node(model_, [&](onnx::NodeProto& node, const std::string&) {
+    existing_.push_back(hash(node.name()));
+    for (const auto& name : node.input()) existing_.push_back(hash(name));
+    for (const auto& name : node.output()) existing_.push_back(hash(name));
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.has_g()) collect_graph_names(attribute.g(), existing_);
+      for (const auto& graph : attribute.graphs()) collect_graph_names(graph, existing_);
     }
   });
-  for (const auto& function : model.functions()) {
-    for (const auto& name : function.input()) taken_.insert(name);
-    for (const auto& name : function.output()) taken_.insert(name);
+  for (const auto& function : model_.functions()) {
+    for (const auto& name : function.input()) existing_.push_back(hash(name));
+    for (const auto& name : function.output()) existing_.push_back(hash(name));
   }
+  std::sort(existing_.begin(), existing_.end());
+  existing_.erase(std::unique(existing_.begin(), existing_.end()), existing_.end());
+}
+
+bool NameRegistry::taken(const std::string& name) const {
+  return handed_out_.count(name) || std::binary_search(existing_.begin(), existing_.end(), std::hash<std::string_view>()(name));
 }
 
 std::string NameRegistry::fresh(const std::string& hint) {
   if (!collected_) collect();
-  if (taken_.insert(hint).second) return hint;
+  std::string candidate = hint;
   int& suffix = next_suffix_[hint];
-  for (;;) {
-    std::string candidate = hint + "_" + std::to_string(++suffix);
-    if (taken_.insert(candidate).second) return candidate;
-  }
+  while (taken(candidate)) candidate = hint + "_" + std::to_string(++suffix);
+  handed_out_.insert(candidate);
+  return candidate;
 }
 
 void Rewriter::replace(const Match& match, const GraphBuilder& builder) {
@@ -140,6 +147,13 @@ void Rewriter::replace(const Match& match, const GraphBuilder& builder) {
       if (auto it = renamed.find(input); it != renamed.end()) input = it->second;
     }
   }
+  // The new nodes stand where `last` stands: a use of an output placed before it breaks the
+  // order, to be repaired at commit.
+  for (const auto& output : match.pattern->outputs) {
+    for (const auto& use : scope.uses(match.value(output))) {
+      if (!pending.removed.count(use.node) && scope.position(use.node) < scope.position(last)) pending.out_of_order = true;
+    }
+  }
   auto& inserted = pending.insert_before[last];
   inserted.insert(inserted.end(), constant_nodes.begin(), constant_nodes.end());
   inserted.insert(inserted.end(), nodes.begin(), nodes.end());
@@ -154,111 +168,95 @@ void Rewriter::commit(const std::vector<std::unique_ptr<Scope>>& scopes) {
 }
 
 void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
-  NodeList& nodes = scope.nodes();
+  // What the new nodes read and compute (views into the pending nodes, which stay put until
+  // the rebuild below).
+  std::unordered_set<std::string_view> read_by_new, computed_by_new;
+  for (const auto& [anchor, built] : pending.insert_before) {
+    for (const auto& node : built) {
+      for (const auto name : read_values(node)) read_by_new.insert(name);
+      computed_by_new.insert(node.output().begin(), node.output().end());
+    }
+  }
 
-  // Values the removed nodes read: their producers may now be dead.
-  std::vector<std::string> maybe_dead;
-  std::unordered_set<std::string> removed_outputs;
+  // Producers and initializers the removals leave without any use (and only those), found with
+  // the round's index before anything changes.
+  std::unordered_set<const onnx::NodeProto*> gone = pending.removed;
+  std::vector<std::string_view> maybe_dead;
   for (const auto* node : pending.removed) {
-    for (auto& name : read_values(*node)) maybe_dead.push_back(std::move(name));
-    for (const auto& name : node->output()) removed_outputs.insert(name);
+    for (const auto name : read_values(*node)) maybe_dead.push_back(name);
   }
-
-  auto rebuild = [&](const std::unordered_set<const onnx::NodeProto*>& dead, bool insert) {
-    for (auto* node : take_all(nodes)) {
-      if (insert) {
-        if (auto it = pending.insert_before.find(node); it != pending.insert_before.end()) {
-          for (auto& built : it->second) {
-            auto* added = new onnx::NodeProto(std::move(built));
-            nodes.AddAllocated(added);
-            created_.insert(added);
-          }
-        }
-      }
-      if (dead.count(node)) {
-        created_.erase(node);
-        delete node;
-        ++nodes_removed_;
-      } else {
-        nodes.AddAllocated(node);
-      }
-    }
+  auto unused = [&](std::string_view name) {
+    if (name.empty() || scope.is_output(name) || read_by_new.count(name)) return false;
+    const auto& uses = scope.uses(name);
+    return std::all_of(uses.begin(), uses.end(), [&](const Use& use) { return gone.count(use.node) != 0; });
   };
-  rebuild(pending.removed, true);
-  if (scope.graph()) {
-    for (auto& tensor : pending.initializers) *scope.graph()->add_initializer() = std::move(tensor);
-  }
-
-  // Dead-code removal, limited to what the removals above left without a use.
-  std::unordered_map<std::string, int> uses;
-  std::unordered_map<std::string, onnx::NodeProto*> producer;
-  for (auto& node : nodes) {
-    for (const auto& name : read_values(node)) ++uses[name];
-    for (const auto& name : node.output()) producer[name] = &node;
-  }
-  std::unordered_set<std::string> outputs;
-  if (scope.graph()) {
-    for (const auto& output : scope.graph()->output()) outputs.insert(output.name());
-  } else {
-    outputs.insert(scope.function()->output().begin(), scope.function()->output().end());
-  }
-  std::unordered_set<const onnx::NodeProto*> dead;
   std::unordered_set<std::string> dead_initializers;
-  std::unordered_set<std::string> graph_inputs;
-  if (scope.graph()) {
-    for (const auto& input : scope.graph()->input()) graph_inputs.insert(input.name());
-  }
-  std::unordered_set<std::string> initializers;
-  if (scope.graph()) {
-    for (const auto& tensor : scope.graph()->initializer()) initializers.insert(tensor.name());
-  }
   while (!maybe_dead.empty()) {
-    const std::string name = std::move(maybe_dead.back());
+    const std::string_view name = maybe_dead.back();
     maybe_dead.pop_back();
-    if (name.empty() || uses[name] > 0 || outputs.count(name)) continue;
-    if (auto it = producer.find(name); it != producer.end()) {
-      onnx::NodeProto* node = it->second;
-      if (dead.count(node)) continue;
-      bool unused = true;
-      for (const auto& output : node->output()) unused = unused && (output.empty() || (uses[output] == 0 && !outputs.count(output)));
-      if (!unused) continue;
-      dead.insert(node);
-      for (const auto& output : node->output()) removed_outputs.insert(output);
-      for (auto& input : read_values(*node)) {
-        --uses[input];
-        maybe_dead.push_back(std::move(input));
+    if (!unused(name)) continue;
+    if (const auto* produced = scope.producer(name)) {
+      onnx::NodeProto* node = produced->node;
+      if (gone.count(node) || !std::all_of(node->output().begin(), node->output().end(), [&](const std::string& output) {
+            return output.empty() || unused(output);
+          })) {
+        continue;
       }
-    } else if (initializers.count(name) && !graph_inputs.count(name)) {
-      dead_initializers.insert(name);
-    }
-  }
-  if (!dead.empty()) rebuild(dead, false);
-  if (!dead_initializers.empty()) {
-    auto& field = *scope.graph()->mutable_initializer();
-    for (auto* tensor : take_all(field)) {
-      if (dead_initializers.count(tensor->name())) {
-        model_.forget(*tensor);
-        delete tensor;
-      } else {
-        field.AddAllocated(tensor);
-      }
+      gone.insert(node);
+      for (const auto input : read_values(*node)) maybe_dead.push_back(input);
+    } else if (scope.owns_initializer(name) && !scope.is_graph_input_here(name)) {
+      dead_initializers.emplace(name);
     }
   }
 
   // value_info of values that no longer exist.
   if (scope.graph()) {
-    std::unordered_set<std::string> produced;
-    for (const auto& node : nodes) produced.insert(node.output().begin(), node.output().end());
-    auto& infos = *scope.graph()->mutable_value_info();
-    for (auto* info : take_all(infos)) {
-      if (removed_outputs.count(info->name()) && !produced.count(info->name())) {
-        delete info;
-      } else {
-        infos.AddAllocated(info);
+    std::unordered_set<std::string> vanished;
+    for (const auto* node : gone) {
+      for (const auto& output : node->output()) {
+        if (!computed_by_new.count(output)) vanished.insert(output);
       }
     }
+    vanished.insert(dead_initializers.begin(), dead_initializers.end());
+    auto& infos = *scope.graph()->mutable_value_info();
+    for (auto* info : take_all(infos)) {
+      if (vanished.count(info->name())) delete info;
+      else infos.AddAllocated(info);
+    }
   }
-  repair_order(nodes, scope.where());
+
+  NodeList& nodes = scope.nodes();
+  for (auto* node : take_all(nodes)) {
+    if (auto it = pending.insert_before.find(node); it != pending.insert_before.end()) {
+      for (auto& built : it->second) {
+        auto* added = new onnx::NodeProto(std::move(built));
+        nodes.AddAllocated(added);
+        created_.insert(added);
+      }
+    }
+    if (gone.count(node)) {
+      created_.erase(node);
+      delete node;
+      ++nodes_removed_;
+    } else {
+      nodes.AddAllocated(node);
+    }
+  }
+  if (scope.graph()) {
+    auto& initializers = *scope.graph()->mutable_initializer();
+    if (!dead_initializers.empty()) {
+      for (auto* tensor : take_all(initializers)) {
+        if (dead_initializers.count(tensor->name())) {
+          model_.forget(*tensor);
+          delete tensor;
+        } else {
+          initializers.AddAllocated(tensor);
+        }
+      }
+    }
+    for (auto& tensor : pending.initializers) *initializers.Add() = std::move(tensor);
+  }
+  if (pending.out_of_order) repair_order(nodes, scope.where());
 }
 
 }  // namespace onnx_rewrite

@@ -8,13 +8,13 @@ namespace onnx_rewrite {
 namespace {
 
 // Names a graph reads without defining them, in order of first use.
-void collect_free_names(const onnx::GraphProto& graph, std::vector<std::string>& free_names,
-                        std::unordered_set<std::string>& seen) {
-  std::unordered_set<std::string> defined;
+void collect_free_names(const onnx::GraphProto& graph, std::vector<std::string_view>& free_names,
+                        std::unordered_set<std::string_view>& seen) {
+  std::unordered_set<std::string_view> defined;
   for (const auto& input : graph.input()) defined.insert(input.name());
   for (const auto& initializer : graph.initializer()) defined.insert(initializer.name());
   for (const auto& sparse : graph.sparse_initializer()) defined.insert(sparse.values().name());
-  auto use = [&](const std::string& name) {
+  auto use = [&](std::string_view name) {
     if (!name.empty() && !defined.count(name) && seen.insert(name).second) free_names.push_back(name);
   };
   for (const auto& node : graph.node()) {
@@ -25,14 +25,12 @@ void collect_free_names(const onnx::GraphProto& graph, std::vector<std::string>&
   for (const auto& output : graph.output()) use(output.name());
 }
 
-const std::vector<Use> kNoUses;
-const std::vector<onnx::NodeProto*> kNoNodes;
 
 }  // namespace
 
-std::vector<std::string> implicit_inputs(const onnx::NodeProto& node) {
-  std::vector<std::string> names;
-  std::unordered_set<std::string> seen;
+std::vector<std::string_view> implicit_inputs(const onnx::NodeProto& node) {
+  std::vector<std::string_view> names;
+  std::unordered_set<std::string_view> seen;
   for (const auto& attribute : node.attribute()) {
     if (attribute.has_g()) collect_free_names(attribute.g(), names, seen);
     for (const auto& graph : attribute.graphs()) collect_free_names(graph, names, seen);
@@ -95,7 +93,9 @@ void Scope::index() {
       outputs_.insert(output.name());
       add_type(output);
     }
+    types_.reserve(static_cast<size_t>(graph_->value_info_size() + graph_->initializer_size()));
     for (const auto& info : graph_->value_info()) add_type(info);
+    initializers_.reserve(static_cast<size_t>(graph_->initializer_size()));
     for (const auto& initializer : graph_->initializer()) {
       initializers_[initializer.name()] = &initializer;
       ValueType type;
@@ -107,14 +107,35 @@ void Scope::index() {
     for (const auto& output : function_->output()) outputs_.insert(output);
   }
 
+  // Uses are stored flat, grouped by value: count, place, then fill in node order.
+  const size_t count = static_cast<size_t>(nodes().size());
+  positions_.reserve(count);
+  producers_.reserve(count + count / 2);
+  use_ranges_.reserve(count + count / 2);
+  auto for_each_use = [&](auto&& visit) {
+    for (auto& node : nodes()) {
+      for (int i = 0; i < node.input_size(); ++i) {
+        if (!node.input(i).empty()) visit(std::string_view(node.input(i)), Use{&node, i});
+      }
+      for (const auto name : implicit_inputs(node)) visit(name, Use{&node, -1});
+    }
+  };
+  for_each_use([&](std::string_view name, const Use&) { ++use_ranges_[name].count; });
+  uint32_t next = 0;
+  use_ranges_.for_each([&](std::string_view, UseRange& range) {
+    range.begin = next;
+    next += range.count;
+    range.count = 0;
+  });
+  uses_.resize(next);
+  for_each_use([&](std::string_view name, const Use& use) {
+    UseRange& range = use_ranges_[name];
+    uses_[range.begin + range.count++] = use;
+  });
+
   int position = 0;
   for (auto& node : nodes()) {
     positions_[&node] = position++;
-    by_op_[{normalize_domain(node.domain()), node.op_type()}].push_back(&node);
-    for (int i = 0; i < node.input_size(); ++i) {
-      if (!node.input(i).empty()) uses_[node.input(i)].push_back({&node, i});
-    }
-    for (const auto& name : implicit_inputs(node)) uses_[name].push_back({&node, -1});
     for (int i = 0; i < node.output_size(); ++i) {
       if (!node.output(i).empty()) producers_[node.output(i)] = {&node, i};
     }
@@ -127,34 +148,25 @@ int Scope::opset(std::string_view domain) const {
   return it == opsets_.end() ? 0 : it->second;
 }
 
-const Scope::Producer* Scope::producer(std::string_view value) const {
-  auto it = producers_.find(std::string(value));
-  return it == producers_.end() ? nullptr : &it->second;
-}
+const Scope::Producer* Scope::producer(std::string_view value) const { return producers_.find(value); }
 
-const std::vector<Use>& Scope::uses(std::string_view value) const {
-  auto it = uses_.find(std::string(value));
-  return it == uses_.end() ? kNoUses : it->second;
+std::span<const Use> Scope::uses(std::string_view value) const {
+  const UseRange* range = use_ranges_.find(value);
+  if (!range) return {};
+  return std::span<const Use>(uses_).subspan(range->begin, range->count);
 }
 
 bool Scope::is_graph_input(std::string_view value) const {
-  const std::string name(value);
-  if (graph_inputs_.count(name) || initializers_.count(name)) return true;
-  if (producers_.count(name)) return false;
+  if (graph_inputs_.count(value) || initializers_.contains(value)) return true;
+  if (producers_.contains(value)) return false;
   return parent_ && parent_->is_graph_input(value);
 }
 
-const std::vector<onnx::NodeProto*>& Scope::nodes_of(std::string_view domain, std::string_view op_type) const {
-  auto it = by_op_.find(std::make_pair(normalize_domain(domain), std::string(op_type)));
-  return it == by_op_.end() ? kNoNodes : it->second;
-}
-
 const onnx::TensorProto* Scope::constant_tensor(std::string_view value) const {
-  const std::string name(value);
-  if (auto it = initializers_.find(name); it != initializers_.end()) {
+  if (const auto* initializer = initializers_.find(value)) {
     // An initializer that is also a graph input can be overridden at run time (IR >= 4).
-    if (graph_inputs_.count(name) && model_.proto.ir_version() >= 4) return nullptr;
-    return it->second;
+    if (graph_inputs_.count(value) && model_.proto.ir_version() >= 4) return nullptr;
+    return *initializer;
   }
   if (const Producer* produced = producer(value)) {
     const onnx::NodeProto& node = *produced->node;
@@ -164,7 +176,7 @@ const onnx::TensorProto* Scope::constant_tensor(std::string_view value) const {
     }
     return nullptr;  // value_float & co are read by constant_values
   }
-  if (graph_inputs_.count(name)) return nullptr;
+  if (graph_inputs_.count(value)) return nullptr;
   return parent_ ? parent_->constant_tensor(value) : nullptr;
 }
 
@@ -183,8 +195,7 @@ std::optional<TensorValues> Scope::constant_values(std::string_view value, size_
 }
 
 ValueType Scope::type_of(std::string_view value) const {
-  const std::string name(value);
-  if (auto it = types_.find(name); it != types_.end()) return it->second;
+  if (const ValueType* type = types_.find(value)) return *type;
   if (const Producer* produced = producer(value)) {
     if (auto tensor = constant_node_tensor(*produced->node)) {
       ValueType type;

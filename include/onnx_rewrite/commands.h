@@ -41,6 +41,10 @@ struct BatchCommand {
   bool progress_line = false;       // a terminal: one updating line instead of a line per model
 };
 
+// For a process that exits right after its command (the CLI): models are not freed one object
+// at a time but left to the operating system.
+void leave_models_to_process_exit();
+
 int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& err);
 int run_check(const std::string& input, const std::string& target, std::optional<int> max_opset, bool json,
               std::ostream& out, std::ostream& err);

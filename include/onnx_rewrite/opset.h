@@ -3,6 +3,7 @@
 // the model's nodes mean.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -17,6 +18,22 @@ namespace onnx_rewrite {
 // "" and "ai.onnx" name the same domain; we use "".
 std::string normalize_domain(std::string_view domain);
 std::string display_domain(std::string_view domain);  // "ai.onnx" for ""
+
+// A (domain, op type) seen through views, for hot lookups that must not allocate; the domain
+// is normalized.
+struct OpView {
+  std::string_view domain;
+  std::string_view op_type;
+  static OpView of(const onnx::NodeProto& node) {
+    return {node.domain() == "ai.onnx" ? std::string_view() : std::string_view(node.domain()), node.op_type()};
+  }
+  bool operator==(const OpView&) const = default;
+};
+struct OpViewHash {
+  size_t operator()(const OpView& key) const {
+    return std::hash<std::string_view>()(key.op_type) * 31 + std::hash<std::string_view>()(key.domain);
+  }
+};
 
 // Stand-ins in `added_types` for sequence, optional and map types, which have no element type id.
 constexpr int32_t kSequenceTypes = 1000;

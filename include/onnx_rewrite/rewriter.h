@@ -17,8 +17,9 @@
 
 namespace onnx_rewrite {
 
-// Every value and node name of a model, at any depth; hands out names nobody uses. The names
-// are collected on first use: a run where no rule fires never pays for it.
+// Every value and node name of a model, at any depth; hands out names nobody uses. The model's
+// names are collected on first use (a run where no rule fires never pays for it) as sorted
+// hashes: a hash collision only makes a free name look taken.
 class NameRegistry {
  public:
   explicit NameRegistry(onnx::ModelProto& model) : model_(model) {}
@@ -27,10 +28,12 @@ class NameRegistry {
 
  private:
   void collect();
+  bool taken(const std::string& name) const;
 
   onnx::ModelProto& model_;
   bool collected_ = false;
-  std::unordered_set<std::string> taken_;
+  std::vector<size_t> existing_;
+  std::unordered_set<std::string> handed_out_;
   std::unordered_map<std::string, int> next_suffix_;
 };
 
@@ -57,6 +60,7 @@ class Rewriter {
     std::unordered_map<const onnx::NodeProto*, std::vector<onnx::NodeProto>> insert_before;
     std::vector<onnx::TensorProto> initializers;
     std::map<std::string, std::string> constant_names;  // serialized tensor -> initializer name
+    bool out_of_order = false;  // a new node comes after a use of its output
   };
 
   void commit_scope(const Scope& scope, Pending& pending);

@@ -1,11 +1,12 @@
 // The index stage: every node list of a model (main graph, graph attributes at any depth,
-// model-local functions) as a Scope, with who produces and who consumes each value, nodes by
-// (domain, op_type), and what is known about a value's type and constant contents.
+// model-local functions) as a Scope, with who produces and who consumes each value, and what
+// is known about a value's type and constant contents.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -14,6 +15,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include "onnx_rewrite/flat_map.h"
 #include "onnx_rewrite/model.h"
 #include "onnx_rewrite/tensor.h"
 
@@ -22,8 +24,8 @@ namespace onnx_rewrite {
 using NodeList = google::protobuf::RepeatedPtrField<onnx::NodeProto>;
 
 struct Use {
-  onnx::NodeProto* node;
-  int input;  // index into node->input(), or -1 when a subgraph of `node` refers to the value
+  onnx::NodeProto* node = nullptr;
+  int input = 0;  // index into node->input(), or -1 when a subgraph of `node` refers to the value
 };
 
 // What is statically known about a value: element type and dims (-1 where unknown).
@@ -53,17 +55,19 @@ class Scope {
 
   // Producer of a value defined by a node of this scope.
   struct Producer {
-    onnx::NodeProto* node;
-    int output;
+    onnx::NodeProto* node = nullptr;
+    int output = 0;
   };
   const Producer* producer(std::string_view value) const;
-  const std::vector<Use>& uses(std::string_view value) const;
+  std::span<const Use> uses(std::string_view value) const;
   // Graph or function outputs of this scope.
-  bool is_output(std::string_view value) const { return outputs_.count(std::string(value)) != 0; }
+  bool is_output(std::string_view value) const { return outputs_.count(value) != 0; }
   // Defined here or in an enclosing graph by a graph input or an initializer.
   bool is_graph_input(std::string_view value) const;
-  const std::vector<onnx::NodeProto*>& nodes_of(std::string_view domain, std::string_view op_type) const;
-  int position(const onnx::NodeProto* node) const { return positions_.at(node); }
+  // An initializer / a graph input of this very graph.
+  bool owns_initializer(std::string_view value) const { return initializers_.contains(value); }
+  bool is_graph_input_here(std::string_view value) const { return graph_inputs_.count(value) != 0; }
+  int position(const onnx::NodeProto* node) const { return *positions_.find(node); }
 
   // The tensor a value is bound to when it is constant: an initializer (header; payload may be
   // deferred) or a Constant node's tensor, here or in an enclosing graph.
@@ -83,14 +87,19 @@ class Scope {
   onnx::GraphProto* graph_;
   onnx::FunctionProto* function_;
 
-  std::unordered_map<std::string, Producer> producers_;
-  std::unordered_map<std::string, std::vector<Use>> uses_;
-  std::unordered_set<std::string> outputs_;
-  std::unordered_set<std::string> graph_inputs_;
-  std::unordered_map<std::string, const onnx::TensorProto*> initializers_;
-  std::unordered_map<std::string, ValueType> types_;
-  std::map<std::pair<std::string, std::string>, std::vector<onnx::NodeProto*>, std::less<>> by_op_;
-  std::unordered_map<const onnx::NodeProto*, int> positions_;
+  // Keys view names owned by the model's protos, which don't change while a scope is in use.
+  FlatMap<std::string_view, Producer> producers_;
+  struct UseRange {
+    uint32_t begin = 0;
+    uint32_t count = 0;
+  };
+  FlatMap<std::string_view, UseRange> use_ranges_;  // into uses_, in node order
+  std::vector<Use> uses_;
+  std::unordered_set<std::string_view> outputs_;
+  std::unordered_set<std::string_view> graph_inputs_;
+  FlatMap<std::string_view, const onnx::TensorProto*> initializers_;
+  FlatMap<std::string_view, ValueType> types_;
+  FlatMap<const onnx::NodeProto*, int> positions_;
   std::map<std::string, int, std::less<>> opsets_;
 };
 
@@ -98,8 +107,8 @@ class Scope {
 // model's node lists change.
 std::vector<std::unique_ptr<Scope>> collect_scopes(Model& model);
 
-// Names a node's subgraphs read from enclosing scopes.
-std::vector<std::string> implicit_inputs(const onnx::NodeProto& node);
+// Names a node's subgraphs read from enclosing scopes (views into the subgraphs' protos).
+std::vector<std::string_view> implicit_inputs(const onnx::NodeProto& node);
 
 // The constant a Constant node holds, as a tensor (value, value_float(s), value_int(s)).
 std::optional<onnx::TensorProto> constant_node_tensor(const onnx::NodeProto& node);

@@ -102,6 +102,7 @@ int main(int argc, char** argv) {
     return static_cast<int>(ExitCode::kUsage);
   }
 
+  leave_models_to_process_exit();
   try {
     if (*rewrite_app) {
       rewrite.options.explain_out = &std::cout;
