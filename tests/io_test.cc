@@ -190,6 +190,28 @@ TEST(ExternalData, UnsafeOrMissingLocationsAreRefused) {
   EXPECT_EQ(load_error(dir / "m.onnx"), "");
 }
 
+TEST(ExternalData, OffsetsBeyond4GiBSurviveARewrite) {
+  // A model too big for one protobuf: its weight sits 5 GiB into a (sparse) data file.
+  TempDir dir;
+  const int64_t offset = int64_t{5} << 30;
+  onnx::ModelProto proto = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
+g (float[4] x) => (float[4] y) { y = test.customop.CustomOpOne (x, w) })");
+  onnx::ModelProto with_weight;
+  ASSERT_TRUE(with_weight.ParseFromString(external_model("big.bin", offset)));
+  *proto.mutable_graph()->add_initializer() = with_weight.graph().initializer(0);
+  write_file(dir / "m.onnx", serialize(proto));
+  write_file(dir / "big.bin", "");
+  fs::resize_file(dir / "big.bin", static_cast<uintmax_t>(offset + 16));  // sparse: no disk used
+  Model model = load_model(dir / "m.onnx");
+  ASSERT_EQ(rewrite_model(model, rules_from_text(kOneToAdd), {}).rules.at("one").matches, 1);
+  write_model(model, dir / "out.onnx");
+  onnx::ModelProto written;
+  ASSERT_TRUE(written.ParseFromString(read_file(dir / "out.onnx")));
+  EXPECT_EQ(written.graph().node(0).op_type(), "Add");
+  EXPECT_EQ(written.graph().initializer(0).SerializeAsString(), proto.graph().initializer(0).SerializeAsString());
+  EXPECT_EQ(written.graph().initializer(0).external_data(1).value(), std::to_string(offset));
+}
+
 // ---- Atomic writes ----------------------------------------------------------------------------
 
 TEST(AtomicWrite, RefusesToOverwriteTheInputUnlessAskedAndLeavesNoTemporaryFiles) {
