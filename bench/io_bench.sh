@@ -146,8 +146,7 @@ if $have_rewrite; then
   fi
   # In place on a copy, so a failing rewrite cannot spoil the generated model.
   cp "$large" "$large.data" "$out/large-inplace/"
-  measure "rewrite in place" "$rewrite" rewrite "$out/large-inplace/$large_name" \
-    -o "$out/large-inplace/$large_name" --no-builtin-rules
+  measure "rewrite in place" "$rewrite" rewrite "$out/large-inplace/$large_name" --in-place --no-builtin-rules
 else
   skip "rewrite into another directory" "$no_rewrite_note"
   skip "rewrite in place" "$no_rewrite_note"
