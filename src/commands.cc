@@ -298,7 +298,7 @@ InitializerStats initializer_stats(const Model& model) {
       uint64_t length = 0;
       for (const auto& entry : tensor.external_data()) {
         if (entry.key() == "location") location = entry.value();
-        if (entry.key() == "length") length = std::stoull(entry.value());
+        if (entry.key() == "length") length = std::strtoull(entry.value().c_str(), nullptr, 10);
       }
       std::error_code ec;
       if (!stats.external_files.count(location)) stats.external_files[location] = fs::file_size(model.directory() / location, ec);

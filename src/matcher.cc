@@ -206,7 +206,7 @@ class Search {
     if (value.empty()) return true;  // an absent optional input satisfies constraints on its contents
     switch (constraint.kind) {
       case K::kConstant:
-        return scope_.constant_values(value, SIZE_MAX) || scope_.constant_tensor(value) ? true : reject("is not a constant");
+        return scope_.is_constant(value) ? true : reject("is not a constant");
       case K::kScalar: {
         auto values = scope_.constant_values(value, 1);
         return values && values->numbers.size() == 1 ? true : reject("is not a constant scalar");

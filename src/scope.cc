@@ -180,6 +180,12 @@ const onnx::TensorProto* Scope::constant_tensor(std::string_view value) const {
   return parent_ ? parent_->constant_tensor(value) : nullptr;
 }
 
+bool Scope::is_constant(std::string_view value) const {
+  if (constant_tensor(value)) return true;
+  const Producer* produced = producer(value);
+  return produced && produced->node->op_type() == "Constant" && normalize_domain(produced->node->domain()).empty();
+}
+
 std::optional<TensorValues> Scope::constant_values(std::string_view value, size_t max_elements) const {
   const onnx::TensorProto* tensor = constant_tensor(value);
   if (!tensor) {
@@ -189,7 +195,11 @@ std::optional<TensorValues> Scope::constant_values(std::string_view value, size_
     return made ? decode_tensor(*made) : std::nullopt;
   }
   size_t elements = 1;
-  for (int64_t dim : tensor->dims()) elements *= static_cast<size_t>(std::max<int64_t>(dim, 0));
+  for (int64_t dim : tensor->dims()) {
+    if (dim < 0) return std::nullopt;
+    if (dim > 0 && elements > max_elements / static_cast<size_t>(dim)) return std::nullopt;
+    elements *= static_cast<size_t>(dim);
+  }
   if (elements > max_elements) return std::nullopt;
   return decode_tensor(model_.tensor_with_data(*tensor));
 }

@@ -86,7 +86,7 @@ std::optional<TensorValues> decode_tensor(const TensorProto& tensor) {
   values.data_type = type;
   int64_t count = 1;
   for (int64_t dim : tensor.dims()) {
-    if (dim < 0) return std::nullopt;
+    if (dim < 0 || (dim > 0 && count > (int64_t{1} << 40) / dim)) return std::nullopt;  // corrupt or huge
     values.dims.push_back(dim);
     count *= dim;
   }

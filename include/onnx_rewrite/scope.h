@@ -72,6 +72,8 @@ class Scope {
   // The tensor a value is bound to when it is constant: an initializer (header; payload may be
   // deferred) or a Constant node's tensor, here or in an enclosing graph.
   const onnx::TensorProto* constant_tensor(std::string_view value) const;
+  // Whether the value is a constant (without reading it).
+  bool is_constant(std::string_view value) const;
   // Its values, decoded (small tensors only: at most `max_elements`).
   std::optional<TensorValues> constant_values(std::string_view value, size_t max_elements = 4096) const;
   ValueType type_of(std::string_view value) const;
