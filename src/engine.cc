@@ -223,16 +223,18 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
 
   auto attempt = [&](bool lower) {
     result.rules.clear();
+    result.notes.clear();
     const auto domains_before = OpsetPolicy::domains_in_use(model.proto);
-    result.functions_inlined = options.inline_functions ? inline_local_functions(model) : 0;
+    result.functions_inlined = options.inline_functions ? inline_local_functions(model, &result.notes) : 0;
     if (result.functions_inlined > 0) model.changed = true;
     return Run(model, active, options, lower, domains_before, result).execute();
   };
   if (auto problem = attempt(true)) {
     // The requested opset can't be reached: rewrite again at the model's own opset.
     model = reload_model(model);
+    auto again = attempt(false);
     result.notes.push_back(*problem);
-    if (auto again = attempt(false)) result.notes.push_back(*again);
+    if (again) result.notes.push_back(*again);
   }
 
   const auto imports_after = imports(model.proto);

@@ -1,7 +1,12 @@
 #include "onnx_rewrite/inline.h"
 
+#include <algorithm>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
+#include <tuple>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -17,6 +22,8 @@ constexpr int kNodeOverloadField = 8;      // NodeProto.overload (IR 10), unknow
 constexpr int kFunctionOverloadField = 13;  // FunctionProto.overload (IR 10)
 constexpr int kFunctionAttributeProtoField = 11;  // FunctionProto.attribute_proto (IR 9): defaults
 constexpr int kMaxDepth = 64;
+
+using Imports = google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>;
 
 std::string unknown_string(const google::protobuf::Message& message, int number) {
   const auto& fields = message.GetReflection()->GetUnknownFields(message);
@@ -52,28 +59,27 @@ FunctionKey key_of(const onnx::NodeProto& node) {
   return {normalize_domain(node.domain()), node.op_type(), unknown_string(node, kNodeOverloadField)};
 }
 
-// Renames references in a graph nested in an inlined body; names it defines itself shadow outer ones.
-void rename_free_names(onnx::GraphProto& graph, std::map<std::string, std::string> renames) {
-  for (const auto& input : graph.input()) renames.erase(input.name());
-  for (const auto& tensor : graph.initializer()) renames.erase(tensor.name());
-  for (const auto& node : graph.node()) {
-    for (const auto& output : node.output()) renames.erase(output);
+int import_of(const Imports& imports, const std::string& domain) {
+  for (const auto& import : imports) {
+    if (normalize_domain(import.domain()) == domain) return static_cast<int>(import.version());
   }
-  for (auto& node : *graph.mutable_node()) {
-    for (auto& input : *node.mutable_input()) {
-      if (auto it = renames.find(input); it != renames.end()) input = it->second;
+  return 0;
+}
+
+// Every node of a node list and of the graphs its nodes hold, at any depth.
+void visit_nodes(const NodeList& nodes, const std::function<void(const onnx::NodeProto&)>& visit) {
+  for (const auto& node : nodes) {
+    visit(node);
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.has_g()) visit_nodes(attribute.g().node(), visit);
+      for (const auto& graph : attribute.graphs()) visit_nodes(graph.node(), visit);
     }
-    for (auto& attribute : *node.mutable_attribute()) {
-      if (attribute.has_g()) rename_free_names(*attribute.mutable_g(), renames);
-      for (auto& subgraph : *attribute.mutable_graphs()) rename_free_names(subgraph, renames);
-    }
-  }
-  for (auto& output : *graph.mutable_output()) {
-    if (auto it = renames.find(output.name()); it != renames.end()) output.set_name(it->second);
   }
 }
 
-// Replaces attribute references (`ref_attr_name`) in a body node by the call's values.
+// Replaces attribute references (`ref_attr_name`) in a body node, and in the graphs it holds,
+// by the call's values; a reference to an attribute the call doesn't give and that has no
+// default is dropped, as if never written.
 void resolve_attribute_references(onnx::NodeProto& node, const std::map<std::string, onnx::AttributeProto>& values) {
   auto& attributes = *node.mutable_attribute();
   for (int i = attributes.size() - 1; i >= 0; --i) {
@@ -87,7 +93,7 @@ void resolve_attribute_references(onnx::NodeProto& node, const std::map<std::str
     if (attribute.ref_attr_name().empty()) continue;
     auto it = values.find(attribute.ref_attr_name());
     if (it == values.end()) {
-      attributes.DeleteSubrange(i, 1);  // not given and no default: as if never written
+      attributes.DeleteSubrange(i, 1);
       continue;
     }
     const std::string name = attribute.name();
@@ -96,11 +102,71 @@ void resolve_attribute_references(onnx::NodeProto& node, const std::map<std::str
   }
 }
 
+// Names of a function body in the caller: the call's inputs and outputs for the function's, a
+// fresh name for every other name the body defines, in subgraphs too (so that two inlined copies,
+// or a copy and the caller, never define the same name).
+class Renamer {
+ public:
+  Renamer(NameRegistry& registry, std::string base) : registry_(registry), base_(std::move(base)) {}
+
+  void bind(const std::string& name, const std::string& caller_name) { names_[name] = caller_name; }
+  bool bound(const std::string& name) const { return names_.count(name) != 0; }
+  const std::string& operator[](const std::string& name) const { return names_.at(name); }
+  void define(const std::string& name) {
+    if (!name.empty() && !names_.count(name)) names_[name] = fresh(name);
+  }
+
+  // A node of the body: its inputs and outputs (defined beforehand), and the graphs it holds.
+  void rename_node(onnx::NodeProto& node) const {
+    rename_uses(node, names_);
+    for (auto& output : *node.mutable_output()) rename(output, names_);
+  }
+
+ private:
+  using Scope = std::map<std::string, std::string>;
+
+  std::string fresh(const std::string& name) const { return registry_.fresh(base_ + "/" + name); }
+
+  static void rename(std::string& name, const Scope& scope) {
+    if (auto it = scope.find(name); !name.empty() && it != scope.end()) name = it->second;
+  }
+
+  void rename_uses(onnx::NodeProto& node, const Scope& scope) const {
+    for (auto& input : *node.mutable_input()) rename(input, scope);
+    for (auto& attribute : *node.mutable_attribute()) {
+      if (attribute.has_g()) rename_graph(*attribute.mutable_g(), scope);
+      for (auto& graph : *attribute.mutable_graphs()) rename_graph(graph, scope);
+    }
+  }
+
+  // A subgraph sees the names of the scopes around it; everything it defines gets a fresh name.
+  void rename_graph(onnx::GraphProto& graph, Scope scope) const {
+    auto define_here = [&](std::string& name) {
+      if (name.empty()) return;
+      const std::string renamed = fresh(name);
+      scope[name] = renamed;
+      name = renamed;
+    };
+    for (auto& input : *graph.mutable_input()) define_here(*input.mutable_name());
+    for (auto& tensor : *graph.mutable_initializer()) define_here(*tensor.mutable_name());
+    for (auto& sparse : *graph.mutable_sparse_initializer()) define_here(*sparse.mutable_values()->mutable_name());
+    for (auto& node : *graph.mutable_node()) {
+      rename_uses(node, scope);
+      for (auto& output : *node.mutable_output()) define_here(output);
+    }
+    for (auto& output : *graph.mutable_output()) rename(*output.mutable_name(), scope);
+    for (auto& info : *graph.mutable_value_info()) rename(*info.mutable_name(), scope);
+  }
+
+  NameRegistry& registry_;
+  std::string base_;
+  Scope names_;
+};
+
 class Inliner {
  public:
-  explicit Inliner(Model& model) : model_(model), names_(model.proto) {
-    for (const auto& function : model.proto.functions()) functions_[key_of(function)] = &function;
-    for (const auto& import : model.proto.opset_import()) model_imports_[normalize_domain(import.domain())] = static_cast<int>(import.version());
+  Inliner(Model& model, std::vector<std::string>* notes) : model_(model), names_(model.proto), notes_(notes) {
+    for (auto& function : *model.proto.mutable_functions()) functions_[key_of(function)] = &function;
     for_each_node(model.proto, [&](onnx::NodeProto& node, const std::string&) {
       for (const auto& attribute : node.attribute()) {
         if (attribute.name() == "to" && attribute.type() == onnx::AttributeProto::INT) model_types_.insert(static_cast<int32_t>(attribute.i()));
@@ -110,64 +176,84 @@ class Inliner {
   }
 
   int run() {
-    inline_in(*model_.proto.mutable_graph()->mutable_node(), "main graph", 0);
-    for (auto& function : *model_.proto.mutable_functions()) {
-      if (!blocked_.count(key_of(function))) continue;  // kept: calls inside it may still go
-      inline_in(*function.mutable_node(), "function " + function.name(), 0);
+    if (functions_.empty()) return 0;
+    for (const auto& [key, function] : functions_) function_domains_.insert(std::get<0>(key));
+    Owner model{model_.proto.mutable_opset_import(), "the model"};
+    inline_in(*model_.proto.mutable_graph()->mutable_node(), model, 0);
+    // A function whose calls stay is kept; the calls inside it may still be inlined (which may
+    // keep further functions).
+    for (size_t i = 0; i < kept_.size(); ++i) {
+      onnx::FunctionProto& function = *functions_.at(kept_[i]);
+      Owner owner{function.mutable_opset_import(), "function " + display_domain(function.domain()) + "." + function.name()};
+      inline_in(*function.mutable_node(), owner, 0);
     }
     drop_uncalled_functions();
+    drop_unused_function_domains();
     return inlined_;
   }
 
  private:
-  // Why the body of `function` can't be placed among the caller's imports, if it can't.
-  std::optional<std::string> import_conflict(const onnx::FunctionProto& function) {
+  // Whose opset imports the nodes of a node list use: the model's, or a kept function's.
+  struct Owner {
+    Imports* imports;
+    std::string where;
+  };
+
+  // Why the body of `function` would mean something else under the owner's imports, if it would.
+  std::optional<std::string> import_conflict(const onnx::FunctionProto& function, const Owner& owner) const {
     for (const auto& import : function.opset_import()) {
       const std::string domain = normalize_domain(import.domain());
-      auto it = model_imports_.find(domain);
-      if (it == model_imports_.end() || it->second == import.version()) continue;
+      const int caller = import_of(*owner.imports, domain);
+      const int own = static_cast<int>(import.version());
+      if (caller == 0 || caller == own) continue;
       const OpTable* table = OpRegistry::builtin().table(domain);
-      for (const auto& node : function.node()) {
-        if (normalize_domain(node.domain()) != domain) continue;
-        auto blocker = table ? table->move_blocker(node, static_cast<int>(import.version()), it->second, model_types_)
-                             : std::optional<std::string>("no version history for " + display_domain(domain));
-        if (blocker) return *blocker;
+      std::optional<std::string> blocker;
+      visit_nodes(function.node(), [&](const onnx::NodeProto& node) {
+        if (blocker || normalize_domain(node.domain()) != domain || functions_.count(key_of(node))) return;
+        blocker = table ? table->move_blocker(node, own, caller, model_types_)
+                        : std::optional<std::string>("no version history is known for " + display_domain(domain));
+      });
+      if (blocker) {
+        return fmt::format("its body imports {} {}, {} imports {}, and {}", display_domain(domain), own, owner.where, caller,
+                           *blocker);
       }
     }
     return std::nullopt;
   }
 
-  void inline_in(NodeList& nodes, const std::string& where, int depth) {
+  void inline_in(NodeList& nodes, Owner& owner, int depth) {
     bool any = false;
-    for (const auto& node : nodes) {
-      if (functions_.count(key_of(node))) any = true;
-      for (const auto& attribute : node.attribute()) {
-        if (attribute.has_g() || attribute.graphs_size() > 0) any = true;
-      }
-    }
+    visit_nodes(nodes, [&](const onnx::NodeProto& node) { any = any || functions_.count(key_of(node)); });
     if (!any) return;
     NodeList rebuilt;
     for (auto& node : nodes) {
       for (auto& attribute : *node.mutable_attribute()) {
-        if (attribute.has_g()) inline_in(*attribute.mutable_g()->mutable_node(), where, depth);
-        for (auto& graph : *attribute.mutable_graphs()) inline_in(*graph.mutable_node(), where, depth);
+        if (attribute.has_g()) inline_in(*attribute.mutable_g()->mutable_node(), owner, depth);
+        for (auto& graph : *attribute.mutable_graphs()) inline_in(*graph.mutable_node(), owner, depth);
       }
       auto found = functions_.find(key_of(node));
-      if (found == functions_.end() || blocked_.count(found->first)) {
+      if (found == functions_.end()) {
         *rebuilt.Add() = std::move(node);
         continue;
       }
-      if (auto conflict = import_conflict(*found->second)) {
-        blocked_.insert(found->first);
+      const onnx::FunctionProto& function = *found->second;
+      if (auto conflict = import_conflict(function, owner)) {
+        if (std::find(kept_.begin(), kept_.end(), found->first) == kept_.end()) kept_.push_back(found->first);
+        if (notes_ && noted_.insert(found->first).second) {
+          notes_->push_back(fmt::format("calls to model-local function {}.{} were not inlined: {}", display_domain(function.domain()),
+                                        function.name(), *conflict));
+        }
+        import_call_domain(node, owner);
         *rebuilt.Add() = std::move(node);
         continue;
       }
       if (depth >= kMaxDepth) {
         throw InputError(model_.path.string(), fmt::format("model-local function {} calls itself (inlining depth {})",
-                                                           found->second->name(), kMaxDepth));
+                                                           function.name(), kMaxDepth));
       }
-      NodeList body = expand(node, *found->second);
-      inline_in(body, where, depth + 1);
+      NodeList body = expand(node, function);
+      adopt_imports(body, function, owner);
+      inline_in(body, owner, depth + 1);
       for (auto& inner : body) *rebuilt.Add() = std::move(inner);
       ++inlined_;
     }
@@ -177,16 +263,29 @@ class Inliner {
   // The body of `function` as it computes the call `call`.
   NodeList expand(const onnx::NodeProto& call, const onnx::FunctionProto& function) {
     const std::string base = call.name().empty() ? call.op_type() : call.name();
-    std::map<std::string, std::string> renames;
-    for (int i = 0; i < function.input_size(); ++i) renames[function.input(i)] = i < call.input_size() ? call.input(i) : "";
+    Renamer names(names_, base);
+    for (int i = 0; i < function.input_size(); ++i) names.bind(function.input(i), i < call.input_size() ? call.input(i) : "");
+    std::set<std::string> produced;
+    for (const auto& node : function.node()) produced.insert(node.output().begin(), node.output().end());
+    // An output the body computes takes the call's name; one it passes through (an input, or
+    // the same value as an earlier output) is copied by an Identity.
+    std::vector<std::pair<std::string, std::string>> copies;  // function name -> caller name
     for (int i = 0; i < function.output_size(); ++i) {
-      renames[function.output(i)] = i < call.output_size() && !call.output(i).empty()
-                                        ? call.output(i)
-                                        : names_.fresh(base + "/" + function.output(i));
+      const std::string& output = function.output(i);
+      const bool used = i < call.output_size() && !call.output(i).empty();
+      if (produced.count(output) && !names.bound(output)) {
+        names.bind(output, used ? call.output(i) : names_.fresh(base + "/" + output));
+      } else if (used) {
+        copies.emplace_back(output, call.output(i));
+      }
     }
+    for (const auto& node : function.node()) {
+      for (const auto& output : node.output()) names.define(output);
+    }
+
     std::map<std::string, onnx::AttributeProto> values;
     for (const auto& attribute : attribute_defaults(function)) {
-      if (attribute.has_type()) values[attribute.name()] = attribute;  // defaults
+      if (attribute.has_type()) values[attribute.name()] = attribute;
     }
     for (const auto& attribute : call.attribute()) values[attribute.name()] = attribute;
 
@@ -195,70 +294,113 @@ class Inliner {
       onnx::NodeProto& node = *body.Add();
       node = original;
       node.set_name(names_.fresh(base + "/" + (original.name().empty() ? original.op_type() : original.name())));
-      for (auto& input : *node.mutable_input()) {
-        if (input.empty()) continue;
-        auto [it, fresh] = renames.emplace(input, "");
-        if (fresh) it->second = names_.fresh(base + "/" + input);
-        input = it->second;
-      }
-      for (auto& output : *node.mutable_output()) {
-        if (output.empty()) continue;
-        auto [it, fresh] = renames.emplace(output, "");
-        if (fresh) it->second = names_.fresh(base + "/" + output);
-        output = it->second;
-      }
       resolve_attribute_references(node, values);
-      for (auto& attribute : *node.mutable_attribute()) {
-        if (attribute.has_g()) rename_free_names(*attribute.mutable_g(), renames);
-        for (auto& graph : *attribute.mutable_graphs()) rename_free_names(graph, renames);
-      }
-      needs_import(function, node.domain());
+      names.rename_node(node);
+      while (node.input_size() > 0 && node.input(node.input_size() - 1).empty()) node.mutable_input()->RemoveLast();
+    }
+    for (const auto& [output, caller_name] : copies) {
+      if (!names.bound(output)) continue;  // the function never defines it
+      onnx::NodeProto& copy = *body.Add();
+      copy.set_op_type("Identity");
+      copy.set_name(names_.fresh(base + "/Identity"));
+      copy.add_input(names[output]);
+      copy.add_output(caller_name);
     }
     return body;
   }
 
-  void needs_import(const onnx::FunctionProto& function, const std::string& domain) {
-    const std::string normalized = normalize_domain(domain);
-    if (model_imports_.count(normalized) || functions_domain(normalized)) return;
+  // The owner imports every domain the inlined body uses, at the function's versions.
+  void adopt_imports(const NodeList& body, const onnx::FunctionProto& function, Owner& owner) {
     for (const auto& import : function.opset_import()) {
-      if (normalize_domain(import.domain()) != normalized) continue;
-      auto* added = model_.proto.add_opset_import();
+      const std::string domain = normalize_domain(import.domain());
+      if (import_of(*owner.imports, domain)) continue;
+      bool used = false;
+      visit_nodes(body, [&](const onnx::NodeProto& node) {
+        // Calls are inlined next; one that stays imports its domain then (import_call_domain).
+        used = used || (normalize_domain(node.domain()) == domain && !functions_.count(key_of(node)));
+      });
+      if (!used) continue;
+      auto* added = owner.imports->Add();
       added->set_domain(import.domain());
       added->set_version(import.version());
-      model_imports_[normalized] = static_cast<int>(import.version());
     }
   }
 
-  bool functions_domain(const std::string& domain) const {
-    for (const auto& [key, function] : functions_) {
-      if (std::get<0>(key) == domain) return true;
+  // A call that stays needs its domain imported where it now stands, and by the model (ONNX
+  // Runtime resolves every function domain through the model's imports).
+  void import_call_domain(const onnx::NodeProto& call, Owner& owner) {
+    const std::string domain = normalize_domain(call.domain());
+    int version = import_of(model_.proto.opset_import(), domain);
+    for (const auto& function : model_.proto.functions()) {
+      if (!version) version = import_of(function.opset_import(), domain);
     }
-    return false;
+    for (Imports* imports : {owner.imports, model_.proto.mutable_opset_import()}) {
+      if (import_of(*imports, domain)) continue;
+      auto* added = imports->Add();
+      added->set_domain(call.domain());
+      added->set_version(version ? version : 1);
+    }
   }
 
+  // Imports of the domains of local functions that no node uses any more, in the model and in
+  // the functions that are left.
+  void drop_unused_function_domains() {
+    std::set<std::string> anywhere;
+    for_each_node(model_.proto, [&](onnx::NodeProto& node, const std::string&) { anywhere.insert(normalize_domain(node.domain())); });
+    auto drop = [&](Imports& imports, const std::set<std::string>& in_use) {
+      for (int i = imports.size() - 1; i >= 0; --i) {
+        const std::string domain = normalize_domain(imports.Get(i).domain());
+        if (function_domains_.count(domain) && !in_use.count(domain)) imports.DeleteSubrange(i, 1);
+      }
+    };
+    drop(*model_.proto.mutable_opset_import(), anywhere);
+    for (auto& function : *model_.proto.mutable_functions()) {
+      std::set<std::string> in_use;
+      visit_nodes(function.node(), [&](const onnx::NodeProto& node) { in_use.insert(normalize_domain(node.domain())); });
+      drop(*function.mutable_opset_import(), in_use);
+    }
+  }
+
+  // Functions the main graph (or training info) can reach, through the functions it calls.
   void drop_uncalled_functions() {
-    std::set<FunctionKey> called;
-    for_each_node(model_.proto, [&](onnx::NodeProto& node, const std::string&) { called.insert(key_of(node)); });
+    std::set<FunctionKey> reached;
+    std::vector<const onnx::FunctionProto*> pending;  // reached, their calls not yet followed
+    auto reach = [&](const onnx::NodeProto& node) {
+      auto found = functions_.find(key_of(node));
+      if (found != functions_.end() && reached.insert(found->first).second) pending.push_back(found->second);
+    };
+    visit_nodes(model_.proto.graph().node(), reach);
+    for (const auto& training : model_.proto.training_info()) {
+      visit_nodes(training.initialization().node(), reach);
+      visit_nodes(training.algorithm().node(), reach);
+    }
+    while (!pending.empty()) {
+      const onnx::FunctionProto* function = pending.back();
+      pending.pop_back();
+      visit_nodes(function->node(), reach);
+    }
     auto& functions = *model_.proto.mutable_functions();
     for (int i = functions.size() - 1; i >= 0; --i) {
-      if (!called.count(key_of(functions.Get(i)))) functions.DeleteSubrange(i, 1);
+      if (!reached.count(key_of(functions.Get(i)))) functions.DeleteSubrange(i, 1);
     }
   }
 
   Model& model_;
   NameRegistry names_;
-  std::map<FunctionKey, const onnx::FunctionProto*> functions_;
-  std::map<std::string, int> model_imports_;
+  std::vector<std::string>* notes_;
+  std::map<FunctionKey, onnx::FunctionProto*> functions_;
   std::set<int32_t> model_types_;
-  std::set<FunctionKey> blocked_;
+  std::set<std::string> function_domains_;
+  std::vector<FunctionKey> kept_;   // functions some call to which stays
+  std::set<FunctionKey> noted_;
   int inlined_ = 0;
 };
 
 }  // namespace
 
-int inline_local_functions(Model& model) {
+int inline_local_functions(Model& model, std::vector<std::string>* notes) {
   if (model.proto.functions_size() == 0) return 0;
-  return Inliner(model).run();
+  return Inliner(model, notes).run();
 }
 
 }  // namespace onnx_rewrite

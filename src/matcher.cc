@@ -211,21 +211,36 @@ class Search {
         auto values = scope_.constant_values(value, 1);
         return values && values->numbers.size() == 1 ? true : reject("is not a constant scalar");
       }
-      case K::kApprox:
-      case K::kEquals: {
+      case K::kApprox: {
         auto values = scope_.constant_values(value);
         if (!values || values->numbers.empty()) return reject("is not a small numeric constant");
         for (double number : values->numbers) {
-          bool ok;
-          if (constraint.kind == K::kApprox) {
-            ok = std::fabs(number - constraint.number) <= constraint.tolerance;
-          } else {
-            onnx::AttributeProto actual;
-            actual.set_type(onnx::AttributeProto::FLOAT);
-            actual.set_f(static_cast<float>(number));
-            ok = same_attribute_value(actual, constraint.values.front());
+          if (std::fabs(number - constraint.number) > constraint.tolerance) {
+            return reject(fmt::format("holds {}, not {}", number, constraint.describe()));
           }
-          if (!ok) return reject(fmt::format("holds {}, not {}", number, constraint.describe()));
+        }
+        return true;
+      }
+      case K::kEquals:
+      case K::kIn: {
+        // Every element of a small constant (numbers or strings) is one of the values.
+        auto values = scope_.constant_values(value);
+        if (!values || (values->numbers.empty() && values->strings.empty())) return reject("is not a small constant");
+        auto allowed = [&](const onnx::AttributeProto& actual) {
+          return std::any_of(constraint.values.begin(), constraint.values.end(),
+                             [&](const onnx::AttributeProto& wanted) { return same_attribute_value(actual, wanted); });
+        };
+        for (double number : values->numbers) {
+          onnx::AttributeProto actual;
+          actual.set_type(onnx::AttributeProto::FLOAT);
+          actual.set_f(static_cast<float>(number));
+          if (!allowed(actual)) return reject(fmt::format("holds {}, not {}", number, constraint.describe()));
+        }
+        for (const auto& text : values->strings) {
+          onnx::AttributeProto actual;
+          actual.set_type(onnx::AttributeProto::STRING);
+          actual.set_s(text);
+          if (!allowed(actual)) return reject(fmt::format("holds \"{}\", not {}", text, constraint.describe()));
         }
         return true;
       }

@@ -257,8 +257,7 @@ class RuleFileParser {
         else rule->requires_opsets = parse_version_list(value, clause_at);
       } else if (clause == "pattern") {
         rule->patterns.push_back(parse_pattern());
-        skip_space();
-        if (peek_word() == "where") {
+        if (peek_word() == "where") {  // this pattern's own constraints
           pos_ += 5;
           parse_where(rule->patterns.back().constraints, rule->patterns.back().defaults, rule->patterns.back().opsets);
         }

@@ -49,6 +49,21 @@ std::optional<onnx::TensorProto> constant_node_tensor(const onnx::NodeProto& nod
       std::vector<double> numbers(attribute.floats().begin(), attribute.floats().end());
       return make_tensor(onnx::TensorProto::FLOAT, {static_cast<int64_t>(numbers.size())}, numbers);
     }
+    if (name == "value" && attribute.type() == onnx::AttributeProto::STRING) {
+      // torch writes a str constant as a STRING attribute named value.
+      onnx::TensorProto tensor;
+      tensor.set_data_type(onnx::TensorProto::STRING);
+      tensor.add_string_data(attribute.s());
+      return tensor;
+    }
+    if (name == "value_string" || name == "value_strings") {
+      onnx::TensorProto tensor;
+      tensor.set_data_type(onnx::TensorProto::STRING);
+      if (name == "value_string") tensor.add_string_data(attribute.s());
+      else tensor.add_dims(attribute.strings_size());
+      for (const auto& text : attribute.strings()) tensor.add_string_data(text);
+      return tensor;
+    }
     if (name == "value_ints") {
       std::vector<double> numbers(attribute.ints().begin(), attribute.ints().end());
       return make_tensor(onnx::TensorProto::INT64, {static_cast<int64_t>(numbers.size())}, numbers);

@@ -81,7 +81,7 @@ std::optional<TensorValues> decode_tensor(const TensorProto& tensor) {
   if (tensor.data_location() == TensorProto::EXTERNAL) return std::nullopt;
   const int32_t type = tensor.data_type();
   const size_t element_size = raw_element_size(type);
-  if (element_size == 0) return std::nullopt;
+  if (element_size == 0 && type != TensorProto::STRING) return std::nullopt;
   TensorValues values;
   values.data_type = type;
   int64_t count = 1;
@@ -90,7 +90,10 @@ std::optional<TensorValues> decode_tensor(const TensorProto& tensor) {
     values.dims.push_back(dim);
     count *= dim;
   }
-  if (tensor.has_raw_data()) {
+  if (type == TensorProto::STRING) {
+    if (tensor.string_data_size() != count) return std::nullopt;
+    values.strings.assign(tensor.string_data().begin(), tensor.string_data().end());
+  } else if (tensor.has_raw_data()) {
     const std::string& raw = tensor.raw_data();
     if (raw.size() != static_cast<size_t>(count) * element_size) return std::nullopt;
     for (size_t at = 0; at < raw.size(); at += element_size) values.numbers.push_back(raw_element(type, raw.data() + at));

@@ -146,6 +146,30 @@ class Evaluator {
       }
       return from_numbers(values->numbers, integral, list);
     }
+    if (f == "first") {  // the first operand that has a value: alternatives spell a value differently
+      std::string reasons;
+      for (const auto& operand : e.operands) {
+        try {
+          return evaluate(operand);
+        } catch (const Decline& decline) {
+          reasons += (reasons.empty() ? "" : "; ") + decline.reason;
+        }
+      }
+      throw Decline("first(): no operand has a value (" + reasons + ")");
+    }
+    if (f == "string") {
+      if (e.operands.size() == 1 && e.operands[0].kind == Expression::Kind::kName && match_.attribute(e.operands[0].name)) {
+        const A& value = *match_.attribute(e.operands[0].name);
+        if (value.type() != A::STRING) throw Decline("string() of a non-string");
+        return value;
+      }
+      const std::string name = value_argument(e);
+      auto values = match_.constant(name);
+      if (!values || values->strings.size() != 1) throw Decline(fmt::format("'{}' is not a constant holding one string", name));
+      A value = make_value(A::STRING);
+      value.set_s(values->strings.front());
+      return value;
+    }
     if (f == "dims" || f == "rank") {
       const std::string name = value_argument(e);
       const ValueType type = match_.type_of(name);
@@ -170,7 +194,7 @@ class Evaluator {
       const int size = value.type() == A::INTS ? value.ints_size() : value.type() == A::FLOATS ? value.floats_size() : value.strings_size();
       return from_numbers({static_cast<double>(size)}, true, false);
     }
-    throw Decline("unknown function " + f + "() (int, float, ints, floats, dims, rank, dtype, len)");
+    throw Decline("unknown function " + f + "() (int, float, ints, floats, string, dims, rank, dtype, len, first)");
   }
 
   const Match& match_;

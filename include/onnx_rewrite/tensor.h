@@ -15,12 +15,13 @@ namespace onnx_rewrite {
 struct TensorValues {
   int32_t data_type = 0;
   std::vector<int64_t> dims;
-  std::vector<double> numbers;  // every element; integers are exact up to 2^53
+  std::vector<double> numbers;       // every element of a numeric tensor; integers exact up to 2^53
+  std::vector<std::string> strings;  // every element of a string tensor
 
   std::vector<int64_t> ints() const;
 };
 
-// Nullopt for strings, complex numbers, external data, or bytes that don't fit the dims.
+// Nullopt for complex numbers, external data, or bytes that don't fit the dims.
 std::optional<TensorValues> decode_tensor(const onnx::TensorProto& tensor);
 
 // A tensor of `data_type` (float, double, float16, integers, bool) holding `numbers`.

@@ -33,8 +33,10 @@ void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources
   add_rule_sources(command, sources);
   command.add_option("--only", options.only, "Apply only this rule id (repeatable)");
   command.add_option("--skip", options.skip, "Don't apply this rule id (repeatable)");
-  command.add_flag("--inline-functions", inline_functions,
-                   "Inline calls to model-local functions (default: for --target onnx only)");
+  // A flag callback: CLI11 would set an optional<bool> to false when the flag is absent.
+  command.add_flag_callback(
+      "--inline-functions", [&inline_functions] { inline_functions = true; },
+      "Inline calls to model-local functions (default: for --target onnx only)");
   command.add_option("--max-rounds", options.max_rounds, "Rounds before rules that keep firing are an error")
       ->capture_default_str()
       ->check(CLI::Range(1, 10000));
