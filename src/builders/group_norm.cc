@@ -1,7 +1,153 @@
+// Group normalization as ops every runtime has (rules/group-norm.rules).
+//
+// Statistics are taken per (sample, group) over the group's channels and all spatial positions,
+// with the biased variance. InstanceNormalization computes exactly that on x viewed as
+// [N, G, -1] (one "instance channel" per group), so the decomposition is
+//
+//   y = Reshape(InstanceNormalization(Reshape(x, [0, G, -1]), s, b, eps), Shape(x))
+//
+// with s, b the group's scale and bias (GroupNormalization-18: per group), or units and zeros
+// followed by a per-channel Mul/Add with scale/bias reshaped to [C, 1, ..., 1]
+// (torch.nn.functional.group_norm, mygroupnorm, GroupNormalization-21). It is valid from opset 7
+// (numpy broadcasting in Mul/Add); a group count that is only known at run time (mygroupnorm
+// with num_groups as a graph input) needs ConstantOfShape, opset 9.
+#include <cmath>
+#include <optional>
+#include <variant>
+
+#include <fmt/format.h>
+
 #include "builders.h"
+#include "onnx_rewrite/tensor.h"
 
 namespace onnx_rewrite {
+namespace {
 
-void add_group_norm_builders(BuilderTable& table) { (void)table; }
+enum class Affine { kPerChannel, kPerGroup };
+
+struct Groups {
+  std::optional<int64_t> count;  // known when the rule is applied
+  Value at_run_time;             // else: int64 [1], computed from the num_groups input
+};
+
+// The group count when it is known now: the captured attribute `num_groups` (ai.onnx
+// GroupNormalization) or the constant one-element input `num_groups` (mygroupnorm, float or int);
+// nullopt when the input is computed at run time; a string when it can't be a group count.
+std::variant<std::optional<int64_t>, std::string> known_group_count(const Match& match) {
+  std::optional<int64_t> count;
+  if (match.attribute("num_groups")) {
+    count = match.attribute_int("num_groups", 0);
+  } else if (auto constant = match.constant("num_groups")) {
+    if (constant->numbers.size() != 1) return fmt::format("num_groups has {} elements, not one", constant->numbers.size());
+    const double number = constant->numbers.front();
+    if (number != std::floor(number)) return fmt::format("num_groups is {}, not a whole number", number);
+    count = static_cast<int64_t>(number);
+  } else {
+    return std::nullopt;
+  }
+  if (*count < 1) return fmt::format("num_groups is {}", *count);
+  const ValueType x_type = match.type_of("x");
+  const int64_t channels = x_type.dims && x_type.dims->size() >= 2 ? (*x_type.dims)[1] : -1;  // -1: unknown
+  if (channels > 0 && channels % *count != 0) return fmt::format("{} channels don't split into {} groups", channels, *count);
+  return count;
+}
+
+std::variant<Groups, std::string> group_count(const Match& match, GraphBuilder& b) {
+  auto known = known_group_count(match);
+  if (auto* reason = std::get_if<std::string>(&known)) return *reason;
+  if (auto count = std::get<std::optional<int64_t>>(known)) return Groups{count, {}};
+  if (b.opset() < 9) return "num_groups is computed at run time, which needs ConstantOfShape (ai.onnx >= 9)";
+  const Value count = b.Cast(b.Reshape(Value{match.value("num_groups")}, b.ints({1})), onnx::TensorProto::INT64);
+  return Groups{std::nullopt, count};
+}
+
+// `count` copies of `number` as a [G] tensor of `data_type`.
+Value filled(GraphBuilder& b, const Groups& groups, double number, int32_t data_type) {
+  if (groups.count) return b.floats(std::vector<double>(static_cast<size_t>(*groups.count), number), data_type);
+  return b.op("ConstantOfShape", {groups.at_run_time}, {attr("value", make_tensor(data_type, {1}, {number}))});
+}
+
+// y * scale + bias, with scale and bias reshaped to broadcast per channel.
+Value scale_and_shift(GraphBuilder& b, Value y, Value scale, Value bias, Value channel_shape) {
+  const Value scaled = b.Mul(y, b.Reshape(scale, channel_shape));
+  return b.Add(scaled, b.Reshape(bias, channel_shape));
+}
+
+bool is_half(int32_t data_type) {
+  return data_type == onnx::TensorProto::FLOAT16 || data_type == onnx::TensorProto::BFLOAT16;
+}
+
+std::string build_group_norm(const Match& match, GraphBuilder& b, Affine affine) {
+  const Value x{match.value("x")};
+  const Value scale{match.value("scale")};
+  const Value bias{match.value("bias")};
+  const ValueType x_type = match.type_of("x");
+  const int32_t data_type = x_type.elem_type ? x_type.elem_type : match.type_of("scale").elem_type;
+  if (data_type == 0) return "the element type of x (and of scale) is unknown";
+  // GroupNormalization-21 computes the statistics in stash_type (float unless told); torch
+  // (mygroupnorm) accumulates half types in float too; GroupNormalization-18 stays in x's type.
+  int32_t stash_type = data_type;
+  if (match.attribute("stash_type")) stash_type = static_cast<int32_t>(match.attribute_int("stash_type", 1));
+  else if (affine == Affine::kPerChannel && is_half(data_type)) stash_type = onnx::TensorProto::FLOAT;
+
+  auto counted = group_count(match, b);
+  if (auto* reason = std::get_if<std::string>(&counted)) return *reason;
+  const Groups groups = std::get<Groups>(counted);
+
+  const Value grouped_shape =
+      groups.count ? b.ints({0, *groups.count, -1}) : b.Concat({b.ints({0}), groups.at_run_time, b.ints({-1})}, 0);
+  Value grouped = b.Reshape(x, grouped_shape);
+  if (stash_type != data_type) grouped = b.Cast(grouped, stash_type);
+  // Per group (GroupNormalization-18, no stash_type): scale and bias are InstanceNormalization's own.
+  const bool per_group = affine == Affine::kPerGroup;
+  const Value group_scale = per_group ? scale : filled(b, groups, 1.0, stash_type);
+  const Value group_bias = per_group ? bias : filled(b, groups, 0.0, stash_type);
+  Value normalized = b.op("InstanceNormalization", {grouped, group_scale, group_bias},
+                          {attr("epsilon", match.attribute_float("eps", 1e-5f))});
+  if (stash_type != data_type) normalized = b.Cast(normalized, data_type);
+  const Value x_shape = b.Shape(x);
+  const Value restored = b.Reshape(normalized, x_shape);
+  if (per_group) {
+    b.output(match.value("y"), restored);
+    return {};
+  }
+
+  // Per channel: scale and bias broadcast as [C, 1, ..., 1] against x's shape when its rank is
+  // known, else as [C, 1] against x viewed as [N, C, -1] (Reshape's 0 copies N and C).
+  if (auto rank = x_type.rank(); rank && *rank >= 2) {
+    std::vector<int64_t> per_channel(*rank - 1, 1);
+    per_channel.front() = -1;
+    b.output(match.value("y"), scale_and_shift(b, restored, scale, bias, b.ints(per_channel)));
+    return {};
+  }
+  const Value channels_view = b.Reshape(restored, b.ints({0, 0, -1}));
+  const Value affined = scale_and_shift(b, channels_view, scale, bias, b.ints({-1, 1}));
+  b.output(match.value("y"), b.Reshape(affined, x_shape));
+  return {};
+}
+
+// mygroupnorm as GroupNormalization-21 (same semantics), when num_groups is a valid constant.
+std::string build_group_normalization_21(const Match& match, GraphBuilder& b) {
+  auto known = known_group_count(match);
+  if (auto* reason = std::get_if<std::string>(&known)) return *reason;
+  const auto count = std::get<std::optional<int64_t>>(known);
+  if (!count) return "num_groups is not a constant";
+  const Value y = b.op("GroupNormalization", {Value{match.value("x")}, Value{match.value("scale")}, Value{match.value("bias")}},
+                       {attr("epsilon", match.attribute_float("eps", 1e-5f)), attr("num_groups", *count)});
+  b.output(match.value("y"), y);
+  return {};
+}
+
+}  // namespace
+
+void add_group_norm_builders(BuilderTable& table) {
+  table["group_norm_as_group_normalization_21"] = build_group_normalization_21;
+  table["group_norm_per_channel"] = [](const Match& match, GraphBuilder& b) {
+    return build_group_norm(match, b, Affine::kPerChannel);
+  };
+  table["group_norm_per_group"] = [](const Match& match, GraphBuilder& b) {
+    return build_group_norm(match, b, Affine::kPerGroup);
+  };
+}
 
 }  // namespace onnx_rewrite
