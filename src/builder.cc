@@ -60,6 +60,10 @@ std::vector<Value> GraphBuilder::op_named(const onnx::NodeProto& prototype, cons
 }
 
 Value GraphBuilder::constant(onnx::TensorProto tensor) {
+  // A payload that disagrees with its shape would pass our check and fail in the runtime.
+  if (tensor.data_type() != onnx::TensorProto::STRING && !decode_tensor(tensor)) {
+    throw std::logic_error("rule " + rule_id_ + " made a constant whose data does not match its type and shape");
+  }
   tensor.clear_name();
   const std::string bytes = tensor.SerializeAsString();
   for (const auto& [name, existing] : constants_) {

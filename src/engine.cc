@@ -67,6 +67,14 @@ CandidateIndex index_by_anchor(const std::vector<const Rule*>& rules) {
   return index;
 }
 
+// The lowest ai.onnx version a rule's replacement needs (0: none stated).
+int required_opset(const Rule& rule) {
+  for (const auto& range : rule.requires_opsets) {
+    if (range.domain.empty()) return range.min;
+  }
+  return 0;
+}
+
 bool explains(const RewriteOptions& options, const onnx::NodeProto& node) {
   if (options.explain.empty() || !options.explain_out) return false;
   return options.explain == node.op_type() || options.explain == node.name() ||
@@ -152,6 +160,10 @@ class Run {
         need_raise.emplace_back(candidate, std::move(*match));
       }
     }
+    // Raise as little as possible: the rule needing the lowest ai.onnx version first.
+    std::stable_sort(need_raise.begin(), need_raise.end(), [](const auto& a, const auto& b) {
+      return required_opset(*a.first.rule) < required_opset(*b.first.rule);
+    });
     for (auto& [candidate, match] : need_raise) {
       if (apply(scope, candidate, match, true, explain)) return candidate.rule;
     }
