@@ -3,6 +3,7 @@
 #include <set>
 
 #include "onnx_rewrite/opset.h"
+#include "shape_inference.h"
 
 namespace onnx_rewrite {
 namespace {
@@ -219,7 +220,27 @@ std::optional<TensorValues> Scope::constant_values(std::string_view value, size_
   return decode_tensor(model_.tensor_with_data(*tensor));
 }
 
+Scope::~Scope() = default;
+
+const ShapeFacts& Scope::facts(const std::string& value) const {
+  if (!inference_) inference_ = std::make_unique<ShapeInference>(*this);
+  return (*inference_)(value);
+}
+
 ValueType Scope::type_of(std::string_view value) const {
+  ValueType type = declared_type(value);
+  if (type.elem_type != 0 && type.dims) return type;
+  const ShapeFacts& inferred = facts(std::string(value));
+  if (type.elem_type == 0) type.elem_type = inferred.elem_type;
+  if (!type.dims && inferred.shape) {
+    std::vector<int64_t> dims;
+    for (const Dim& dim : *inferred.shape) dims.push_back(dim.known() ? *dim.number : -1);
+    type.dims = std::move(dims);
+  }
+  return type;
+}
+
+ValueType Scope::declared_type(std::string_view value) const {
   if (const ValueType* type = types_.find(value)) return *type;
   if (const Producer* produced = producer(value)) {
     if (auto tensor = constant_node_tensor(*produced->node)) {
@@ -230,7 +251,7 @@ ValueType Scope::type_of(std::string_view value) const {
     }
     return {};
   }
-  return parent_ ? parent_->type_of(value) : ValueType{};
+  return parent_ ? parent_->declared_type(value) : ValueType{};
 }
 
 std::vector<std::unique_ptr<Scope>> collect_scopes(Model& model) {

@@ -35,6 +35,7 @@ class Match {
   std::vector<int64_t> attribute_ints(const std::string& name, std::vector<int64_t> otherwise = {}) const;
   std::string attribute_string(const std::string& name, std::string otherwise = {}) const;
   ValueType type_of(const std::string& pattern_name) const;
+  const ShapeFacts& facts(const std::string& pattern_name) const { return scope->facts(value(pattern_name)); }
   std::optional<TensorValues> constant(const std::string& pattern_name) const;
   int opset(const std::string& domain = "") const;
 };

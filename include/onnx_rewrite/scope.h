@@ -17,6 +17,7 @@
 
 #include "onnx_rewrite/flat_map.h"
 #include "onnx_rewrite/model.h"
+#include "onnx_rewrite/shapes.h"
 #include "onnx_rewrite/tensor.h"
 
 namespace onnx_rewrite {
@@ -35,12 +36,15 @@ struct ValueType {
   std::optional<size_t> rank() const { return dims ? std::optional<size_t>(dims->size()) : std::nullopt; }
 };
 
+class ShapeInference;
+
 class Scope {
  public:
   enum class Kind { kMainGraph, kSubgraph, kFunction };
 
   Scope(Kind kind, std::string where, const Model& model, const Scope* parent, onnx::GraphProto* graph,
         onnx::FunctionProto* function);
+  ~Scope();
 
   Kind kind() const { return kind_; }
   const std::string& where() const { return where_; }
@@ -76,7 +80,12 @@ class Scope {
   bool is_constant(std::string_view value) const;
   // Its values, decoded (small tensors only: at most `max_elements`).
   std::optional<TensorValues> constant_values(std::string_view value, size_t max_elements = 4096) const;
+  // What the graph declares (graph inputs/outputs, value_info, initializers, Constant nodes).
+  ValueType declared_type(std::string_view value) const;
+  // What is known: declared, completed by shape inference through the producers.
   ValueType type_of(std::string_view value) const;
+  // Shapes with symbols for run-time sizes (shapes.h), worked out once per scope.
+  const ShapeFacts& facts(const std::string& value) const;
 
  private:
   void index();
@@ -103,6 +112,7 @@ class Scope {
   FlatMap<std::string_view, ValueType> types_;
   FlatMap<const onnx::NodeProto*, int> positions_;
   std::map<std::string, int, std::less<>> opsets_;
+  mutable std::unique_ptr<ShapeInference> inference_;  // on first use
 };
 
 // All scopes of a model, parents before children. Pointers into the model stay valid until the

@@ -1,0 +1,541 @@
+// Works out ShapeFacts on demand, back through the producers a query needs (iteratively, so a
+// deep graph can't exhaust the stack), remembering them for the scope's lifetime (one round: the
+// graph does not change while a scope is in use). Owned by Scope (Scope::facts).
+#pragma once
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "onnx_rewrite/opset.h"
+#include "onnx_rewrite/scope.h"
+#include "onnx_rewrite/shapes.h"
+
+namespace onnx_rewrite {
+
+class ShapeInference {
+ public:
+  explicit ShapeInference(const Scope& scope) : scope_(scope) {
+    for (const Scope* s = &scope; s; s = s->parent()) {
+      if (!s->graph()) continue;
+      for (const auto& info : s->graph()->input()) inputs_.emplace(info.name(), &info);
+    }
+  }
+
+  // What is known about `value`, working back through its producers as far as needed.
+  const ShapeFacts& operator()(const std::string& value) {
+    if (const ShapeFacts* known = cached(value)) return *known;
+    std::vector<std::string> pending{value};
+    std::unordered_set<const onnx::NodeProto*> waiting;  // nodes whose inputs are being worked out
+    while (!pending.empty()) {
+      const std::string current = pending.back();
+      if (cached(current)) {
+        pending.pop_back();
+        continue;
+      }
+      const auto* produced = scope_.producer(current);
+      if (!produced) {
+        entries_[current] = declared(current);
+        pending.pop_back();
+        continue;
+      }
+      const onnx::NodeProto& node = *produced->node;
+      bool ready = true;
+      if (!waiting.count(&node)) {  // (a node seen twice here sits on a cycle: it gets no facts)
+        for (const auto& input : node.input()) {
+          if (!input.empty() && !cached(input)) {
+            pending.push_back(input);
+            ready = false;
+          }
+        }
+      }
+      waiting.insert(&node);
+      if (ready) {
+        visit(node);
+        pending.pop_back();
+      }
+    }
+    return *cached(value);
+  }
+
+ private:
+  static constexpr size_t kMaxValues = 64;  // larger integer tensors are data, not shapes
+
+  const ShapeFacts* cached(const std::string& value) const {
+    auto it = entries_.find(value);
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+
+  // Graph inputs (with their dim_params), initializers, values of enclosing graphs.
+  ShapeFacts declared(const std::string& value) const {
+    ShapeFacts facts;
+    const ValueType type = scope_.declared_type(value);
+    facts.elem_type = type.elem_type;
+    if (auto it = inputs_.find(value); it != inputs_.end() && it->second->type().has_tensor_type() &&
+                                       it->second->type().tensor_type().has_shape()) {
+      Dims dims;
+      const auto& shape = it->second->type().tensor_type().shape();
+      for (int axis = 0; axis < shape.dim_size(); ++axis) {
+        const auto& dim = shape.dim(axis);
+        if (dim.has_dim_value()) dims.push_back(Dim::of(dim.dim_value()));
+        else if (!dim.dim_param().empty()) dims.push_back(Dim::named(dim.dim_param()));
+        else dims.push_back(fresh(value, static_cast<size_t>(axis)));
+      }
+      facts.shape = std::move(dims);
+    } else if (type.dims) {
+      facts.shape = numeric(*type.dims, value);
+    }
+    add_constant_values(value, facts);
+    return facts;
+  }
+
+  void add_constant_values(const std::string& value, ShapeFacts& facts) const {
+    if (!is_integer(facts.elem_type) || !facts.shape || facts.shape->size() > 1) return;
+    if (auto values = scope_.constant_values(value, kMaxValues)) {
+      Dims elements;
+      for (double number : values->numbers) elements.push_back(Dim::of(static_cast<int64_t>(number)));
+      facts.values = std::move(elements);
+    }
+  }
+
+  static bool is_integer(int32_t type) {
+    return type == onnx::TensorProto::INT64 || type == onnx::TensorProto::INT32;
+  }
+
+  static Dims numeric(const std::vector<int64_t>& dims, const std::string& value) {
+    Dims out;
+    for (size_t axis = 0; axis < dims.size(); ++axis) {
+      out.push_back(dims[axis] >= 0 ? Dim::of(dims[axis]) : Dim::named(fmt::format("{}#{}", value, axis)));
+    }
+    return out;
+  }
+
+  static Dim fresh(const std::string& value, size_t axis) { return Dim::named(fmt::format("{}#{}", value, axis)); }
+
+  // Numpy broadcasting; a size that can't be decided becomes a symbol of the result.
+  static std::optional<Dims> broadcast(const std::vector<const ShapeFacts*>& operands, const std::string& out) {
+    size_t rank = 0;
+    for (const ShapeFacts* operand : operands) {
+      if (!operand->shape) return std::nullopt;
+      rank = std::max(rank, operand->shape->size());
+    }
+    Dims dims(rank);
+    for (size_t axis = 0; axis < rank; ++axis) {
+      std::vector<Dim> sizes;  // the operands' sizes along this axis that are not 1
+      for (const ShapeFacts* operand : operands) {
+        const Dims& shape = *operand->shape;
+        const size_t offset = rank - shape.size();
+        if (axis >= offset && shape[axis - offset].number != 1) sizes.push_back(shape[axis - offset]);
+      }
+      const auto number = std::find_if(sizes.begin(), sizes.end(), [](const Dim& dim) { return dim.known(); });
+      const bool same = std::all_of(sizes.begin(), sizes.end(), [&](const Dim& dim) { return dim == sizes.front(); });
+      if (sizes.empty()) dims[axis] = Dim::of(1);
+      else if (number != sizes.end()) dims[axis] = *number;  // the others are equal to it (or 1) at run time
+      else if (same) dims[axis] = sizes.front();
+      else dims[axis] = fresh(out, axis);
+    }
+    return dims;
+  }
+
+  static std::optional<std::vector<int64_t>> ints(const std::optional<Dims>& values) {
+    if (!values) return std::nullopt;
+    std::vector<int64_t> out;
+    for (const Dim& dim : *values) {
+      if (!dim.known()) return std::nullopt;
+      out.push_back(*dim.number);
+    }
+    return out;
+  }
+
+  static std::optional<int64_t> int_attribute(const onnx::NodeProto& node, const std::string& name) {
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == name && attribute.type() == onnx::AttributeProto::INT) return attribute.i();
+    }
+    return std::nullopt;
+  }
+
+  static std::optional<std::vector<int64_t>> ints_attribute(const onnx::NodeProto& node, const std::string& name) {
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == name) return std::vector<int64_t>(attribute.ints().begin(), attribute.ints().end());
+    }
+    return std::nullopt;
+  }
+
+  const ShapeFacts& input(const onnx::NodeProto& node, int index) {
+    static const ShapeFacts kNothing;
+    if (index >= node.input_size() || node.input(index).empty()) return kNothing;
+    return (*this)(node.input(index));
+  }
+
+  // Axes given as an attribute (older opsets) or as a constant input.
+  std::optional<std::vector<int64_t>> axes_of(const onnx::NodeProto& node, int input_index) {
+    if (auto attribute = ints_attribute(node, "axes")) return attribute;
+    if (input_index < node.input_size() && !node.input(input_index).empty()) return ints(input(node, input_index).values);
+    return std::vector<int64_t>{};
+  }
+
+  void visit(const onnx::NodeProto& node) {
+    std::vector<ShapeFacts> outputs(static_cast<size_t>(node.output_size()));
+    if (!outputs.empty()) infer(node, outputs);
+    for (int i = 0; i < node.output_size(); ++i) {
+      const std::string& name = node.output(i);
+      if (name.empty()) continue;
+      ShapeFacts& facts = outputs[static_cast<size_t>(i)];
+      merge_declared(name, facts);
+      entries_[name] = std::move(facts);
+    }
+  }
+
+  // A declared type (value_info) fills what inference left open; its numbers win over symbols.
+  void merge_declared(const std::string& name, ShapeFacts& facts) const {
+    const ValueType type = scope_.declared_type(name);
+    if (!facts.elem_type) facts.elem_type = type.elem_type;
+    if (!type.dims) return;
+    if (!facts.shape) {
+      facts.shape = numeric(*type.dims, name);
+    } else if (type.dims->size() == facts.shape->size()) {
+      for (size_t axis = 0; axis < facts.shape->size(); ++axis) {
+        if ((*type.dims)[axis] >= 0) (*facts.shape)[axis] = Dim::of((*type.dims)[axis]);
+      }
+    }
+  }
+
+  void infer(const onnx::NodeProto& node, std::vector<ShapeFacts>& outputs) {
+    const std::string domain = normalize_domain(node.domain());
+    const std::string& op = node.op_type();
+    const std::string& out = node.output(0);
+    ShapeFacts& result = outputs[0];
+    if (domain == "com.microsoft") {
+      static const std::set<std::string> kSameShape = {"Gelu", "FastGelu", "BiasGelu", "QuickGelu",
+                                                       "SkipLayerNormalization", "SkipSimplifiedLayerNormalization"};
+      if (!kSameShape.count(op)) return;
+      result.elem_type = input(node, 0).elem_type;
+      result.shape = input(node, 0).shape;
+      if (op.starts_with("Skip") && outputs.size() > 3) outputs[3] = result;
+      return;
+    }
+    if (!domain.empty()) return;
+
+    static const std::set<std::string> kSameShape = {
+        "Identity", "Abs", "Neg", "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "Tanh",
+        "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Softplus",
+        "Softsign", "Softmax", "LogSoftmax", "Hardmax", "Dropout", "Clip", "Gelu", "Swish", "Mish", "HardSwish",
+        "ThresholdedRelu", "Shrink", "LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
+        "BatchNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization",
+        "MeanVarianceNormalization", "CumSum", "Cast", "CastLike", "Not", "IsNaN", "IsInf", "Trilu"};
+    static const std::set<std::string> kBroadcast = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum",
+                                                     "Mean", "Mod", "PRelu", "And", "Or", "Xor", "Equal", "Less",
+                                                     "Greater", "LessOrEqual", "GreaterOrEqual", "Where",
+                                                     "BitwiseAnd", "BitwiseOr", "BitwiseXor"};
+    static const std::set<std::string> kBoolean = {"And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual",
+                                                   "GreaterOrEqual", "Not", "IsNaN", "IsInf"};
+    const ShapeFacts& first = input(node, 0);
+
+    if (op == "Constant") {
+      result = declared(out);  // the tensor's type and values
+      return;
+    }
+    if (kSameShape.count(op)) {
+      result.shape = first.shape;
+      result.elem_type = first.elem_type;
+      if (op == "Cast") result.elem_type = static_cast<int32_t>(int_attribute(node, "to").value_or(0));
+      if (op == "CastLike") result.elem_type = input(node, 1).elem_type;
+      if (op == "Identity" || (op == "Cast" && is_integer(result.elem_type))) result.values = first.values;
+    } else if (kBroadcast.count(op)) {
+      std::vector<const ShapeFacts*> operands;
+      for (int i = 0; i < node.input_size(); ++i) operands.push_back(&input(node, i));
+      result.shape = broadcast(operands, out);
+      result.elem_type = op == "Where" ? input(node, 1).elem_type : first.elem_type;
+    } else if (op == "MatMul") {
+      infer_matmul(first, input(node, 1), out, result);
+    } else if (op == "Gather") {
+      infer_gather(node, first, input(node, 1), result);
+    } else if (op == "Shape") {
+      result.elem_type = onnx::TensorProto::INT64;
+      if (first.shape) {
+        const auto rank = static_cast<int64_t>(first.shape->size());
+        auto clamp = [&](int64_t at) { return std::clamp(at < 0 ? at + rank : at, int64_t{0}, rank); };
+        const int64_t start = clamp(int_attribute(node, "start").value_or(0));
+        const int64_t end = clamp(int_attribute(node, "end").value_or(rank));
+        result.values = Dims(first.shape->begin() + start, first.shape->begin() + std::max(start, end));
+        result.shape = Dims{Dim::of(static_cast<int64_t>(result.values->size()))};
+      } else {
+        result.shape = Dims{fresh(out, 0)};
+      }
+    } else if (op == "Size") {
+      result.elem_type = onnx::TensorProto::INT64;
+      result.shape = Dims{};
+    } else if (op == "Unsqueeze" || op == "Squeeze") {
+      infer_squeeze(node, first, op == "Unsqueeze", result);
+    } else if (op == "Concat") {
+      infer_concat(node, out, result);
+    } else if (op == "Reshape") {
+      infer_reshape(node, first, input(node, 1), out, result);
+    } else if (op == "Transpose") {
+      result.elem_type = first.elem_type;
+      if (first.shape) {
+        std::vector<int64_t> perm = ints_attribute(node, "perm").value_or(std::vector<int64_t>{});
+        if (perm.empty()) {
+          for (size_t i = first.shape->size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+        }
+        if (perm.size() == first.shape->size()) {
+          Dims dims;
+          for (int64_t axis : perm) dims.push_back((*first.shape)[static_cast<size_t>(axis)]);
+          result.shape = std::move(dims);
+        }
+      }
+    } else if (op == "Slice") {
+      infer_slice(node, first, out, result);
+    } else if (op == "Expand") {
+      result.elem_type = first.elem_type;
+      if (const auto& shape = input(node, 1).values) {
+        ShapeFacts target;
+        target.shape = shape;
+        result.shape = broadcast({&first, &target}, out);
+      }
+    } else if (op.starts_with("Reduce")) {
+      infer_reduce(node, first, result);
+    } else if (op == "ConstantOfShape") {
+      result.elem_type = onnx::TensorProto::FLOAT;
+      for (const auto& attribute : node.attribute()) {
+        if (attribute.name() == "value") result.elem_type = attribute.t().data_type();
+      }
+      result.shape = input(node, 0).values;
+    }
+    if (kBoolean.count(op)) result.elem_type = onnx::TensorProto::BOOL;
+  }
+
+  static void infer_matmul(const ShapeFacts& a, const ShapeFacts& b, const std::string& out, ShapeFacts& result) {
+    result.elem_type = a.elem_type;
+    if (!a.shape || !b.shape || a.shape->empty() || b.shape->empty()) return;
+    Dims left = *a.shape, right = *b.shape;
+    const bool vector_left = left.size() == 1, vector_right = right.size() == 1;
+    if (vector_left) left.insert(left.begin(), Dim::of(1));
+    if (vector_right) right.push_back(Dim::of(1));
+    ShapeFacts left_batch, right_batch;
+    left_batch.shape = Dims(left.begin(), left.end() - 2);
+    right_batch.shape = Dims(right.begin(), right.end() - 2);
+    Dims dims = *broadcast({&left_batch, &right_batch}, out);
+    if (!vector_left) dims.push_back(left[left.size() - 2]);
+    if (!vector_right) dims.push_back(right.back());
+    result.shape = std::move(dims);
+  }
+
+  static void infer_gather(const onnx::NodeProto& node, const ShapeFacts& data, const ShapeFacts& indices, ShapeFacts& result) {
+    result.elem_type = data.elem_type;
+    if (!data.shape || !indices.shape || data.shape->empty()) return;
+    const auto rank = static_cast<int64_t>(data.shape->size());
+    int64_t axis = int_attribute(node, "axis").value_or(0);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return;
+    Dims dims(data.shape->begin(), data.shape->begin() + axis);
+    dims.insert(dims.end(), indices.shape->begin(), indices.shape->end());
+    dims.insert(dims.end(), data.shape->begin() + axis + 1, data.shape->end());
+    result.shape = std::move(dims);
+    if (data.values && axis == 0) {
+      if (auto picked = ints(indices.values)) {
+        Dims elements;
+        for (int64_t index : *picked) {
+          if (index < 0) index += static_cast<int64_t>(data.values->size());
+          if (index < 0 || index >= static_cast<int64_t>(data.values->size())) return;
+          elements.push_back((*data.values)[static_cast<size_t>(index)]);
+        }
+        result.values = std::move(elements);
+      }
+    }
+  }
+
+  void infer_squeeze(const onnx::NodeProto& node, const ShapeFacts& x, bool unsqueeze, ShapeFacts& result) {
+    result.elem_type = x.elem_type;
+    const auto axes = axes_of(node, 1);
+    if (!x.shape || !axes) return;
+    Dims dims = *x.shape;
+    if (unsqueeze) {
+      const auto rank = static_cast<int64_t>(dims.size() + axes->size());
+      std::vector<int64_t> sorted;
+      for (int64_t axis : *axes) sorted.push_back(axis < 0 ? axis + rank : axis);
+      std::sort(sorted.begin(), sorted.end());
+      for (int64_t axis : sorted) {
+        if (axis < 0 || axis > static_cast<int64_t>(dims.size())) return;
+        dims.insert(dims.begin() + axis, Dim::of(1));
+      }
+    } else {
+      const auto rank = static_cast<int64_t>(dims.size());
+      std::vector<bool> drop(dims.size(), false);
+      for (size_t axis = 0; axis < dims.size(); ++axis) {
+        if (axes->empty() && dims[axis].number == 1) drop[axis] = true;
+        if (axes->empty() && !dims[axis].known()) return;  // might be 1
+      }
+      for (int64_t axis : *axes) {
+        if (axis < 0) axis += rank;
+        if (axis < 0 || axis >= rank) return;
+        drop[static_cast<size_t>(axis)] = true;
+      }
+      Dims kept;
+      for (size_t axis = 0; axis < dims.size(); ++axis) {
+        if (!drop[axis]) kept.push_back(dims[axis]);
+      }
+      dims = std::move(kept);
+    }
+    result.shape = std::move(dims);
+    if (x.values && result.shape->size() <= 1) result.values = x.values;
+  }
+
+  void infer_concat(const onnx::NodeProto& node, const std::string& out, ShapeFacts& result) {
+    std::vector<const ShapeFacts*> parts;
+    for (int i = 0; i < node.input_size(); ++i) parts.push_back(&input(node, i));
+    if (parts.empty()) return;
+    result.elem_type = parts.front()->elem_type;
+    for (const ShapeFacts* part : parts) {
+      if (!part->shape || part->shape->size() != parts.front()->shape->size()) return;
+    }
+    const auto rank = static_cast<int64_t>(parts.front()->shape->size());
+    int64_t axis = int_attribute(node, "axis").value_or(0);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return;
+    Dims dims = *parts.front()->shape;
+    int64_t total = 0;
+    for (const ShapeFacts* part : parts) {
+      const Dim& dim = (*part->shape)[static_cast<size_t>(axis)];
+      total = total >= 0 && dim.known() ? total + *dim.number : -1;
+    }
+    dims[static_cast<size_t>(axis)] = total >= 0 ? Dim::of(total) : fresh(out, static_cast<size_t>(axis));
+    result.shape = std::move(dims);
+    if (rank == 1) {
+      Dims elements;
+      for (const ShapeFacts* part : parts) {
+        if (!part->values) return;
+        elements.insert(elements.end(), part->values->begin(), part->values->end());
+      }
+      result.values = std::move(elements);
+    }
+  }
+
+  static void infer_reshape(const onnx::NodeProto& node, const ShapeFacts& data, const ShapeFacts& shape, const std::string& out,
+                            ShapeFacts& result) {
+    result.elem_type = data.elem_type;
+    if (!shape.values) {
+      if (shape.shape && shape.shape->size() == 1 && (*shape.shape)[0].known()) {
+        Dims dims;
+        for (int64_t axis = 0; axis < *(*shape.shape)[0].number; ++axis) dims.push_back(fresh(out, static_cast<size_t>(axis)));
+        result.shape = std::move(dims);
+      }
+      return;
+    }
+    const bool allow_zero = int_attribute(node, "allowzero").value_or(0) != 0;
+    Dims dims = *shape.values;
+    std::optional<size_t> inferred;
+    for (size_t axis = 0; axis < dims.size(); ++axis) {
+      if (dims[axis].number == 0 && !allow_zero) {
+        if (!data.shape || axis >= data.shape->size()) return;
+        dims[axis] = (*data.shape)[axis];
+      } else if (dims[axis].number == -1) {
+        inferred = axis;
+      }
+    }
+    if (inferred) {
+      // The -1 axis: the input's size over the product of the others, when all are numbers.
+      int64_t total = 1, known = 1;
+      bool numeric = data.shape.has_value();
+      for (const Dim& dim : data.shape.value_or(Dims{})) numeric = numeric && dim.known() && (total *= *dim.number, true);
+      for (size_t axis = 0; axis < dims.size(); ++axis) {
+        if (axis != *inferred) numeric = numeric && dims[axis].known() && (known *= *dims[axis].number, true);
+      }
+      dims[*inferred] = numeric && known > 0 ? Dim::of(total / known) : fresh(out, *inferred);
+    }
+    result.shape = std::move(dims);
+  }
+
+  void infer_slice(const onnx::NodeProto& node, const ShapeFacts& x, const std::string& out, ShapeFacts& result) {
+    result.elem_type = x.elem_type;
+    if (!x.shape) return;
+    const auto rank = static_cast<int64_t>(x.shape->size());
+    const bool legacy = node.input_size() < 3;  // opset < 10: attributes
+    auto param = [&](int index, const char* attribute) -> std::optional<std::vector<int64_t>> {
+      if (legacy) return ints_attribute(node, attribute);
+      if (index >= node.input_size() || node.input(index).empty()) return std::nullopt;
+      return ints(input(node, index).values);
+    };
+    const auto starts = param(1, "starts"), ends = param(2, "ends");
+    auto axes = param(3, "axes");
+    auto steps = param(4, "steps");
+    Dims dims = *x.shape;
+    if (!starts || !ends) {
+      // Unknown bounds: the axes that are sliced lose their size.
+      if (!axes) {
+        for (size_t axis = 0; axis < dims.size(); ++axis) dims[axis] = fresh(out, axis);
+      } else {
+        for (int64_t axis : *axes) {
+          if (axis < 0) axis += rank;
+          if (axis < 0 || axis >= rank) return;
+          dims[static_cast<size_t>(axis)] = fresh(out, static_cast<size_t>(axis));
+        }
+      }
+      result.shape = std::move(dims);
+      return;
+    }
+    if (!axes) {
+      axes.emplace();
+      for (size_t i = 0; i < starts->size(); ++i) axes->push_back(static_cast<int64_t>(i));
+    }
+    if (!steps) steps = std::vector<int64_t>(starts->size(), 1);
+    if (axes->size() != starts->size() || ends->size() != starts->size() || steps->size() != starts->size()) return;
+    std::optional<Dims> values = x.values;
+    for (size_t i = 0; i < axes->size(); ++i) {
+      int64_t axis = (*axes)[i] < 0 ? (*axes)[i] + rank : (*axes)[i];
+      if (axis < 0 || axis >= rank || (*steps)[i] == 0) return;
+      const Dim& size = dims[static_cast<size_t>(axis)];
+      if (!size.known()) {
+        dims[static_cast<size_t>(axis)] = fresh(out, static_cast<size_t>(axis));
+        values.reset();
+        continue;
+      }
+      const int64_t n = *size.number, step = (*steps)[i];
+      auto clamp = [&](int64_t at, int64_t low, int64_t high) { return std::clamp(at < 0 ? at + n : at, low, high); };
+      const int64_t begin = step > 0 ? clamp((*starts)[i], 0, n) : clamp((*starts)[i], -1, n - 1);
+      const int64_t end = step > 0 ? clamp((*ends)[i], 0, n) : clamp((*ends)[i], -1, n - 1);
+      std::vector<int64_t> picked;
+      for (int64_t at = begin; step > 0 ? at < end : at > end; at += step) picked.push_back(at);
+      dims[static_cast<size_t>(axis)] = Dim::of(static_cast<int64_t>(picked.size()));
+      if (values && rank == 1) {
+        Dims elements;
+        for (int64_t at : picked) elements.push_back((*values)[static_cast<size_t>(at)]);
+        values = std::move(elements);
+      }
+    }
+    result.shape = std::move(dims);
+    if (rank == 1) result.values = std::move(values);
+  }
+
+  void infer_reduce(const onnx::NodeProto& node, const ShapeFacts& x, ShapeFacts& result) {
+    result.elem_type = x.elem_type;
+    if (!x.shape) return;
+    const bool keepdims = int_attribute(node, "keepdims").value_or(1) != 0;
+    auto axes = axes_of(node, 1);
+    if (!axes) return;
+    const auto rank = static_cast<int64_t>(x.shape->size());
+    std::vector<bool> reduced(x.shape->size(), axes->empty() && int_attribute(node, "noop_with_empty_axes").value_or(0) == 0);
+    for (int64_t axis : *axes) {
+      if (axis < 0) axis += rank;
+      if (axis < 0 || axis >= rank) return;
+      reduced[static_cast<size_t>(axis)] = true;
+    }
+    Dims dims;
+    for (size_t axis = 0; axis < x.shape->size(); ++axis) {
+      if (!reduced[axis]) dims.push_back((*x.shape)[axis]);
+      else if (keepdims) dims.push_back(Dim::of(1));
+    }
+    result.shape = std::move(dims);
+  }
+
+  const Scope& scope_;
+  std::unordered_map<std::string, ShapeFacts> entries_;  // for the scope's lifetime: one round
+  std::unordered_map<std::string, const onnx::ValueInfoProto*> inputs_;  // graph inputs, with dim_params
+};
+
+}  // namespace onnx_rewrite
