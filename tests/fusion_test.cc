@@ -1,0 +1,841 @@
+// The fusion rules (rules/fuse-*.rules, src/builders/contrib_fusion.cc): spelled-out GELU,
+// QuickGELU, LayerNorm and RMSNorm become ONNX Runtime's fused ops under --target ort. Every
+// fusion is proven in ONNX Runtime against the original model on random inputs (1e-4), and the
+// result passes `onnx-rewrite check --target ort`; near misses must stay as they are, with
+// --explain saying why.
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "onnx_rewrite/engine.h"
+#include "onnx_rewrite/model_io.h"
+#include "onnx_rewrite/tensor.h"
+#include "test_support.h"
+
+namespace onnx_rewrite {
+namespace {
+
+using namespace testing;
+
+const RuleSet& builtin_rules() {
+  static const RuleSet rules = [] {
+    RuleSet loaded;
+    loaded.load_builtin();
+    return loaded;
+  }();
+  return rules;
+}
+
+int ir_version(int opset) { return opset <= 17 ? 8 : opset <= 20 ? 9 : 10; }
+
+std::string model(int opset, const std::string& graph) {
+  return fmt::format("<ir_version: {}, opset_import: [\"\": {}]>\n{}", ir_version(opset), opset, graph);
+}
+
+// Deterministic numbers for initializers: `count` values in [center - spread, center + spread).
+std::string numbers(int count, double center = 0.0, double spread = 1.0, uint32_t seed = 7) {
+  std::vector<std::string> out;
+  for (int i = 0; i < count; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    out.push_back(fmt::format("{:.4f}", center + spread * (2.0 * (seed >> 8) / double(1u << 24) - 1.0)));
+  }
+  return fmt::format("{{{}}}", fmt::join(out, ", "));
+}
+
+struct Fused {
+  onnx::ModelProto model;  // initializers as headers (their payload is in `bytes`)
+  RewriteResult result;
+  std::string bytes;       // the model as onnx-rewrite writes it
+  std::string explain;
+};
+
+// Rewrites a model for ONNX Runtime with the built-in rules; `explain_op` collects --explain.
+Fused fuse(const onnx::ModelProto& proto, std::optional<int> max_opset = std::nullopt, const std::string& explain_op = "") {
+  std::ostringstream explain;
+  RewriteOptions options;
+  options.target = "ort";
+  options.max_opset = max_opset;
+  options.explain = explain_op;
+  options.explain_out = &explain;
+  Model model = parse_model(serialize(proto), "test.onnx");
+  Fused fused;
+  fused.result = rewrite_model(model, builtin_rules(), options);
+  fused.model = model.proto;
+  fused.bytes = serialize_model(model);
+  fused.explain = explain.str();
+  return fused;
+}
+
+Fused fuse(const std::string& text, std::optional<int> max_opset = std::nullopt, const std::string& explain_op = "") {
+  return fuse(parse_model_text(text), max_opset, explain_op);
+}
+
+// The same model in float16 (ONNX text has no float16 literals): inputs, outputs, initializers
+// and Constant nodes.
+onnx::ModelProto as_float16(onnx::ModelProto model) {
+  auto convert = [](onnx::TensorProto& tensor) {
+    if (tensor.data_type() != onnx::TensorProto::FLOAT) return;
+    const auto values = decode_tensor(tensor);
+    const std::string name = tensor.name();
+    tensor = make_tensor(onnx::TensorProto::FLOAT16, values->dims, values->numbers);
+    tensor.set_name(name);
+  };
+  auto& graph = *model.mutable_graph();
+  for (auto* infos : {graph.mutable_input(), graph.mutable_output()}) {
+    for (auto& info : *infos) info.mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT16);
+  }
+  for (auto& tensor : *graph.mutable_initializer()) convert(tensor);
+  for (auto& node : *graph.mutable_node()) {
+    for (auto& attribute : *node.mutable_attribute()) {
+      if (attribute.has_t()) convert(*attribute.mutable_t());
+    }
+  }
+  return model;
+}
+
+int count(const onnx::ModelProto& model, const std::string& domain, const std::string& op_type) {
+  const auto counts = count_ops(model);
+  auto it = counts.find({domain == "ai.onnx" ? "" : domain, op_type});
+  return it == counts.end() ? 0 : it->second;
+}
+
+int opset_of(const onnx::ModelProto& model, const std::string& domain) {
+  for (const auto& import : model.opset_import()) {
+    if (import.domain() == domain || (domain.empty() && import.domain() == "ai.onnx")) return static_cast<int>(import.version());
+  }
+  return 0;
+}
+
+// ONNX Runtime computes the same as the original (A) with the rewritten model (B), and the
+// rewritten model passes `check --target ort`. Prints the largest difference for the record.
+void expect_same_in_ort(const std::string& original_text, const Fused& rewritten, const std::vector<std::string>& extra = {}) {
+  TempDir dir;
+  const auto original = write_model_text(original_text, dir / "original.onnx");
+  const auto candidate = dir / "rewritten.onnx";
+  write_file(candidate, rewritten.bytes);
+  const auto comparison = ort_compare(original, candidate, extra);
+  EXPECT_TRUE(comparison.ok) << comparison.output;
+  const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::cout << fmt::format("[ ORT      ] {}.{}: max_abs {:.3g}\n", test->test_suite_name(), test->name(), comparison.max_abs);
+  const auto check = run_cli({"check", candidate.string(), "--target", "ort"});
+  EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
+}
+
+// ---- GELU ------------------------------------------------------------------------------------
+
+struct ActivationCase {
+  std::string name;
+  int opset;
+  std::string body;       // nodes computing y from x (float[N, 5, 8])
+  std::string domain;     // the fused op expected
+  std::string op_type;
+  std::string attribute;  // an attribute it must carry ("approximate=tanh", "alpha=1.702"), or ""
+};
+
+std::string activation_model(const ActivationCase& c) {
+  return model(c.opset, fmt::format("act (float[N, 5, 8] x) => (float[N, 5, 8] y) {{\n{}\n}}", c.body));
+}
+
+class Activation : public ::testing::TestWithParam<ActivationCase> {};
+
+TEST_P(Activation, FusesAndComputesTheSame) {
+  const auto& c = GetParam();
+  const std::string text = activation_model(c);
+  const auto fused = fuse(text);
+  const auto& out = fused.model;
+  ASSERT_EQ(out.graph().node_size(), 1) << canonical_nodes(out, interface_names(out));
+  const auto& node = out.graph().node(0);
+  EXPECT_EQ(node.domain(), c.domain == "ai.onnx" ? "" : c.domain);
+  EXPECT_EQ(node.op_type(), c.op_type);
+  if (!c.attribute.empty()) {
+    const auto name = c.attribute.substr(0, c.attribute.find('='));
+    const auto value = c.attribute.substr(c.attribute.find('=') + 1);
+    bool found = false;
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() != name) continue;
+      found = true;
+      if (attribute.type() == onnx::AttributeProto::STRING) EXPECT_EQ(attribute.s(), value);
+      else EXPECT_FLOAT_EQ(attribute.f(), std::stof(value));
+    }
+    EXPECT_TRUE(found) << c.attribute;
+  }
+  expect_same_in_ort(text, fused, {"--dim", "N=3", "--float-range", "-4,4", "--trials", "3"});
+}
+
+const char* kErfTorch = R"(
+  k_sqrt2 = Constant <value = float {1.4142135381698608}> ()
+  h = Div (x, k_sqrt2)
+  e = Erf (h)
+  k_one = Constant <value = float {1.0}> ()
+  a = Add (e, k_one)
+  p = Mul (x, a)
+  k_half = Constant <value = float {0.5}> ()
+  y = Mul (p, k_half))";
+
+INSTANTIATE_TEST_SUITE_P(
+    Gelu, Activation,
+    ::testing::Values(
+        ActivationCase{"erf_torch", 17, kErfTorch, "com.microsoft", "Gelu", ""},
+        ActivationCase{"erf_torch_opset20", 20, kErfTorch, "ai.onnx", "Gelu", ""},
+        ActivationCase{"erf_half_x_first", 14, R"(
+  k_half = Constant <value = float {0.5}> ()
+  hx = Mul (k_half, x)
+  k_inv = Constant <value = float {0.7071067811865476}> ()
+  h = Mul (x, k_inv)
+  e = Erf (h)
+  k_one = Constant <value = float {1.0}> ()
+  a = Add (k_one, e)
+  y = Mul (hx, a))",
+                       "com.microsoft", "Gelu", ""},
+        ActivationCase{"erf_x_times_half_bracket", 17, R"(
+  k_sqrt2 = Constant <value = float {1.41421}> ()
+  h = Div (x, k_sqrt2)
+  e = Erf (h)
+  k_one = Constant <value = float {1.0}> ()
+  a = Add (e, k_one)
+  k_half = Constant <value = float {0.5}> ()
+  q = Mul (a, k_half)
+  y = Mul (x, q))",
+                       "com.microsoft", "Gelu", ""},
+        ActivationCase{"erf_divided_by_two", 17, R"(
+  k_inv = Constant <value = float[1] {0.70710678}> ()
+  h = Mul (k_inv, x)
+  e = Erf (h)
+  k_one = Constant <value = float {1.0}> ()
+  a = Add (e, k_one)
+  p = Mul (a, x)
+  k_two = Constant <value = float {2.0}> ()
+  y = Div (p, k_two))",
+                       "com.microsoft", "Gelu", ""},
+        ActivationCase{"tanh_gelu_new", 17, R"(
+  k_half = Constant <value = float {0.5}> ()
+  hx = Mul (x, k_half)
+  k_three = Constant <value = float {3.0}> ()
+  c = Pow (x, k_three)
+  k_cubic = Constant <value = float {0.044715}> ()
+  m = Mul (c, k_cubic)
+  i = Add (x, m)
+  k_s = Constant <value = float {0.7978845608028654}> ()
+  s = Mul (i, k_s)
+  t = Tanh (s)
+  k_one = Constant <value = float {1.0}> ()
+  a = Add (t, k_one)
+  y = Mul (hx, a))",
+                       "com.microsoft", "FastGelu", ""},
+        ActivationCase{"tanh_cube_as_products_opset20", 20, R"(
+  x2 = Mul (x, x)
+  x3 = Mul (x2, x)
+  k_cubic = Constant <value = float {0.044715}> ()
+  m = Mul (k_cubic, x3)
+  i = Add (m, x)
+  k_s = Constant <value = float {0.7978846}> ()
+  s = Mul (k_s, i)
+  t = Tanh (s)
+  k_one = Constant <value = float {1.0}> ()
+  a = Add (k_one, t)
+  xa = Mul (x, a)
+  k_half = Constant <value = float {0.5}> ()
+  y = Mul (xa, k_half))",
+                       "ai.onnx", "Gelu", "approximate=tanh"},
+        ActivationCase{"tanh_fast_gelu_activation", 17, R"(
+  k_s = Constant <value = float {0.7978845608}> ()
+  xs = Mul (x, k_s)
+  k_cubic = Constant <value = float {0.044715}> ()
+  cx = Mul (k_cubic, x)
+  cxx = Mul (cx, x)
+  k_one = Constant <value = float {1.0}> ()
+  q = Add (k_one, cxx)
+  s = Mul (xs, q)
+  t = Tanh (s)
+  k_one2 = Constant <value = float {1.0}> ()
+  a = Add (k_one2, t)
+  k_half = Constant <value = float {0.5}> ()
+  hx = Mul (k_half, x)
+  y = Mul (hx, a))",
+                       "com.microsoft", "FastGelu", ""},
+        ActivationCase{"quick_gelu_clip", 17, R"(
+  k = Constant <value = float {1.702}> ()
+  t = Mul (k, x)
+  s = Sigmoid (t)
+  y = Mul (s, x))",
+                       "com.microsoft", "QuickGelu", "alpha=1.702"},
+        ActivationCase{"silu", 17, R"(
+  s = Sigmoid (x)
+  y = Mul (x, s))",
+                       "com.microsoft", "QuickGelu", "alpha=1"},
+        ActivationCase{"quick_gelu_opset24", 24, R"(
+  k = Constant <value = float {1.702}> ()
+  t = Mul (x, k)
+  s = Sigmoid (t)
+  y = Mul (x, s))",
+                       "com.microsoft", "QuickGelu", "alpha=1.702"}),
+    [](const auto& info) { return info.param.name; });
+
+// A Linear (MatMul + bias Add, the bias first as torch writes it) then a GELU.
+std::string dense_gelu_model(int opset, const std::string& gelu_body) {
+  return model(opset, fmt::format(R"(dense (float[N, S, 16] x) => (float[N, S, 8] y)
+    <float[16, 8] w = {}, float[8] bias = {}> {{
+  mm = MatMul (x, w)
+  g = Add (bias, mm)
+{}
+}})",
+                                  numbers(128, 0, 0.5), numbers(8, 0, 0.5, 11), gelu_body));
+}
+
+const char* kErfOfG = R"(
+  k_sqrt2 = Constant <value = float {1.4142135381698608}> ()
+  h = Div (g, k_sqrt2)
+  e = Erf (h)
+  k_one = Constant <value = float {1.0}> ()
+  a = Add (e, k_one)
+  p = Mul (g, a)
+  k_half = Constant <value = float {0.5}> ()
+  y = Mul (p, k_half))";
+
+const char* kTanhOfG = R"(
+  k_half = Constant <value = float {0.5}> ()
+  hx = Mul (g, k_half)
+  k_three = Constant <value = float {3.0}> ()
+  c = Pow (g, k_three)
+  k_cubic = Constant <value = float {0.044715}> ()
+  m = Mul (c, k_cubic)
+  i = Add (g, m)
+  k_s = Constant <value = float {0.7978845608028654}> ()
+  s = Mul (i, k_s)
+  t = Tanh (s)
+  k_one = Constant <value = float {1.0}> ()
+  a = Add (t, k_one)
+  y = Mul (hx, a))";
+
+TEST(BiasGelu, AddThenErfGeluIsBiasGeluAtEveryOpset) {
+  for (int opset : {14, 17, 20}) {
+    SCOPED_TRACE(opset);
+    const auto text = dense_gelu_model(opset, kErfOfG);
+    const auto fused = fuse(text);
+    const auto& out = fused.model;
+    EXPECT_EQ(count(out, "com.microsoft", "BiasGelu"), 1);
+    EXPECT_EQ(out.graph().node_size(), 2) << canonical_nodes(out, interface_names(out));  // MatMul, BiasGelu
+    EXPECT_EQ(fused.result.rules.at("fuse-bias-gelu").matches, 1);
+    expect_same_in_ort(text, fused, {"--dim", "N=2", "--dim", "S=7", "--float-range", "-2,2"});
+  }
+}
+
+TEST(BiasGelu, AddThenTanhGeluIsFastGeluWithBias) {
+  for (int opset : {17, 20}) {
+    SCOPED_TRACE(opset);
+    const auto text = dense_gelu_model(opset, kTanhOfG);
+    const auto fused = fuse(text);
+    const auto& out = fused.model;
+    ASSERT_EQ(count(out, "com.microsoft", "FastGelu"), 1);
+    for (const auto& node : out.graph().node()) {
+      if (node.op_type() == "FastGelu") {
+        EXPECT_EQ(node.input_size(), 2);  // x and the bias
+      }
+    }
+    EXPECT_EQ(out.graph().node_size(), 2);
+    expect_same_in_ort(text, fused, {"--dim", "N=2", "--dim", "S=3", "--float-range", "-2,2"});
+  }
+}
+
+TEST(BiasGelu, BiasOfAnotherShapeStaysAnAdd) {
+  // A [1, 8] bias: ORT's BiasGelu takes a 1-D bias only, so the GELU fuses alone.
+  const auto text = model(17, fmt::format(R"(dense (float[N, 16] x) => (float[N, 8] y) <float[16, 8] w = {}, float[1, 8] bias = {}> {{
+  mm = MatMul (x, w)
+  g = Add (mm, bias)
+{}
+}})",
+                                          numbers(128), numbers(8, 0, 1, 3), kErfOfG));
+  const auto fused = fuse(text, std::nullopt, "Gelu");
+  const auto& out = fused.model;
+  EXPECT_EQ(count(out, "com.microsoft", "Gelu"), 1);
+  EXPECT_EQ(count(out, "com.microsoft", "BiasGelu"), 0);
+  EXPECT_EQ(count(out, "ai.onnx", "Add"), 1);
+  EXPECT_NE(fused.explain.find("takes a 1-D bias of the last axis' length"), std::string::npos) << fused.explain;
+  expect_same_in_ort(text, fused, {"--dim", "N=4"});
+}
+
+TEST(GeluNearMiss, WrongConstantIsNotGelu) {
+  // x / 1.5 instead of x / √2.
+  std::string body = kErfTorch;
+  body.replace(body.find("1.4142135381698608"), 18, "1.5");
+  const auto text = activation_model({"", 17, body, "", "", ""});
+  const auto fused = fuse(text, std::nullopt, "Mul");
+  EXPECT_FALSE(fused.result.changed());
+  EXPECT_NE(fused.explain.find("fuse-gelu-erf"), std::string::npos);
+  EXPECT_NE(fused.explain.find("holds 1.5, not ≈ 1.41421356 ± 0.0001"), std::string::npos) << fused.explain;
+}
+
+TEST(GeluNearMiss, DoubleIsNotFusedForOrtsFloatKernels) {
+  std::string body = kErfTorch;
+  for (size_t at; (at = body.find("float {")) != std::string::npos;) body.replace(at, 5, "double");
+  const auto text = model(17, fmt::format("act (double[N, 8] x) => (double[N, 8] y) {{\n{}\n}}", body));
+  const auto fused = fuse(text, std::nullopt, "Mul");
+  EXPECT_FALSE(fused.result.changed());
+  EXPECT_NE(fused.explain.find("the element type is double; ORT's Gelu kernel takes float"), std::string::npos) << fused.explain;
+}
+
+TEST(GeluNearMiss, IntermediateUsedElsewhereBlocksTheFusion) {
+  const auto text = model(17, fmt::format("act (float[N, 8] x) => (float[N, 8] y, float[N, 8] e) {{\n{}\n}}", kErfTorch));
+  const auto fused = fuse(text, std::nullopt, "Mul");
+  EXPECT_FALSE(fused.result.changed());
+  EXPECT_NE(fused.explain.find("'e', computed inside the match, is an output of the main graph"), std::string::npos) << fused.explain;
+}
+
+TEST(QuickGeluNearMiss, PerChannelAlphaIsNotQuickGelu) {
+  const auto text = model(17, R"(act (float[N, 4] x) => (float[N, 4] y) <float[4] k = {1.702, 1.702, 1.0, 1.0}> {
+  t = Mul (x, k)
+  s = Sigmoid (t)
+  y = Mul (x, s)
+})");
+  const auto fused = fuse(text, std::nullopt, "Mul");
+  EXPECT_EQ(count(fused.model, "com.microsoft", "QuickGelu"), 0);
+  EXPECT_NE(fused.explain.find("is not a constant scalar"), std::string::npos) << fused.explain;
+}
+
+// ---- LayerNorm and RMSNorm -------------------------------------------------------------------
+
+struct Spelling {
+  std::string square = "Pow";   // Pow (d, 2) | Mul (d, d)
+  std::string inverse = "Div";  // Div (d, s) | Reciprocal | DivOne: Mul (d, Div (1, s))
+  bool axes_input = false;      // ReduceMean axes as an input (opset >= 18)
+  std::string name() const { return square + "_" + inverse + (axes_input ? "_axes_input" : "_axes_attribute"); }
+};
+
+// Nodes computing `y` = LayerNorm (or RMSNorm when `rms`) of `x` over `axes` ("-1", "-2, -1"),
+// times `gamma`, plus `beta` unless empty. Names start with `p`.
+std::string spelled_norm(bool rms, const std::string& x, const std::string& y, const std::string& axes, const Spelling& s,
+                         const std::string& gamma, const std::string& beta, const std::string& p = "", double eps = 1e-5) {
+  std::string out;
+  auto line = [&](const std::string& text) { out += "  " + text + "\n"; };
+  const auto n_axes = std::count(axes.begin(), axes.end(), ',') + 1;
+  auto reduce = [&](const std::string& value, const std::string& result) {
+    if (s.axes_input) {
+      line(fmt::format("{}{}_axes = Constant <value = int64[{}] {{{}}}> ()", p, result, n_axes, axes));
+      line(fmt::format("{0}{1} = ReduceMean ({2}, {0}{1}_axes)", p, result, value));
+    } else {
+      line(fmt::format("{}{} = ReduceMean <axes = [{}]> ({})", p, result, axes, value));
+    }
+  };
+  std::string d = x;
+  if (!rms) {
+    reduce(x, "mean");
+    line(fmt::format("{0}d = Sub ({1}, {0}mean)", p, x));
+    d = p + "d";
+  }
+  if (s.square == "Pow") {
+    line(fmt::format("{}two = Constant <value = float {{2.0}}> ()", p));
+    line(fmt::format("{0}sq = Pow ({1}, {0}two)", p, d));
+  } else {
+    line(fmt::format("{0}sq = Mul ({1}, {1})", p, d));
+  }
+  reduce(p + "sq", "var");
+  line(fmt::format("{}eps = Constant <value = float {{{}}}> ()", p, eps));
+  line(fmt::format("{0}ve = Add ({0}var, {0}eps)", p));
+  line(fmt::format("{0}s = Sqrt ({0}ve)", p));
+  const std::string scaled = beta.empty() ? y : p + "g";
+  if (s.inverse == "Div") {
+    line(fmt::format("{0}n = Div ({1}, {0}s)", p, d));
+    line(fmt::format("{} = Mul ({}n, {})", scaled, p, gamma));
+  } else {
+    if (s.inverse == "Reciprocal") {
+      line(fmt::format("{0}r = Reciprocal ({0}s)", p));
+    } else {
+      line(fmt::format("{}one = Constant <value = float {{1.0}}> ()", p));
+      line(fmt::format("{0}r = Div ({0}one, {0}s)", p));
+    }
+    line(fmt::format("{0}n = Mul ({1}, {0}r)", p, d));
+    line(fmt::format("{} = Mul ({}, {}n)", scaled, gamma, p));
+  }
+  if (!beta.empty()) line(fmt::format("{} = Add ({}g, {})", y, p, beta));
+  return out;
+}
+
+std::vector<Spelling> all_spellings() {
+  std::vector<Spelling> spellings;
+  for (const char* square : {"Pow", "Mul"}) {
+    for (const char* inverse : {"Div", "Reciprocal", "DivOne"}) {
+      for (bool axes_input : {false, true}) spellings.push_back({square, inverse, axes_input});
+    }
+  }
+  return spellings;
+}
+
+// A LayerNorm over the last axis of [N, 5, 16], with γ and β, in `type` (float or double).
+std::string layer_norm_model(const Spelling& s, int opset, const std::string& type = "float") {
+  std::string body = spelled_norm(false, "x", "y", "-1", s, "gamma", "beta");
+  for (size_t at; type != "float" && (at = body.find("float {")) != std::string::npos;) body.replace(at, 5, type);
+  return model(opset, fmt::format(R"(ln ({0}[N, 5, 16] x) => ({0}[N, 5, 16] y) <{0}[16] gamma = {1}, {0}[16] beta = {2}> {{
+{3}}})",
+                                  type, numbers(16, 1.0, 0.5), numbers(16, 0.0, 0.5, 5), body));
+}
+
+class LayerNormSpelling : public ::testing::TestWithParam<Spelling> {};
+
+TEST_P(LayerNormSpelling, IsLayerNormalization) {
+  const Spelling& s = GetParam();
+  const int opset = s.axes_input ? 18 : 17;
+  const auto text = layer_norm_model(s, opset);
+  const auto fused = fuse(text);
+  const auto& out = fused.model;
+  ASSERT_EQ(out.graph().node_size(), 1) << canonical_nodes(out, interface_names(out));
+  EXPECT_EQ(out.graph().node(0).op_type(), "LayerNormalization");
+  EXPECT_EQ(out.graph().node(0).input_size(), 3);  // x, γ, β
+  EXPECT_EQ(fused.result.rules.at("fuse-layernorm").matches, 1);
+  EXPECT_EQ(fused.result.rules.at("fuse-layernorm-bias").matches, 1);
+  expect_same_in_ort(text, fused, {"--dim", "N=3", "--float-range", "-3,5"});
+}
+
+INSTANTIATE_TEST_SUITE_P(Fusion, LayerNormSpelling, ::testing::ValuesIn(all_spellings()),
+                         [](const auto& info) { return info.param.name(); });
+
+TEST(LayerNorm, BelowOpset17TheImportIsRaised) {
+  const auto text = layer_norm_model({}, 14);
+  const auto fused = fuse(text);
+  const auto& out = fused.model;
+  EXPECT_EQ(count(out, "ai.onnx", "LayerNormalization"), 1);
+  EXPECT_EQ(opset_of(out, ""), 17);
+  expect_same_in_ort(text, fused, {"--dim", "N=2"});
+}
+
+TEST(LayerNorm, WithOpsetCappedBelow17ItStaysSpelledOut) {
+  const auto text = layer_norm_model({}, 14);
+  const auto fused = fuse(text, 16, "Mul");
+  EXPECT_FALSE(fused.result.changed());
+  EXPECT_NE(fused.explain.find("matched, but needs ai.onnx >= 17, --opset allows 16"), std::string::npos) << fused.explain;
+}
+
+TEST(LayerNorm, TrailingAxesGivenEveryWay) {
+  // Over the last two axes of [N, 5, 16] (γ and β [5, 16]), with axes [-2, -1] or [1, 2]; over
+  // the last axis as [2]; without β.
+  struct Variant {
+    std::string axes, params, beta;
+    int64_t axis;
+  };
+  for (const auto& v : {Variant{"-2, -1", "5, 16", "beta", -2}, Variant{"1, 2", "5, 16", "beta", -2}, Variant{"2", "16", "beta", -1},
+                        Variant{"-1", "16", "", -1}}) {
+    for (bool axes_input : {false, true}) {
+      SCOPED_TRACE(v.axes + (axes_input ? " as input" : ""));
+      const int elements = v.params == "16" ? 16 : 80;
+      const auto text = model(axes_input ? 18 : 17, fmt::format(R"(ln (float[N, 5, 16] x) => (float[N, 5, 16] y)
+    <float[{0}] gamma = {1}, float[{0}] beta = {2}> {{
+{3}}})",
+                                                                v.params, numbers(elements, 1.0, 0.5), numbers(elements, 0, 0.5, 9),
+                                                                spelled_norm(false, "x", "y", v.axes, {"Pow", "Div", axes_input},
+                                                                             "gamma", v.beta)));
+      const auto fused = fuse(text);
+    const auto& out = fused.model;
+      ASSERT_EQ(out.graph().node_size(), 1) << canonical_nodes(out, interface_names(out));
+      const auto& node = out.graph().node(0);
+      EXPECT_EQ(node.op_type(), "LayerNormalization");
+      EXPECT_EQ(node.input_size(), v.beta.empty() ? 2 : 3);
+      EXPECT_EQ(node.attribute(0).name(), "axis");
+      EXPECT_EQ(node.attribute(0).i(), v.axis);
+      expect_same_in_ort(text, fused, {"--dim", "N=2", "--float-range", "-2,2"});
+    }
+  }
+}
+
+TEST(LayerNorm, DoubleFuses) {
+  const auto text = layer_norm_model({"Mul", "Reciprocal", false}, 17, "double");
+  const auto fused = fuse(text);
+    const auto& out = fused.model;
+  EXPECT_EQ(count(out, "ai.onnx", "LayerNormalization"), 1);
+  EXPECT_EQ(out.graph().node_size(), 1);
+  expect_same_in_ort(text, fused, {"--dim", "N=2"});
+}
+
+struct NearMiss {
+  std::string name;
+  std::string text;
+  std::string explain_op;
+  std::string reason;  // what --explain must say
+};
+
+class LayerNormNearMiss : public ::testing::TestWithParam<NearMiss> {};
+
+TEST_P(LayerNormNearMiss, StaysSpelledOutAndExplainSaysWhy) {
+  const auto& c = GetParam();
+  const auto fused = fuse(c.text, std::nullopt, c.explain_op);
+  EXPECT_EQ(count(fused.model, "ai.onnx", "LayerNormalization"), 0);
+  EXPECT_EQ(count(fused.model, "ai.onnx", "RMSNormalization"), 0);
+  EXPECT_EQ(fused.model.graph().node_size(), parse_model_text(c.text).graph().node_size());
+  EXPECT_NE(fused.explain.find(c.reason), std::string::npos) << fused.explain;
+}
+
+std::string layer_norm_text(const std::string& signature, const std::string& body, int opset = 17) {
+  return model(opset, fmt::format("{} {{\n{}}}", signature, body));
+}
+
+const std::string kLnSignature =
+    fmt::format("ln (float[N, 5, 16] x) => (float[N, 5, 16] y) <float[16] gamma = {}>", numbers(16, 1.0, 0.5));
+
+std::string replace_line(std::string text, const std::string& from, const std::string& to) {
+  text.replace(text.find(from), from.size(), to);
+  return text;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fusion, LayerNormNearMiss,
+    ::testing::Values(
+        NearMiss{"mean_used_elsewhere",
+                 layer_norm_text("ln (float[N, 5, 16] x) => (float[N, 5, 16] y, float[N, 5, 1] mean) <float[16] gamma = " +
+                                     numbers(16, 1.0, 0.5) + ">",
+                                 spelled_norm(false, "x", "y", "-1", {}, "gamma", "")),
+                 "Mul", "'mean', computed inside the match, is an output of the main graph"},
+        NearMiss{"mean_read_by_another_node",
+                 layer_norm_text("ln (float[N, 5, 16] x) => (float[N, 5, 16] y, float[N, 5, 1] z) <float[16] gamma = " +
+                                     numbers(16, 1.0, 0.5) + ">",
+                                 spelled_norm(false, "x", "y", "-1", {}, "gamma", "") + "  z = Neg (mean)\n"),
+                 "Mul", "'mean', computed inside the match, is also used by node 'Neg -> z'"},
+        NearMiss{"mean_used_elsewhere_opset18_is_no_rms_norm_either",
+                 layer_norm_text("ln (float[N, 5, 16] x) => (float[N, 5, 16] y, float[N, 5, 1] mean) <float[16] gamma = " +
+                                     numbers(16, 1.0, 0.5) + ">",
+                                 spelled_norm(false, "x", "y", "-1", {"Pow", "Div", true}, "gamma", ""), 18),
+                 "Mul", "x is x' - mean(x'): a LayerNorm's, not an RMSNorm"},
+        NearMiss{"non_trailing_axis", layer_norm_text(kLnSignature, spelled_norm(false, "x", "y", "1", {}, "gamma", "")), "Mul",
+                 "a ReduceMean reduces axes [1], not trailing axes"},
+        NearMiss{"different_axes",
+                 layer_norm_text(kLnSignature, replace_line(spelled_norm(false, "x", "y", "-1", {}, "gamma", ""),
+                                                            "var = ReduceMean <axes = [-1]>", "var = ReduceMean <axes = [-2, -1]>")),
+                 "Mul", "the two ReduceMeans reduce different axes"},
+        NearMiss{"epsilon_outside_the_root",
+                 layer_norm_text(kLnSignature, replace_line(replace_line(spelled_norm(false, "x", "y", "-1", {}, "gamma", ""),
+                                                                         "ve = Add (var, eps)", "ve = Sqrt (var)"),
+                                                            "s = Sqrt (ve)", "s = Add (ve, eps)")),
+                 "Mul", "the pattern wants ai.onnx.Sqrt"},
+        NearMiss{"keepdims_0",
+                 layer_norm_text(kLnSignature, replace_line(spelled_norm(false, "x", "y", "-1", {}, "gamma", ""),
+                                                            "mean = ReduceMean <axes = [-1]>",
+                                                            "mean = ReduceMean <axes = [-1], keepdims = 0>")),
+                 "Mul", "attribute keepdims = 0, the pattern wants 1"},
+        NearMiss{"scalar_gamma",
+                 layer_norm_text("ln (float[N, 5, 16] x) => (float[N, 5, 16] y) <float[1] gamma = {1.5}>",
+                                 spelled_norm(false, "x", "y", "-1", {}, "gamma", "")),
+                 "Mul", "γ 'gamma' has shape [1], the normalized axes of x have [16]"},
+        NearMiss{"axes_not_constant",
+                 layer_norm_text("ln (float[N, 5, 16] x, int64[1] axes) => (float[N, 5, 16] y) <float[16] gamma = " +
+                                     numbers(16, 1.0, 0.5) + ">",
+                                 replace_line(spelled_norm(false, "x", "y", "-1", {"Pow", "Div", true}, "gamma", ""),
+                                              "mean = ReduceMean (x, mean_axes)", "mean = ReduceMean (x, axes)"),
+                                 18),
+                 "Mul", "the axes 'axes' of a ReduceMean are not a constant"},
+        NearMiss{"rms_norm_below_opset_23",
+                 layer_norm_text(kLnSignature, spelled_norm(true, "x", "y", "-1", {}, "gamma", "")), "Mul",
+                 "matched, but needs ai.onnx 23 (the model uses 17), tried only when no other rule fits"}),
+    [](const auto& info) { return info.param.name; });
+
+// ---- Residual Add + normalization -------------------------------------------------------------
+
+std::string residual_model(bool rms, const Spelling& s, int opset, const std::string& a_shape, const std::string& b_shape,
+                           bool sum_is_output) {
+  const std::string outputs = sum_is_output ? "float[N, S, 16] y, float[N, S, 16] h" : "float[N, S, 16] y";
+  const std::string params = rms ? fmt::format("float[16] gamma = {}", numbers(16, 1.0, 0.5))
+                                 : fmt::format("float[16] gamma = {}, float[16] beta = {}", numbers(16, 1.0, 0.5),
+                                               numbers(16, 0.0, 0.5, 5));
+  return model(opset, fmt::format("block (float[{}] a, float[{}] b) => ({}) <{}> {{\n  h = Add (a, b)\n{}}}", a_shape, b_shape,
+                                  outputs, params, spelled_norm(rms, "h", "y", "-1", s, "gamma", rms ? "" : "beta", "n_")));
+}
+
+TEST(SkipLayerNorm, ResidualAddThenLayerNorm) {
+  for (int opset : {14, 17, 18}) {
+    for (bool sum_is_output : {false, true}) {
+      SCOPED_TRACE(fmt::format("opset {}, sum is an output: {}", opset, sum_is_output));
+      const auto text = residual_model(false, {"Pow", "Div", opset >= 18}, opset, "N, S, 16", "N, S, 16", sum_is_output);
+      const auto fused = fuse(text);
+      const auto& out = fused.model;
+      ASSERT_EQ(out.graph().node_size(), 1) << canonical_nodes(out, interface_names(out));
+      const auto& node = out.graph().node(0);
+      EXPECT_EQ(node.op_type(), "SkipLayerNormalization");
+      EXPECT_EQ(node.input_size(), 4);  // input, skip, γ, β
+      EXPECT_EQ(node.output_size(), sum_is_output ? 4 : 1);
+      if (sum_is_output) {
+        EXPECT_EQ(node.output(3), "h");
+      }
+      expect_same_in_ort(text, fused, {"--dim", "N=2", "--dim", "S=7"});
+    }
+  }
+}
+
+TEST(SkipLayerNorm, SkipBroadcastOverTheBatchGoesSecond) {
+  // b [1, S, 16] + a [N, S, 16] and b [S, 16] + a [N, S, 16]: a has the sum's shape, so a is the input.
+  for (const char* b_shape : {"1, S, 16", "S, 16"}) {
+    SCOPED_TRACE(b_shape);
+    std::string text = residual_model(false, {}, 17, "N, S, 16", b_shape, false);
+    text = replace_line(text, "h = Add (a, b)", "h = Add (b, a)");
+    const auto fused = fuse(text);
+    const auto& out = fused.model;
+    ASSERT_EQ(out.graph().node_size(), 1) << canonical_nodes(out, interface_names(out));
+    EXPECT_EQ(out.graph().node(0).op_type(), "SkipLayerNormalization");
+    EXPECT_EQ(out.graph().node(0).input(0), "a");
+    EXPECT_EQ(out.graph().node(0).input(1), "b");
+    expect_same_in_ort(text, fused, {"--dim", "N=3", "--dim", "S=5"});
+  }
+}
+
+TEST(SkipLayerNorm, ShapesOrtDoesNotTakeStayLayerNormalization) {
+  struct Variant {
+    std::string a, b, reason;
+  };
+  for (const auto& v : {Variant{"N, S, 2, 16", "N, S, 2, 16", "Skip*LayerNormalization takes rank 2 or 3"},
+                        Variant{"N, S, 16", "N, 1, 16", "not provably the same or a broadcast ORT takes"},
+                        Variant{"N, S, 16", "N, T, 16", "not provably the same or a broadcast ORT takes"}}) {
+    SCOPED_TRACE(v.a + " + " + v.b);
+    std::string text = residual_model(false, {}, 17, v.a, v.b, false);
+    // The outputs have the operands' rank.
+    if (v.a.starts_with("N, S, 2")) {
+      text = replace_line(text, "=> (float[N, S, 16] y)", "=> (float[N, S, 2, 16] y)");
+    }
+    const auto fused = fuse(text, std::nullopt, "LayerNormalization");
+    const auto& out = fused.model;
+    EXPECT_EQ(count(out, "ai.onnx", "LayerNormalization"), 1);
+    EXPECT_EQ(count(out, "com.microsoft", "SkipLayerNormalization"), 0);
+    EXPECT_NE(fused.explain.find(v.reason), std::string::npos) << fused.explain;
+  }
+}
+
+TEST(SkipLayerNorm, ExportedLayerNormalizationWithResidual) {
+  // torch >= opset 17 writes LayerNormalization itself.
+  const auto text = model(17, fmt::format(R"(block (float[N, S, 16] a, float[N, S, 16] b) => (float[N, S, 16] y)
+    <float[16] gamma = {}, float[16] beta = {}> {{
+  h = Add (a, b)
+  y = LayerNormalization <axis = -1, epsilon = 1e-12> (h, gamma, beta)
+}})",
+                                          numbers(16, 1.0, 0.5), numbers(16, 0.0, 0.5, 5)));
+  const auto fused = fuse(text);
+    const auto& out = fused.model;
+  EXPECT_EQ(count(out, "com.microsoft", "SkipLayerNormalization"), 1);
+  EXPECT_EQ(out.graph().node_size(), 1);
+  expect_same_in_ort(text, fused, {"--dim", "N=2", "--dim", "S=4"});
+}
+
+TEST(LayerNormNearMissFloat16, IsLeftAlone) {
+  const auto proto = as_float16(parse_model_text(layer_norm_model({}, 17)));
+  const auto fused = fuse(proto, std::nullopt, "Mul");
+  EXPECT_FALSE(fused.result.changed());
+  EXPECT_NE(fused.explain.find("the element type is float16; ORT's LayerNormalization kernel takes float, double"), std::string::npos)
+      << fused.explain;
+}
+
+class SkipRmsNormSpelling : public ::testing::TestWithParam<Spelling> {};
+
+TEST_P(SkipRmsNormSpelling, IsSkipSimplifiedLayerNormalization) {
+  const Spelling& s = GetParam();
+  // The residual sum is an output: pre-norm transformers carry it to the next block.
+  const auto text = residual_model(true, s, s.axes_input ? 18 : 17, "N, S, 16", "N, S, 16", true);
+  const auto fused = fuse(text);
+  const auto& out = fused.model;
+  ASSERT_EQ(out.graph().node_size(), 1) << canonical_nodes(out, interface_names(out));
+  const auto& node = out.graph().node(0);
+  EXPECT_EQ(node.op_type(), "SkipSimplifiedLayerNormalization");
+  EXPECT_EQ(node.input_size(), 3);
+  ASSERT_EQ(node.output_size(), 4);
+  EXPECT_EQ(node.output(3), "h");
+  expect_same_in_ort(text, fused, {"--dim", "N=2", "--dim", "S=6", "--float-range", "-3,3"});
+}
+
+INSTANTIATE_TEST_SUITE_P(Fusion, SkipRmsNormSpelling, ::testing::ValuesIn(all_spellings()),
+                         [](const auto& info) { return info.param.name(); });
+
+TEST(RmsNorm, Opset23IsRMSNormalization) {
+  for (const auto& s : {Spelling{"Pow", "DivOne", true}, Spelling{"Mul", "Reciprocal", true}, Spelling{"Pow", "Div", true}}) {
+    SCOPED_TRACE(s.name());
+    const auto text = model(23, fmt::format(R"(t5 (float[N, 5, 16] x) => (float[N, 5, 16] y) <float[16] gamma = {}> {{
+{}}})",
+                                            numbers(16, 1.0, 0.5), spelled_norm(true, "x", "y", "-1", s, "gamma", "", "", 1e-6)));
+    const auto fused = fuse(text);
+    const auto& out = fused.model;
+    ASSERT_EQ(out.graph().node_size(), 1) << canonical_nodes(out, interface_names(out));
+    EXPECT_EQ(out.graph().node(0).op_type(), "RMSNormalization");
+    expect_same_in_ort(text, fused, {"--dim", "N=2"});
+  }
+}
+
+TEST(RmsNorm, Opset23ResidualAddPrefersTheSkipOp) {
+  const auto text = residual_model(true, {"Pow", "DivOne", true}, 23, "N, S, 16", "N, S, 16", false);
+  const auto fused = fuse(text);
+    const auto& out = fused.model;
+  ASSERT_EQ(out.graph().node_size(), 1);
+  EXPECT_EQ(out.graph().node(0).op_type(), "SkipSimplifiedLayerNormalization");
+  EXPECT_EQ(out.graph().node(0).output_size(), 1);
+  expect_same_in_ort(text, fused, {"--dim", "N=2", "--dim", "S=3"});
+}
+
+TEST(RmsNorm, ExportedRMSNormalizationWithResidual) {
+  const auto text = model(23, fmt::format(R"(block (float[N, S, 16] a, float[N, S, 16] b) => (float[N, S, 16] y, float[N, S, 16] h)
+    <float[16] gamma = {}> {{
+  h = Add (a, b)
+  y = RMSNormalization <axis = -1, epsilon = 1e-6> (h, gamma)
+}})",
+                                          numbers(16, 1.0, 0.5)));
+  const auto fused = fuse(text);
+    const auto& out = fused.model;
+  ASSERT_EQ(out.graph().node_size(), 1);
+  EXPECT_EQ(out.graph().node(0).op_type(), "SkipSimplifiedLayerNormalization");
+  EXPECT_EQ(out.graph().node(0).output(3), "h");
+  expect_same_in_ort(text, fused, {"--dim", "N=2", "--dim", "S=3"});
+}
+
+// ---- BERT-like encoders as torch exports them (bench/gen_bert.cc) ----------------------------
+
+struct Encoder {
+  int layers;
+  int opset;
+  std::string gelu;       // erf | tanh
+  std::string layernorm;  // spelled | fused
+};
+
+fs::path generate_bert(const Encoder& e, const fs::path& out) {
+  const auto result = run_command({(build_dir() / "gen-bert").string(), "--layers", std::to_string(e.layers), "--hidden", "32",
+                                   "--heads", "2", "--intermediate", "64", "--vocab", "100", "--max-pos", "64", "--opset",
+                                   std::to_string(e.opset), "--gelu", e.gelu, "--layernorm", e.layernorm, "--out", out.string()});
+  if (result.exit_code != 0) throw std::runtime_error("gen-bert failed: " + result.err);
+  return out;
+}
+
+class BertEncoder : public ::testing::TestWithParam<Encoder> {};
+
+TEST_P(BertEncoder, EveryBlockFusesAndOrtComputesTheSame) {
+  const Encoder& e = GetParam();
+  TempDir dir;
+  const auto original = generate_bert(e, dir / "bert.onnx");
+  const auto rewritten = dir / "bert.ort.onnx";
+  const auto run = run_cli({"rewrite", original.string(), "-o", rewritten.string(), "--target", "ort"});
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  // The summary says how many of each were fused.
+  const std::string gelu_rule = e.gelu == "erf" ? "fuse-bias-gelu" : "fuse-bias-fastgelu";
+  EXPECT_NE(run.out.find(fmt::format("rule {}: {} match", gelu_rule, e.layers)), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find(fmt::format("rule fuse-skip-layernorm: {} match", 2 * e.layers)), std::string::npos) << run.out;
+
+  Model model = load_model(rewritten);
+  const auto& proto = model.proto;
+  EXPECT_EQ(count(proto, "com.microsoft", "SkipLayerNormalization"), 2 * e.layers);
+  EXPECT_EQ(count(proto, "ai.onnx", "LayerNormalization"), 1);  // the embeddings': its Add broadcasts positions
+  EXPECT_EQ(count(proto, "com.microsoft", e.gelu == "erf" ? "BiasGelu" : "FastGelu"), e.layers);
+  for (const char* spelled : {"Erf", "Tanh", "Pow", "ReduceMean", "Sqrt"}) EXPECT_EQ(count(proto, "ai.onnx", spelled), 0) << spelled;
+  EXPECT_EQ(opset_of(proto, ""), std::max(17, e.opset));
+
+  const auto comparison = ort_compare(original, rewritten,
+                                      {"--dim", "batch=2", "--dim", "sequence=7", "--range", "input_ids=0,99", "--range",
+                                       "token_type_ids=0,1", "--range", "attention_mask=0,1"});
+  EXPECT_TRUE(comparison.ok) << comparison.output;
+  std::cout << fmt::format("[ ORT      ] bert {} layers opset {} {} {}: max_abs {:.3g}\n", e.layers, e.opset, e.gelu, e.layernorm,
+                           comparison.max_abs);
+  const auto check = run_cli({"check", rewritten.string(), "--target", "ort"});
+  EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fusion, BertEncoder,
+                         ::testing::Values(Encoder{2, 14, "erf", "spelled"}, Encoder{2, 17, "erf", "spelled"},
+                                           Encoder{2, 18, "erf", "spelled"}, Encoder{2, 14, "tanh", "spelled"},
+                                           Encoder{2, 18, "tanh", "spelled"}, Encoder{2, 17, "erf", "fused"},
+                                           Encoder{12, 14, "erf", "spelled"}),
+                         [](const auto& info) {
+                           const auto& e = info.param;
+                           return fmt::format("layers{}_opset{}_{}_{}", e.layers, e.opset, e.gelu, e.layernorm);
+                         });
+
+}  // namespace
+}  // namespace onnx_rewrite
