@@ -70,6 +70,7 @@ void write_check_json(JsonWriter& json, const CheckReport& report) {
     json.begin_object();
     json.key("domain").value(display_domain(entry.domain));
     json.key("op_type").value(entry.op_type);
+    if (!entry.aten_operator.empty()) json.key("aten_operator").value(entry.aten_operator);
     json.key("count").value(entry.count);
     json.key("where").value(entry.place);
     json.key("reason").value(entry.reason);
@@ -81,13 +82,42 @@ void write_check_json(JsonWriter& json, const CheckReport& report) {
   json.end_object();
 }
 
-void print_unmet(const std::string& target, const CheckReport& report, std::ostream& err) {
+std::string op_text(const Unloadable& entry) {
+  std::string text = display_domain(entry.domain) + "." + entry.op_type;
+  if (!entry.aten_operator.empty()) text += " (operator " + entry.aten_operator + ")";
+  return text;
+}
+
+// Rules for other targets anchored at an op that this target can't load: a hint where to go.
+std::vector<std::string> rules_for_other_targets(const RuleSet& rules, const Unloadable& entry, const std::string& target) {
+  std::vector<std::string> hints;
+  for (const auto& rule : rules.rules) {
+    if (rule->serves(target)) continue;
+    for (const auto& pattern : rule->patterns) {
+      const auto& anchor = pattern.anchor();
+      if (anchor.domain != normalize_domain(entry.domain) || anchor.op_type != entry.op_type) continue;
+      bool other_operator = false;
+      for (const auto& attribute : anchor.attributes) {
+        if (attribute.name == "operator" && attribute.literal) other_operator = attribute.literal->s() != entry.aten_operator;
+      }
+      if (other_operator) continue;
+      hints.push_back(fmt::format("{} (--target {})", rule->id, fmt::join(rule->targets, "|")));
+      break;
+    }
+  }
+  return hints;
+}
+
+void print_unmet(const std::string& target, const CheckReport& report, const RuleSet& rules, std::ostream& err) {
   int kinds = static_cast<int>(report.unloadable.size());
   err << fmt::format("onnx-rewrite: target {} not met", target);
   if (kinds) err << fmt::format(": {} kind{} of node it can't load", kinds, kinds == 1 ? "" : "s");
   err << "\n";
   for (const auto& entry : report.unloadable) {
-    err << fmt::format("  {}.{} x{} ({}): {}\n", display_domain(entry.domain), entry.op_type, entry.count, entry.place, entry.reason);
+    err << fmt::format("  {} x{} ({}): {}", op_text(entry), entry.count, entry.place, entry.reason);
+    const auto hints = rules_for_other_targets(rules, entry, target);
+    if (!hints.empty()) err << fmt::format("; a rule covers it for another target: {}", fmt::join(hints, ", "));
+    err << "\n";
   }
   for (const auto& problem : report.opset_problems) err << "  " << problem << "\n";
 }
@@ -240,7 +270,7 @@ int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& 
     write_text_file(command.report, json.str());
   }
   if (!outcome.check.ok()) {
-    print_unmet(target.name, outcome.check, err);
+    print_unmet(target.name, outcome.check, rules, err);
     return static_cast<int>(ExitCode::kTargetNotMet);
   }
   return 0;
@@ -269,7 +299,7 @@ int run_check(const std::string& input, const std::string& target_name, std::opt
   } else {
     out << fmt::format("{}: target {}: NOT loadable\n", input, target.name);
     for (const auto& entry : report.unloadable) {
-      out << fmt::format("  {}.{} x{} ({}): {}\n", display_domain(entry.domain), entry.op_type, entry.count, entry.place, entry.reason);
+      out << fmt::format("  {} x{} ({}): {}\n", op_text(entry), entry.count, entry.place, entry.reason);
     }
     for (const auto& problem : report.opset_problems) out << "  " << problem << "\n";
   }
@@ -560,7 +590,7 @@ int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err)
   for (const auto& outcome : outcomes) {
     if (outcome.status != "target-not-met") continue;
     std::vector<std::string> kinds;
-    for (const auto& entry : outcome.check.unloadable) kinds.push_back(fmt::format("{}.{}", display_domain(entry.domain), entry.op_type));
+    for (const auto& entry : outcome.check.unloadable) kinds.push_back(op_text(entry));
     kinds.insert(kinds.end(), outcome.check.opset_problems.begin(), outcome.check.opset_problems.end());
     out << fmt::format("  target {} not met: {}: {}\n", target.name, outcome.input, fmt::join(kinds, ", "));
   }

@@ -34,12 +34,22 @@ Target parse_target(std::string_view path, std::string_view text) {
   return target;
 }
 
+// An ATen node's op is in its `operator` attribute: "ATen" alone says nothing.
+std::string aten_operator(const onnx::NodeProto& node) {
+  if (node.op_type() != "ATen") return {};
+  for (const auto& attribute : node.attribute()) {
+    if (attribute.name() == "operator") return attribute.s();
+  }
+  return {};
+}
+
 struct Tally {
-  std::map<std::tuple<std::string, std::string, std::string>, Unloadable> entries;
+  std::map<std::tuple<std::string, std::string, std::string, std::string>, Unloadable> entries;
 
   void add(const onnx::NodeProto& node, const std::string& place, const std::string& reason) {
-    auto& entry = entries[{node.domain(), node.op_type(), place}];
-    if (entry.count == 0) entry = {node.domain(), node.op_type(), place, reason, 0};
+    const std::string op = aten_operator(node);
+    auto& entry = entries[{node.domain(), node.op_type(), op, place}];
+    if (entry.count == 0) entry = {node.domain(), node.op_type(), op, place, reason, 0};
     ++entry.count;
   }
 };

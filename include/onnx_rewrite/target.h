@@ -25,6 +25,7 @@ const std::vector<Target>& all_targets();
 struct Unloadable {
   std::string domain;  // as written in the model ("" = ai.onnx)
   std::string op_type;
+  std::string aten_operator;  // for org.pytorch.aten::ATen, which op it dispatches to
   std::string place;   // "main graph", "subgraph", "function DOMAIN.NAME"
   std::string reason;
   int count = 0;
