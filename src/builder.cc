@@ -1,5 +1,6 @@
 #include "onnx_rewrite/builder.h"
 
+#include <set>
 #include <stdexcept>
 
 #include "onnx_rewrite/opset.h"
@@ -105,6 +106,22 @@ void GraphBuilder::output(const std::string& graph_name, Value value) {
   onnx::NodeProto& identity = add_node("Identity", "", {value}, {});
   identity.add_output(graph_name);
   outputs_[graph_name] = graph_name;
+}
+
+void GraphBuilder::prune() {
+  std::set<std::string> needed;  // graph names bound as outputs, and what later nodes read
+  for (const auto& [graph_name, value] : outputs_) needed.insert(value);
+  std::vector<bool> keep(nodes_.size(), false);
+  for (size_t i = nodes_.size(); i-- > 0;) {
+    for (const auto& output : nodes_[i].output()) keep[i] = keep[i] || needed.count(output);
+    if (keep[i]) needed.insert(nodes_[i].input().begin(), nodes_[i].input().end());
+  }
+  std::vector<onnx::NodeProto> kept;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (keep[i]) kept.push_back(std::move(nodes_[i]));
+  }
+  nodes_ = std::move(kept);
+  std::erase_if(constants_, [&](const auto& constant) { return !needed.count(constant.first); });
 }
 
 Value GraphBuilder::Unsqueeze(Value x, const std::vector<int64_t>& axes) {

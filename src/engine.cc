@@ -192,10 +192,15 @@ class Run {
       if (explain) say(candidate, "matched, but declined: " + reason);
       return false;
     }
+    builder.prune();
     if (explain) say(candidate, "matched: rewritten");
     policy_.commit(scope, std::get<OpsetPolicy::Plan>(plan));
     rewriter_.replace(match, builder);
     for (auto* node : match.nodes) claimed_.insert(node);
+    for (const auto& note : builder.notes()) {
+      const std::string text = rule.id + ": " + note;
+      if (std::find(result_.notes.begin(), result_.notes.end(), text) == result_.notes.end()) result_.notes.push_back(text);
+    }
     RuleStats& stats = result_.rules[rule.id];
     ++stats.matches;
     stats.nodes_removed += static_cast<int>(match.nodes.size());

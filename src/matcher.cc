@@ -169,6 +169,13 @@ class Search {
 
   std::string node_text(const onnx::NodeProto& node) const { return "'" + describe_node(node) + "'"; }
 
+  bool may_be_absent(const std::string& name) const {
+    return std::any_of(pattern_.constraints.begin(), pattern_.constraints.end(), [&](const Constraint& constraint) {
+      return !constraint.on_attribute && constraint.subject == name &&
+             (constraint.kind == Constraint::Kind::kOptional || constraint.kind == Constraint::Kind::kAbsent);
+    });
+  }
+
   // Binds a pattern value to a graph value, checking consistency and the value's constraints.
   bool bind(const std::string& name, const std::string& graph_value, size_t depth) {
     if (name.empty() || name == "_") return true;
@@ -178,14 +185,11 @@ class Search {
       fail(depth, fmt::format("'{}' would be both '{}' and '{}'", name, it->second, graph_value));
       return false;
     }
-    bool may_be_absent = false;
     for (const auto& constraint : pattern_.constraints) {
-      if (constraint.on_attribute || constraint.subject != name) continue;
-      if (constraint.kind == Constraint::Kind::kOptional || constraint.kind == Constraint::Kind::kAbsent) may_be_absent = true;
-      if (!check(constraint, graph_value, depth)) return false;
+      if (!constraint.on_attribute && constraint.subject == name && !check(constraint, graph_value, depth)) return false;
     }
-    if (graph_value.empty() && !may_be_absent) {
-      fail(depth, fmt::format("input '{}' is absent", name));
+    if (graph_value.empty() && !may_be_absent(name)) {
+      fail(depth, fmt::format("'{}' is absent", name));
       return false;
     }
     return true;
@@ -359,12 +363,15 @@ class Search {
     for (size_t i = 0; i < pattern_node.outputs.size(); ++i) {
       const std::string& name = pattern_node.outputs[i];
       if (name.empty() || name == "_") continue;
-      const std::string graph_value = i < static_cast<size_t>(node.output_size()) ? node.output(static_cast<int>(i)) : "";
-      if (graph_value.empty()) {
+      std::string graph_value = i < static_cast<size_t>(node.output_size()) ? node.output(static_cast<int>(i)) : "";
+      if (may_be_absent(name) && scope_.uses(graph_value).empty() && !scope_.is_output(graph_value)) {
+        graph_value.clear();  // an optional output nothing reads is as good as absent
+      }
+      if (graph_value.empty() && !may_be_absent(name)) {
         fail(depth, fmt::format("node {} does not produce output {}", node_text(node), i));
         return false;
       }
-      if (!bind(name, graph_value, depth)) return false;
+      if (!bind(name, graph_value, depth)) return false;  // an optional output that is absent binds ""
     }
     return true;
   }

@@ -210,15 +210,8 @@ class ShapeInference {
     const std::string& op = node.op_type();
     const std::string& out = node.output(0);
     ShapeFacts& result = outputs[0];
-    if (domain == "com.microsoft") {
-      static const std::set<std::string> kSameShape = {"Gelu", "FastGelu", "BiasGelu", "QuickGelu",
-                                                       "SkipLayerNormalization", "SkipSimplifiedLayerNormalization"};
-      if (!kSameShape.count(op)) return;
-      result.elem_type = input(node, 0).elem_type;
-      result.shape = input(node, 0).shape;
-      if (op.starts_with("Skip") && outputs.size() > 3) outputs[3] = result;
-      return;
-    }
+    if (domain == "com.microsoft") return infer_contrib(node, outputs);
+    if (domain == "com.microsoft.nchwc") return infer_spatial(node, input(node, 0), result);
     if (!domain.empty()) return;
 
     static const std::set<std::string> kSameShape = {
@@ -300,6 +293,22 @@ class ShapeInference {
       }
     } else if (op.starts_with("Reduce")) {
       infer_reduce(node, first, result);
+    } else if (op == "Gemm") {
+      infer_gemm(node, first, input(node, 1), out, result);
+    } else if (op == "Flatten") {
+      result.elem_type = first.elem_type;
+      result.shape = Dims{fresh(out, 0), fresh(out, 1)};
+    } else if (kSpatial.count(op)) {
+      infer_spatial(node, first, result);
+    } else if (op == "Split" || op == "Pad" || op == "Resize" || op == "Upsample" || op == "Tile" || op == "DepthToSpace" ||
+               op == "SpaceToDepth") {
+      for (auto& output : outputs) {
+        output.elem_type = first.elem_type;
+        if (first.shape) output.shape = fresh_dims(first.shape->size(), out);
+      }
+    } else if (op == "ArgMax" || op == "ArgMin") {
+      infer_reduce(node, first, result);
+      result.elem_type = onnx::TensorProto::INT64;
     } else if (op == "ConstantOfShape") {
       result.elem_type = onnx::TensorProto::FLOAT;
       for (const auto& attribute : node.attribute()) {
@@ -308,6 +317,125 @@ class ShapeInference {
       result.shape = input(node, 0).values;
     }
     if (kBoolean.count(op)) result.elem_type = onnx::TensorProto::BOOL;
+    if (result.elem_type == 0 && kSameType.count(op)) result.elem_type = any_input_type(node);
+    if (op == "LayerNormalization" || op == "SimplifiedLayerNormalization") {
+      infer_statistics(node, first, int_attribute(node, "axis").value_or(-1), outputs);
+    }
+  }
+
+  // Ops whose tensor inputs and first output share one element type: any typed input tells it
+  // (ONNX Runtime saves graphs without value_info; a weight's type is often the only one known).
+  inline static const std::set<std::string> kSameType = {
+      "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "MatMul", "Gemm", "Conv", "ConvTranspose",
+      "Concat", "PRelu", "BatchNormalization", "InstanceNormalization", "LayerNormalization", "GroupNormalization",
+      "RMSNormalization", "SimplifiedLayerNormalization", "FusedMatMul", "TransposeMatMul", "FusedGemm", "FusedConv",
+      "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu", "FastGelu", "BiasAdd", "BiasSoftmax"};
+
+  int32_t any_input_type(const onnx::NodeProto& node) {
+    for (int i = 0; i < node.input_size(); ++i) {
+      if (int32_t type = input(node, i).elem_type) return type;
+    }
+    return 0;
+  }
+
+  // Ops whose output keeps the input's rank and batch: convolutions and pools (NCHWc ones too).
+  inline static const std::set<std::string> kSpatial = {"Conv", "ConvTranspose", "ConvInteger", "MaxPool", "AveragePool",
+                                                        "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool",
+                                                        "MaxRoiPool", "FusedConv", "ReorderInput", "ReorderOutput", "Upsample"};
+
+  static Dims fresh_dims(size_t rank, const std::string& out) {
+    Dims dims;
+    for (size_t axis = 0; axis < rank; ++axis) dims.push_back(fresh(out, axis));
+    return dims;
+  }
+
+  // [N, C', spatial...]: N kept, C' the weight's first dim for convolutions, 1s for global pools.
+  void infer_spatial(const onnx::NodeProto& node, const ShapeFacts& x, ShapeFacts& result) {
+    const std::string& op = node.op_type();
+    result.elem_type = x.elem_type;
+    if (!x.shape || x.shape->size() < 2) return;
+    Dims dims = fresh_dims(x.shape->size(), node.output(0));
+    dims[0] = (*x.shape)[0];
+    const bool convolution = op == "Conv" || op == "FusedConv" || op == "ConvInteger";
+    if (convolution && node.input_size() > 1) {
+      const ShapeFacts& weight = input(node, 1);
+      if (weight.shape && !weight.shape->empty()) dims[1] = (*weight.shape)[0];
+    } else if (!convolution && op != "ConvTranspose" && op != "ReorderInput" && op != "ReorderOutput") {
+      dims[1] = (*x.shape)[1];  // pools and resizes keep the channels
+    }
+    if (op.starts_with("Global")) {
+      for (size_t axis = 2; axis < dims.size(); ++axis) dims[axis] = Dim::of(1);
+    }
+    if (op == "ConvInteger") result.elem_type = onnx::TensorProto::INT32;
+    result.shape = std::move(dims);
+  }
+
+  static void infer_gemm(const onnx::NodeProto& node, const ShapeFacts& a, const ShapeFacts& b, const std::string& out,
+                         ShapeFacts& result) {
+    result.elem_type = a.elem_type;
+    Dims dims{fresh(out, 0), fresh(out, 1)};
+    if (a.shape && a.shape->size() == 2) dims[0] = (*a.shape)[int_attribute(node, "transA").value_or(0) ? 1 : 0];
+    if (b.shape && b.shape->size() == 2) dims[1] = (*b.shape)[int_attribute(node, "transB").value_or(0) ? 0 : 1];
+    result.shape = std::move(dims);
+  }
+
+  // Mean / inverse standard deviation outputs of a normalization over the axes from `axis` on:
+  // the input's shape with those axes 1, in float (double for double input).
+  static void infer_statistics(const onnx::NodeProto& node, const ShapeFacts& x, int64_t axis,
+                               std::vector<ShapeFacts>& outputs) {
+    for (size_t i = 1; i < outputs.size() && i < 3; ++i) {
+      ShapeFacts& statistics = outputs[i];
+      statistics.elem_type = x.elem_type == onnx::TensorProto::DOUBLE ? onnx::TensorProto::DOUBLE
+                                                                       : static_cast<int32_t>(int_attribute(node, "stash_type").value_or(1));
+      if (!x.shape) continue;
+      const auto rank = static_cast<int64_t>(x.shape->size());
+      const int64_t first = axis < 0 ? axis + rank : axis;
+      if (first < 0 || first > rank) continue;
+      Dims dims = *x.shape;
+      for (int64_t a = first; a < rank; ++a) dims[static_cast<size_t>(a)] = Dim::of(1);
+      statistics.shape = std::move(dims);
+    }
+  }
+
+  // ONNX Runtime's contrib ops that its optimizer writes (what de-fusion rules must know).
+  void infer_contrib(const onnx::NodeProto& node, std::vector<ShapeFacts>& outputs) {
+    const std::string& op = node.op_type();
+    const std::string& out = node.output(0);
+    ShapeFacts& result = outputs[0];
+    const ShapeFacts& first = input(node, 0);
+    static const std::set<std::string> kSameShape = {"Gelu", "FastGelu", "BiasGelu", "QuickGelu", "BiasSoftmax",
+                                                     "SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
+                                                     "LayerNormalization", "SimplifiedLayerNormalization"};
+    if (kSameShape.count(op)) {
+      result.elem_type = first.elem_type;
+      result.shape = first.shape;
+      if (op.starts_with("Skip") && outputs.size() > 3) outputs[3] = result;
+      infer_statistics(node, first, op.starts_with("Skip") ? -1 : int_attribute(node, "axis").value_or(-1), outputs);
+    } else if (op == "BiasAdd") {
+      std::vector<const ShapeFacts*> operands;
+      for (int i = 0; i < node.input_size(); ++i) operands.push_back(&input(node, i));
+      result.elem_type = first.elem_type;
+      result.shape = broadcast(operands, out);
+    } else if (op == "FusedMatMul" || op == "TransposeMatMul") {
+      // Batch transposes move the first axis behind the batch axes; plain ones swap the last two.
+      auto transposed = [&](const ShapeFacts& facts, bool batch, bool trans) {
+        ShapeFacts moved = facts;
+        if (!moved.shape || moved.shape->size() < 2) return moved;
+        Dims& dims = *moved.shape;
+        if (batch && dims.size() >= 3) std::rotate(dims.begin(), dims.begin() + 1, dims.end() - 1);
+        if (trans) std::swap(dims[dims.size() - 2], dims[dims.size() - 1]);
+        return moved;
+      };
+      const ShapeFacts a = transposed(first, int_attribute(node, "transBatchA").value_or(0), int_attribute(node, "transA").value_or(0));
+      const ShapeFacts b =
+          transposed(input(node, 1), int_attribute(node, "transBatchB").value_or(0), int_attribute(node, "transB").value_or(0));
+      infer_matmul(a, b, out, result);
+    } else if (op == "FusedGemm") {
+      infer_gemm(node, first, input(node, 1), out, result);
+    } else if (op == "FusedConv") {
+      infer_spatial(node, first, result);
+    }
+    if (result.elem_type == 0 && kSameType.count(op)) result.elem_type = any_input_type(node);
   }
 
   static void infer_matmul(const ShapeFacts& a, const ShapeFacts& b, const std::string& out, ShapeFacts& result) {

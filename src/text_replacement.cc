@@ -266,7 +266,9 @@ std::string TextReplacement::build(const Match& match, GraphBuilder& builder) co
     const auto outputs = builder.op_named(node, inputs);
     for (int i = 0; i < node.output_size(); ++i) local[node.output(i)] = outputs[static_cast<size_t>(i)];
   }
-  for (const auto& output : outputs_) builder.output(match.value(output), local.at(output));
+  for (const auto& output : outputs_) {
+    if (!match.value(output).empty()) builder.output(match.value(output), local.at(output));  // else an absent optional output
+  }
   return {};
 }
 

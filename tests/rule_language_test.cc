@@ -389,6 +389,70 @@ g (float[2, 3] x, float[3, 4] w) => (float[2, 4] y) { y = my.Affine (x, w) })",
   EXPECT_EQ(without.model.graph().node(0).input_size(), 2) << "an absent optional input is left out";
 }
 
+TEST(RuleLanguage, OptionalOutputsBindOnlyWhenSomethingReadsThem) {
+  const RuleSet rules = rules_from_text(R"(
+rule split-stats
+  description: test
+  targets: onnx
+  pattern (x) => (y, stat) { y, stat = my.Norm (x) }
+  where { stat is optional }
+  replace (x) => (y, stat) {
+    stat = ReduceMean (x)
+    y = Sub (x, stat)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "my": 1]>
+    g (float[2, 3] x) => (float[2, 3] y) { y = my.Norm (x) }
+  }
+  expect {
+    m = ReduceMean (x)
+    y = Sub (x, m)
+  }
+end
+)");
+  auto ops = [&](const std::string& body, const std::string& outputs) {
+    const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "my": 1]>
+g (float[2, 3] x) => ()" + outputs + R"() {
+)" + body + "\n}",
+                                        rules);
+    std::vector<std::string> types;
+    for (const auto& node : rewritten.model.graph().node()) types.push_back(node.op_type());
+    return types;
+  };
+  EXPECT_EQ(ops("y = my.Norm (x)", "y"), (std::vector<std::string>{"ReduceMean", "Sub"})) << "absent";
+  EXPECT_EQ(ops("y, s = my.Norm (x)", "y"), (std::vector<std::string>{"ReduceMean", "Sub"})) << "unused";
+  EXPECT_EQ(ops("y, s = my.Norm (x)\n z = Neg (s)", "y, z"), (std::vector<std::string>{"ReduceMean", "Sub", "Neg"}))
+      << "used: the replacement computes it under its name";
+}
+
+TEST(RuleLanguage, ReplacementNodesForAnAbsentOptionalOutputAreNotBuilt) {
+  const RuleSet rules = rules_from_text(R"(
+rule extra
+  description: test
+  targets: onnx
+  pattern (x) => (y, extra) { y, extra = my.Two (x) }
+  where { extra is optional }
+  replace (x) => (y, extra) {
+    y = Relu (x)
+    extra = Neg (x)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "my": 1]>
+    g (float[2] x) => (float[2] y, float[2] extra) { y, extra = my.Two (x) }
+  }
+  expect {
+    y = Relu (x)
+    extra = Neg (x)
+  }
+end
+)");
+  const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "my": 1]>
+g (float[2] x) => (float[2] y) { y = my.Two (x) })",
+                                      rules);
+  ASSERT_EQ(rewritten.model.graph().node_size(), 1) << "Neg would compute a value nobody reads";
+  EXPECT_EQ(rewritten.model.graph().node(0).op_type(), "Relu");
+}
+
 TEST(RuleLanguage, RankAndDtypeConstraintsUseKnownTypesAndDeclineUnknownOnes) {
   const RuleSet rules = rules_from_text(R"(
 rule rank4

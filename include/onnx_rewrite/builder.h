@@ -62,6 +62,10 @@ class GraphBuilder {
   // The replacement computes graph value `graph_name` as `value`.
   void output(const std::string& graph_name, Value value);
 
+  // Something the user should know about this rewrite; shown once in the summary and report.
+  void note(std::string text) { notes_.push_back(std::move(text)); }
+  const std::vector<std::string>& notes() const { return notes_; }
+
   // Elementwise and common ops.
   Value Add(Value a, Value b) { return op("Add", {a, b}); }
   Value Sub(Value a, Value b) { return op("Sub", {a, b}); }
@@ -94,6 +98,9 @@ class GraphBuilder {
   Value Clip(Value x, std::optional<double> low, std::optional<double> high, int32_t data_type = onnx::TensorProto::FLOAT);
   std::vector<Value> Split(Value x, int64_t axis, const std::vector<int64_t>& sizes);
 
+  // Drops nodes whose outputs nothing reads: what computed an optional output that is absent.
+  void prune();
+
   const std::vector<onnx::NodeProto>& nodes() const { return nodes_; }
   std::vector<onnx::NodeProto>& nodes() { return nodes_; }
   const std::vector<std::pair<std::string, onnx::TensorProto>>& constants() const { return constants_; }
@@ -112,6 +119,7 @@ class GraphBuilder {
   std::vector<onnx::NodeProto> nodes_;
   std::vector<std::pair<std::string, onnx::TensorProto>> constants_;
   std::map<std::string, std::string> outputs_;  // graph name -> value
+  std::vector<std::string> notes_;
 };
 
 // C++ replacements referenced by name from rule files (`replace with NAME`).
