@@ -16,37 +16,6 @@ using namespace testing;
 
 fs::path reference(const std::string& name) { return source_dir() / "tests" / "ort" / "reference" / (name + ".js"); }
 
-int import_of(const onnx::ModelProto& model, const std::string& domain) {
-  for (const auto& import : model.opset_import()) {
-    if (import.domain() == domain || (domain.empty() && import.domain() == "ai.onnx")) return static_cast<int>(import.version());
-  }
-  return 0;
-}
-
-int nodes_of(const OpCounts& ops, const OpKey& op) {
-  auto it = ops.find(op);
-  return it == ops.end() ? 0 : it->second;
-}
-
-struct Rewrite {
-  fs::path output;
-  onnx::ModelProto model;
-  OpCounts ops;
-};
-
-// `onnx-rewrite rewrite` then `onnx-rewrite check`, both for `target`; both must succeed.
-std::optional<Rewrite> rewrite_and_check(const fs::path& input, const fs::path& output, const std::string& target) {
-  const auto rewritten = run_cli({"rewrite", input.string(), "-o", output.string(), "--target", target});
-  EXPECT_EQ(rewritten.exit_code, 0) << rewritten.out << rewritten.err;
-  if (rewritten.exit_code != 0) return std::nullopt;
-  const auto checked = run_cli({"check", output.string(), "--target", target});
-  EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
-  Rewrite result{output, {}, {}};
-  EXPECT_TRUE(result.model.ParseFromString(read_file(output)));
-  result.ops = count_ops(result.model);
-  return result;
-}
-
 void report(const std::string& what, const OrtComparison& comparison) {
   std::cout << fmt::format("[ numbers  ] {}: max_abs {:.2e}\n", what, comparison.max_abs);
 }
@@ -91,9 +60,9 @@ TEST_P(AtenGelu, ComputesTorchGelu) {
   EXPECT_FALSE(rewritten->ops.count({"org.pytorch.aten", "ATen"}));
   EXPECT_FALSE(rewritten->ops.count({"", "Constant"})) << "the mode constant goes with the node";
   for (const auto& op : c.expected_ops) EXPECT_TRUE(rewritten->ops.count(op)) << op.first << "." << op.second;
-  EXPECT_EQ(import_of(rewritten->model, "org.pytorch.aten"), 0);
-  EXPECT_EQ(import_of(rewritten->model, ""), c.opset);
-  EXPECT_EQ(import_of(rewritten->model, "com.microsoft") != 0, c.target == "ort");
+  EXPECT_EQ(opset_import(rewritten->model, "org.pytorch.aten"), 0);
+  EXPECT_EQ(opset_import(rewritten->model, ""), c.opset);
+  EXPECT_EQ(opset_import(rewritten->model, "com.microsoft") != 0, c.target == "ort");
 
   for (const char* range : {"-1,1", "-6,6"}) {
     const auto comparison = ort_compare_reference(rewritten->output, reference("gelu"),
@@ -149,7 +118,7 @@ TEST(AtenGelu, AModeConstantSharedByEveryGeluIsReadNotMatched) {
     ASSERT_TRUE(rewritten);
     EXPECT_FALSE(rewritten->ops.count({"org.pytorch.aten", "ATen"})) << target;
     EXPECT_FALSE(rewritten->ops.count({"", "Constant"})) << target << ": the mode goes once its last reader does";
-    if (target == "ort") EXPECT_EQ(nodes_of(rewritten->ops, {"com.microsoft", "FastGelu"}), 2);
+    if (target == "ort") EXPECT_EQ(op_count(rewritten->ops, {"com.microsoft", "FastGelu"}), 2);
   }
 }
 
@@ -211,9 +180,9 @@ TEST_P(AtenInverse, OrtTargetComputesTheInverse) {
   const auto input = write_model_text(inverse_model(c), dir / "inverse.onnx");
   const auto rewritten = rewrite_and_check(input, dir / "out.onnx", "ort");
   ASSERT_TRUE(rewritten);
-  EXPECT_EQ(nodes_of(rewritten->ops, {"com.microsoft", "Inverse"}), 1);
+  EXPECT_EQ(op_count(rewritten->ops, {"com.microsoft", "Inverse"}), 1);
   EXPECT_FALSE(rewritten->ops.count({"org.pytorch.aten", "ATen"}));
-  EXPECT_EQ(import_of(rewritten->model, "org.pytorch.aten"), 0);
+  EXPECT_EQ(opset_import(rewritten->model, "org.pytorch.aten"), 0);
   std::vector<std::string> run;
   if (c.dims.front() == "N") run = {"--dim", "N=3"};
   const auto comparison = ort_compare_reference(rewritten->output, reference("matrix_inverse"), R"({"shift": 4})", run);
@@ -289,8 +258,8 @@ TEST(AtenTestdata, RewrittenExportMatchesOnnxRuntimeGelu) {
   for (const std::string target : {"onnx", "ort"}) {
     const auto rewritten = rewrite_and_check(seed, dir / (target + ".onnx"), target);
     ASSERT_TRUE(rewritten);
-    EXPECT_EQ(import_of(rewritten->model, ""), 14);
-    EXPECT_EQ(nodes_of(rewritten->ops, {"", "MatMul"}), 2);
+    EXPECT_EQ(opset_import(rewritten->model, ""), 14);
+    EXPECT_EQ(op_count(rewritten->ops, {"", "MatMul"}), 2);
     const auto comparison = ort_compare(kernel, rewritten->output, {"--dim", "batch=3", "--float-range", "-4,4"});
     EXPECT_TRUE(comparison.ok) << comparison.output;
     report("testdata/aten-gelu --target " + target, comparison);

@@ -159,15 +159,6 @@ std::multiset<std::string> op_types(const fs::path& model_path) {
   return ops;
 }
 
-int64_t ai_onnx_import(const fs::path& model_path) {
-  onnx::ModelProto model;
-  EXPECT_TRUE(model.ParseFromString(read_file(model_path)));
-  for (const auto& import : model.opset_import()) {
-    if (import.domain().empty() || import.domain() == "ai.onnx") return import.version();
-  }
-  return 0;
-}
-
 // The op that shows which rewrite happened.
 enum class Path { kDeformConv, kGridSample, kGather };
 
@@ -216,7 +207,7 @@ fs::path rewrite(const fs::path& input, const fs::path& output, std::optional<in
     EXPECT_EQ(ops.count("Floor"), 2u) << rewritten.out;  // the neighbours of y and x
   }
   if (opset) {
-    EXPECT_LE(ai_onnx_import(output), *opset);
+    EXPECT_LE(opset_import(read_model(output), ""), *opset);
   }
   return output;
 }
@@ -502,7 +493,7 @@ TEST_P(DeformConvSeedModel, EveryPathMatchesDeformConv19) {
   const std::string text = read_file(source_dir() / "testdata" / (seed.name + ".onnxtxt"));
   const fs::path original = source_dir() / "testdata" / (seed.name + ".onnx");
   ASSERT_EQ(read_file(original), serialize(parse_model_text(text))) << "regenerate testdata/" << seed.name << ".onnx with text-to-onnx";
-  const int own = static_cast<int>(ai_onnx_import(original));
+  const int own = static_cast<int>(opset_import(read_model(original), ""));
   const std::string imports = fmt::format("\"\": {}, \"{}\": 1", own, seed.domain);
   auto with_import = [&](int opset) {
     auto edits = seed.at_19;
@@ -570,15 +561,6 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // ---- What the rules decline, and why -------------------------------------------------------
-
-const RuleSet& builtin_rules() {
-  static const RuleSet rules = [] {
-    RuleSet loaded;
-    loaded.load_builtin();
-    return loaded;
-  }();
-  return rules;
-}
 
 struct Explained {
   std::multiset<std::string> ops;  // after the rewrite

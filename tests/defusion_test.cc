@@ -23,19 +23,8 @@ namespace {
 
 using namespace testing;
 
-const RuleSet& builtin_rules() {
-  static const RuleSet rules = [] {
-    RuleSet loaded;
-    loaded.load_builtin();
-    return loaded;
-  }();
-  return rules;
-}
-
-int ir_version(int opset) { return opset <= 17 ? 8 : opset <= 20 ? 9 : 10; }
-
 std::string model(int opset, const std::string& graph) {
-  return fmt::format("<ir_version: {}, opset_import: [\"\": {}, \"com.microsoft\": 1]>\n{}", ir_version(opset), opset,
+  return fmt::format("<ir_version: {}, opset_import: [\"\": {}, \"com.microsoft\": 1]>\n{}", ir_version_for(opset), opset,
                      graph);
 }
 

@@ -25,18 +25,6 @@ using namespace testing;
 
 constexpr int kFunctionAttributeProtoField = 11;  // FunctionProto.attribute_proto (IR 9): defaults
 
-int import_of(const onnx::ModelProto& model, const std::string& domain) {
-  for (const auto& import : model.opset_import()) {
-    if (import.domain() == domain || (domain.empty() && import.domain() == "ai.onnx")) return static_cast<int>(import.version());
-  }
-  return 0;
-}
-
-int nodes_of(const OpCounts& ops, const OpKey& op) {
-  auto it = ops.find(op);
-  return it == ops.end() ? 0 : it->second;
-}
-
 // Every name is defined once in its graph and never again in a subgraph of it (ONNX forbids
 // shadowing; sibling subgraphs may reuse a name): inlined copies must not collide with each
 // other or with the caller.
@@ -165,8 +153,8 @@ TEST(OnnxscriptSeluTestdata, TargetOnnxInlinesByDefault) {
   onnx::ModelProto inlined;
   ASSERT_TRUE(inlined.ParseFromString(read_file(output)));
   EXPECT_EQ(inlined.functions_size(), 0);
-  EXPECT_EQ(import_of(inlined, "custom-onnx-script"), 0);
-  EXPECT_EQ(import_of(inlined, ""), 15);
+  EXPECT_EQ(opset_import(inlined, "custom-onnx-script"), 0);
+  EXPECT_EQ(opset_import(inlined, ""), 15);
   expect_names_defined_once(inlined.graph());
   expect_same_numbers(standard_selu(1.67326f, 1.0507f), inlined, {"--dim", "batch=2", "--float-range", "-3,3"},
                       "onnxscript Selu inlined vs ORT Selu");
@@ -234,11 +222,11 @@ TEST(Nesting, InlinesRecursivelyWithFreshNames) {
   auto inlined = inline_text(kNested);
   EXPECT_EQ(inlined.calls, 6);  // three calls of Scaled, each with its Leaky
   EXPECT_EQ(inlined.model.proto.functions_size(), 0);
-  EXPECT_EQ(import_of(inlined.model.proto, "local"), 0);
-  EXPECT_EQ(import_of(inlined.model.proto, "inner"), 0);
+  EXPECT_EQ(opset_import(inlined.model.proto, "local"), 0);
+  EXPECT_EQ(opset_import(inlined.model.proto, "inner"), 0);
   const auto ops = count_ops(inlined.model.proto);
-  EXPECT_EQ(nodes_of(ops, {"", "LeakyRelu"}), 3);
-  EXPECT_EQ(nodes_of(ops, {"", "Add"}), 3);
+  EXPECT_EQ(op_count(ops, {"", "LeakyRelu"}), 3);
+  EXPECT_EQ(op_count(ops, {"", "Add"}), 3);
   expect_names_defined_once(inlined.model.proto.graph());
   // alpha 2.0, 0.5 as given; the call without alpha leaves LeakyRelu's own default (0.01).
   std::vector<float> alphas;
@@ -406,7 +394,7 @@ TEST(Opsets, BodyThatMeansTheSameAtTheCallersOpsetIsInlined) {
   )";
   auto inlined = inline_text(text);
   EXPECT_EQ(inlined.calls, 1);
-  EXPECT_EQ(import_of(inlined.model.proto, ""), 17);
+  EXPECT_EQ(opset_import(inlined.model.proto, ""), 17);
   EXPECT_TRUE(inlined.notes.empty());
   expect_same_numbers(parse_model_text(text), inlined.model.proto, {"--dim", "N=2"}, "ai.onnx 13 body at 17 vs ORT");
 }
@@ -427,7 +415,7 @@ TEST(Opsets, BodyThatWouldChangeMeaningStaysACall) {
   auto inlined = inline_text(text);
   EXPECT_EQ(inlined.calls, 0);
   EXPECT_EQ(inlined.model.proto.functions_size(), 1);
-  EXPECT_EQ(import_of(inlined.model.proto, "local"), 1);
+  EXPECT_EQ(opset_import(inlined.model.proto, "local"), 1);
   ASSERT_EQ(inlined.notes.size(), 1u);
   EXPECT_NE(inlined.notes[0].find("local.RowMean"), std::string::npos) << inlined.notes[0];
   EXPECT_NE(inlined.notes[0].find("ReduceMean"), std::string::npos) << inlined.notes[0];
@@ -515,9 +503,9 @@ TEST(RulesInside, FunctionBodiesAndControlFlowBodies) {
     onnx::ModelProto rewritten;
     ASSERT_TRUE(rewritten.ParseFromString(read_file(output)));
     const auto ops = count_ops(rewritten);
-    EXPECT_EQ(nodes_of(ops, {"test.customop", "CustomOpOne"}), 0);
-    EXPECT_EQ(nodes_of(ops, {"test.customop", "CustomOpTwo"}), 0);
-    EXPECT_EQ(import_of(rewritten, "test.customop"), 0);
+    EXPECT_EQ(op_count(ops, {"test.customop", "CustomOpOne"}), 0);
+    EXPECT_EQ(op_count(ops, {"test.customop", "CustomOpTwo"}), 0);
+    EXPECT_EQ(opset_import(rewritten, "test.customop"), 0);
     // ort runs local functions: the call stays, its body rewritten (and its imports with it)
     EXPECT_EQ(rewritten.functions_size(), target == "ort" ? 1 : 0);
     if (target == "ort") {

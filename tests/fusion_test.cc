@@ -20,19 +20,8 @@ namespace {
 
 using namespace testing;
 
-const RuleSet& builtin_rules() {
-  static const RuleSet rules = [] {
-    RuleSet loaded;
-    loaded.load_builtin();
-    return loaded;
-  }();
-  return rules;
-}
-
-int ir_version(int opset) { return opset <= 17 ? 8 : opset <= 20 ? 9 : 10; }
-
 std::string model(int opset, const std::string& graph) {
-  return fmt::format("<ir_version: {}, opset_import: [\"\": {}]>\n{}", ir_version(opset), opset, graph);
+  return fmt::format("<ir_version: {}, opset_import: [\"\": {}]>\n{}", ir_version_for(opset), opset, graph);
 }
 
 // Deterministic numbers for initializers: `count` values in [center - spread, center + spread).
@@ -100,13 +89,6 @@ int count(const onnx::ModelProto& model, const std::string& domain, const std::s
   const auto counts = count_ops(model);
   auto it = counts.find({domain == "ai.onnx" ? "" : domain, op_type});
   return it == counts.end() ? 0 : it->second;
-}
-
-int opset_of(const onnx::ModelProto& model, const std::string& domain) {
-  for (const auto& import : model.opset_import()) {
-    if (import.domain() == domain || (domain.empty() && import.domain() == "ai.onnx")) return static_cast<int>(import.version());
-  }
-  return 0;
 }
 
 // ONNX Runtime computes the same as the original (A) with the rewritten model (B), and the
@@ -496,7 +478,7 @@ TEST(LayerNorm, BelowOpset17TheImportIsRaised) {
   const auto fused = fuse(text);
   const auto& out = fused.model;
   EXPECT_EQ(count(out, "ai.onnx", "LayerNormalization"), 1);
-  EXPECT_EQ(opset_of(out, ""), 17);
+  EXPECT_EQ(opset_import(out, ""), 17);
   expect_same_in_ort(text, fused, {"--dim", "N=2"});
 }
 
@@ -815,7 +797,7 @@ TEST_P(BertEncoder, EveryBlockFusesAndOrtComputesTheSame) {
   EXPECT_EQ(count(proto, "ai.onnx", "LayerNormalization"), 1);  // the embeddings': its Add broadcasts positions
   EXPECT_EQ(count(proto, "com.microsoft", e.gelu == "erf" ? "BiasGelu" : "FastGelu"), e.layers);
   for (const char* spelled : {"Erf", "Tanh", "Pow", "ReduceMean", "Sqrt"}) EXPECT_EQ(count(proto, "ai.onnx", spelled), 0) << spelled;
-  EXPECT_EQ(opset_of(proto, ""), std::max(17, e.opset));
+  EXPECT_EQ(opset_import(proto, ""), std::max(17, e.opset));
 
   const auto comparison = ort_compare(original, rewritten,
                                       {"--dim", "batch=2", "--dim", "sequence=7", "--range", "input_ids=0,99", "--range",

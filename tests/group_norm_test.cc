@@ -34,53 +34,6 @@ std::vector<double> weights(size_t count, double low, double high, unsigned seed
 std::string joined(const std::vector<double>& values) { return fmt::format("{}", fmt::join(values, ", ")); }
 std::string joined(const std::vector<std::string>& values) { return fmt::format("{}", fmt::join(values, ", ")); }
 
-int ir_version_for(int opset) { return opset >= 21 ? 10 : opset >= 19 ? 9 : 8; }
-
-onnx::ModelProto read_model(const fs::path& path) {
-  onnx::ModelProto model;
-  EXPECT_TRUE(model.ParseFromString(read_file(path))) << path;
-  return model;
-}
-
-int import_of(const onnx::ModelProto& model, const std::string& domain) {
-  for (const auto& import : model.opset_import()) {
-    if (import.domain() == domain || (domain.empty() && import.domain() == "ai.onnx")) return static_cast<int>(import.version());
-  }
-  return 0;
-}
-
-int nodes_of(const OpCounts& ops, const OpKey& op) {
-  auto it = ops.find(op);
-  return it == ops.end() ? 0 : it->second;
-}
-
-struct Rewrite {
-  fs::path output;
-  onnx::ModelProto model;
-  OpCounts ops;
-};
-
-// `onnx-rewrite rewrite` then `onnx-rewrite check` for the target; both must succeed.
-std::optional<Rewrite> rewrite_and_check(const fs::path& input, const fs::path& output, const std::string& target,
-                                         std::optional<int> max_opset) {
-  std::vector<std::string> rewrite{"rewrite", input.string(), "-o", output.string(), "--target", target};
-  std::vector<std::string> check{"check", output.string(), "--target", target};
-  if (max_opset) {
-    for (auto* args : {&rewrite, &check}) {
-      args->push_back("--opset");
-      args->push_back(std::to_string(*max_opset));
-    }
-  }
-  const auto rewritten = run_cli(rewrite);
-  EXPECT_EQ(rewritten.exit_code, 0) << rewritten.out << rewritten.err;
-  if (rewritten.exit_code != 0) return std::nullopt;
-  const auto checked = run_cli(check);
-  EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
-  Rewrite result{output, read_model(output), {}};
-  result.ops = count_ops(result.model);
-  return result;
-}
-
 std::vector<std::string> dim_arguments(const std::map<std::string, int>& dims) {
   std::vector<std::string> arguments;
   for (const auto& [name, value] : dims) {
@@ -166,9 +119,9 @@ TEST_P(MyGroupNorm, ComputesTorchGroupNormInOnnxRuntime) {
   // What was meant to happen, and nothing else: the op is gone with its domain; the opset stays
   // (or is the --opset cap).
   EXPECT_FALSE(rewritten->ops.count({c.domain, "mygroupnorm"}));
-  EXPECT_EQ(nodes_of(rewritten->ops, {"", c.expected_op}), 1) << c.expected_op;
-  EXPECT_EQ(import_of(rewritten->model, c.domain), 0);
-  EXPECT_EQ(import_of(rewritten->model, ""), c.max_opset.value_or(c.opset));
+  EXPECT_EQ(op_count(rewritten->ops, {"", c.expected_op}), 1) << c.expected_op;
+  EXPECT_EQ(opset_import(rewritten->model, c.domain), 0);
+  EXPECT_EQ(opset_import(rewritten->model, ""), c.max_opset.value_or(c.opset));
 
   std::vector<std::string> run = dim_arguments(c.values);
   const std::string groups = c.given == GroupsGiven::kGraphInput ? "\"num_groups\"" : std::to_string(c.groups);
@@ -301,10 +254,10 @@ TEST(MyGroupNormTestdata, RewrittenExportMatchesOnnxRuntimeKernel) {
   for (const std::string target : {"onnx", "ort"}) {
     const auto rewritten = rewrite_and_check(seed, dir / (target + ".onnx"), target, {});
     ASSERT_TRUE(rewritten);
-    EXPECT_EQ(import_of(rewritten->model, ""), 9);
-    EXPECT_EQ(import_of(rewritten->model, "mydomain"), 0);
-    EXPECT_EQ(nodes_of(rewritten->ops, {"", "Conv"}), 1);
-    EXPECT_EQ(nodes_of(rewritten->ops, {"", "Relu"}), 1);
+    EXPECT_EQ(opset_import(rewritten->model, ""), 9);
+    EXPECT_EQ(opset_import(rewritten->model, "mydomain"), 0);
+    EXPECT_EQ(op_count(rewritten->ops, {"", "Conv"}), 1);
+    EXPECT_EQ(op_count(rewritten->ops, {"", "Relu"}), 1);
     for (const char* batch : {"batch=1", "batch=3"}) {
       const auto comparison = ort_compare(kernel, rewritten->output, {"--dim", batch});
       EXPECT_TRUE(comparison.ok) << comparison.output;
@@ -343,7 +296,7 @@ TEST_P(GroupNormalization18, DecomposedAsOnnxRuntimeComputesIt) {
   const auto rewritten = rewrite_and_check(input, dir / "out.onnx", c.target, {});
   ASSERT_TRUE(rewritten);
   EXPECT_FALSE(rewritten->ops.count({"", "GroupNormalization"}));
-  EXPECT_EQ(import_of(rewritten->model, ""), c.opset);
+  EXPECT_EQ(opset_import(rewritten->model, ""), c.opset);
 
   const auto run = dim_arguments(c.values);
   const std::string params = fmt::format(R"({{"numGroups": {}, "scale": [{}], "bias": [{}], "epsilon": {}, "perGroup": true}})",
@@ -394,7 +347,7 @@ TEST_P(GroupNormalization21Lowering, MatchesOnnxRuntimeKernel) {
   const auto rewritten = rewrite_and_check(input, dir / "out.onnx", "onnx", c.max_opset);
   ASSERT_TRUE(rewritten);
   EXPECT_FALSE(rewritten->ops.count({"", "GroupNormalization"}));
-  EXPECT_EQ(import_of(rewritten->model, ""), c.max_opset);
+  EXPECT_EQ(opset_import(rewritten->model, ""), c.max_opset);
 
   auto run = dim_arguments(c.values);
   run.insert(run.end(), {"--rtol", fmt::format("{}", c.tolerance), "--atol", fmt::format("{}", c.tolerance)});
@@ -427,7 +380,7 @@ TEST(GroupNormalization21Lowering, ConformanceCasesKeepTheirOutputs) {
       const fs::path output = dir / fmt::format("{}-{}.onnx", name, opset);
       const auto rewritten = rewrite_and_check(*corpus / "node" / name / "model.onnx", output, "onnx", opset);
       ASSERT_TRUE(rewritten);
-      EXPECT_EQ(import_of(rewritten->model, ""), opset);
+      EXPECT_EQ(opset_import(rewritten->model, ""), opset);
       EXPECT_FALSE(rewritten->ops.count({"", "GroupNormalization"}));
       jobs.push_back(fmt::format(R"({{"case": "{}", "model": "{}", "rtol": 1e-4, "atol": 1e-4}})",
                                  (*corpus / "node" / name).string(), output.string()));

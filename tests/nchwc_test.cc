@@ -20,15 +20,6 @@ namespace {
 
 using namespace testing;
 
-const RuleSet& builtin_rules() {
-  static const RuleSet rules = [] {
-    RuleSet loaded;
-    loaded.load_builtin();
-    return loaded;
-  }();
-  return rules;
-}
-
 struct Defused {
   onnx::ModelProto model;
   std::string bytes;

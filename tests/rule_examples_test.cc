@@ -12,7 +12,7 @@ using namespace testing;
 
 class RuleExample : public ::testing::TestWithParam<std::string> {};
 
-const RuleSet& builtin_rules() {
+const RuleSet& example_rules() {
   static const RuleSet rules = [] {
     RuleSet loaded;
     loaded.load_builtin();
@@ -23,14 +23,14 @@ const RuleSet& builtin_rules() {
 }
 
 TEST_P(RuleExample, RewritesAsDocumented) {
-  const Rule& rule = *builtin_rules().find(GetParam());
+  const Rule& rule = *example_rules().find(GetParam());
   ASSERT_TRUE(rule.example) << rule.id;
   RewriteOptions options;
   options.target = rule.targets.front();
   options.only = {rule.id};
   options.max_opset = rule.example->max_opset;
   const auto before = parse_model_text(rule.example->model_text);
-  const auto rewritten = rewrite_text(rule.example->model_text, builtin_rules(), options);
+  const auto rewritten = rewrite_text(rule.example->model_text, example_rules(), options);
   ASSERT_TRUE(rewritten.result.rules.count(rule.id)) << rule.id << " did not fire on its own example";
   const auto kept = interface_names(before);
   EXPECT_EQ(canonical_nodes(rewritten.model, kept), canonical_nodes_text(rule.example->expected_nodes_text, before, kept))
@@ -38,13 +38,13 @@ TEST_P(RuleExample, RewritesAsDocumented) {
 
   // Idempotent: the rule finds nothing more in its own output.
   Model again = parse_model(serialize(rewritten.model), "again.onnx");
-  const auto second = rewrite_model(again, builtin_rules(), options);
+  const auto second = rewrite_model(again, example_rules(), options);
   EXPECT_FALSE(second.rules.count(rule.id)) << rule.id << " fires again on its own output";
 }
 
 std::vector<std::string> rule_ids() {
   std::vector<std::string> ids;
-  for (const auto& rule : builtin_rules().rules) ids.push_back(rule->id);
+  for (const auto& rule : example_rules().rules) ids.push_back(rule->id);
   return ids;
 }
 

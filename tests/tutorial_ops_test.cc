@@ -15,37 +15,6 @@ using namespace testing;
 
 fs::path round_reference() { return source_dir() / "tests" / "ort" / "reference" / "round_half_even.js"; }
 
-int import_of(const onnx::ModelProto& model, const std::string& domain) {
-  for (const auto& import : model.opset_import()) {
-    if (import.domain() == domain || (domain.empty() && import.domain() == "ai.onnx")) return static_cast<int>(import.version());
-  }
-  return 0;
-}
-
-int nodes_of(const OpCounts& ops, const OpKey& op) {
-  auto it = ops.find(op);
-  return it == ops.end() ? 0 : it->second;
-}
-
-struct Rewrite {
-  fs::path output;
-  onnx::ModelProto model;
-  OpCounts ops;
-};
-
-// `onnx-rewrite rewrite` then `onnx-rewrite check`, both for `target`; both must succeed.
-std::optional<Rewrite> rewrite_and_check(const fs::path& input, const fs::path& output, const std::string& target) {
-  const auto rewritten = run_cli({"rewrite", input.string(), "-o", output.string(), "--target", target});
-  EXPECT_EQ(rewritten.exit_code, 0) << rewritten.out << rewritten.err;
-  if (rewritten.exit_code != 0) return std::nullopt;
-  const auto checked = run_cli({"check", output.string(), "--target", target});
-  EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
-  Rewrite result{output, {}, {}};
-  EXPECT_TRUE(result.model.ParseFromString(read_file(output)));
-  result.ops = count_ops(result.model);
-  return result;
-}
-
 void report(const std::string& what, const OrtComparison& comparison) {
   std::cout << fmt::format("[ numbers  ] {}: max_abs {:.2e}\n", what, comparison.max_abs);
 }
@@ -63,9 +32,9 @@ TEST(CustomOpOne, IsAddExactly) {
         }})", shape), dir / "one.onnx");
       const auto rewritten = rewrite_and_check(input, dir / "out.onnx", target);
       ASSERT_TRUE(rewritten);
-      EXPECT_EQ(nodes_of(rewritten->ops, {"", "Add"}), 1);
-      EXPECT_EQ(import_of(rewritten->model, "test.customop"), 0);
-      EXPECT_EQ(import_of(rewritten->model, ""), 17);
+      EXPECT_EQ(op_count(rewritten->ops, {"", "Add"}), 1);
+      EXPECT_EQ(opset_import(rewritten->model, "test.customop"), 0);
+      EXPECT_EQ(opset_import(rewritten->model, ""), 17);
       std::vector<std::string> run{"--rtol", "0", "--atol", "0", "--float-range", "-100,100"};
       if (shape.starts_with("N")) run.insert(run.end(), {"--dim", "N=3"});
       const auto comparison = ort_compare_reference(rewritten->output, "add", R"({"a": "x", "b": "y", "output": "z"})", run);
@@ -96,8 +65,8 @@ TEST(CustomOpTwo, RoundsHalvesToEven) {
   for (const std::string target : {"onnx", "ort"}) {
     const auto rewritten = rewrite_and_check(input, dir / "out.onnx", target);
     ASSERT_TRUE(rewritten);
-    EXPECT_EQ(nodes_of(rewritten->ops, {"", "Round"}), 1);
-    EXPECT_EQ(import_of(rewritten->model, "test.customop"), 0);
+    EXPECT_EQ(op_count(rewritten->ops, {"", "Round"}), 1);
+    EXPECT_EQ(opset_import(rewritten->model, "test.customop"), 0);
     const auto comparison = ort_compare_reference(rewritten->output, round_reference(), R"({"x": "k", "scale": 0.5})",
                                                   kIntegersAroundZero);
     EXPECT_TRUE(comparison.ok) << comparison.output;
@@ -130,8 +99,8 @@ TEST(CustomOpTwo, KeepsADeclaredInt32Output) {
   const auto input = write_model_text(halves_model(17, "int32"), dir / "two.onnx");
   const auto rewritten = rewrite_and_check(input, dir / "out.onnx", "onnx");
   ASSERT_TRUE(rewritten);
-  EXPECT_EQ(nodes_of(rewritten->ops, {"", "Round"}), 1);
-  EXPECT_EQ(nodes_of(rewritten->ops, {"", "Cast"}), 2);  // the model's own, and the one to int32
+  EXPECT_EQ(op_count(rewritten->ops, {"", "Round"}), 1);
+  EXPECT_EQ(op_count(rewritten->ops, {"", "Cast"}), 2);  // the model's own, and the one to int32
   const auto comparison = ort_compare_reference(rewritten->output, round_reference(),
                                                 R"({"x": "k", "scale": 0.5, "outputType": "int32"})", kIntegersAroundZero);
   EXPECT_TRUE(comparison.ok) << comparison.output;
@@ -144,7 +113,7 @@ TEST(CustomOpTwo, RaisesOpset10To11) {
   const auto input = write_model_text(halves_model(10, "float"), dir / "two.onnx");
   const auto rewritten = rewrite_and_check(input, dir / "out.onnx", "onnx");
   ASSERT_TRUE(rewritten);
-  EXPECT_EQ(import_of(rewritten->model, ""), 11);
+  EXPECT_EQ(opset_import(rewritten->model, ""), 11);
   const auto comparison = ort_compare_reference(rewritten->output, round_reference(), R"({"x": "k", "scale": 0.5})",
                                                 kIntegersAroundZero);
   EXPECT_TRUE(comparison.ok) << comparison.output;

@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include <onnx/defs/parser.h>
+#include <gtest/gtest.h>
 #include <onnx/defs/attr_proto_util.h>
 #include <onnx/defs/printer.h>
 
@@ -214,6 +215,56 @@ std::string canonical_nodes_text(const std::string& nodes_text, const onnx::Mode
   }
   *holder.mutable_graph()->mutable_node() = nodes;
   return canonical_nodes(holder, kept);
+}
+
+const RuleSet& builtin_rules() {
+  static const RuleSet rules = [] {
+    RuleSet loaded;
+    loaded.load_builtin();
+    return loaded;
+  }();
+  return rules;
+}
+
+int ir_version_for(int opset) { return opset <= 18 ? 8 : opset <= 20 ? 9 : 10; }
+
+onnx::ModelProto read_model(const fs::path& path) {
+  onnx::ModelProto model;
+  if (!model.ParseFromString(read_file(path))) throw std::runtime_error("not a model: " + path.string());
+  return model;
+}
+
+int opset_import(const onnx::ModelProto& model, const std::string& domain) {
+  for (const auto& import : model.opset_import()) {
+    const bool standard = import.domain().empty() || import.domain() == "ai.onnx";
+    if (import.domain() == domain || (standard && (domain.empty() || domain == "ai.onnx"))) return static_cast<int>(import.version());
+  }
+  return 0;
+}
+
+int op_count(const OpCounts& ops, const OpKey& op) {
+  auto it = ops.find(op);
+  return it == ops.end() ? 0 : it->second;
+}
+
+std::optional<CheckedRewrite> rewrite_and_check(const fs::path& input, const fs::path& output, const std::string& target,
+                                                std::optional<int> max_opset) {
+  std::vector<std::string> rewrite{"rewrite", input.string(), "-o", output.string(), "--target", target};
+  std::vector<std::string> check{"check", output.string(), "--target", target};
+  if (max_opset) {
+    for (auto* args : {&rewrite, &check}) {
+      args->push_back("--opset");
+      args->push_back(std::to_string(*max_opset));
+    }
+  }
+  const auto rewritten = run_cli(rewrite);
+  EXPECT_EQ(rewritten.exit_code, 0) << rewritten.out << rewritten.err;
+  if (rewritten.exit_code != 0) return std::nullopt;
+  const auto checked = run_cli(check);
+  EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
+  CheckedRewrite result{output, read_model(output), {}};
+  result.ops = count_ops(result.model);
+  return result;
 }
 
 namespace {

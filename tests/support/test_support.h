@@ -78,6 +78,26 @@ std::string canonical_nodes_text(const std::string& nodes_text, const onnx::Mode
 // Graph inputs, outputs and initializers: the names a rewrite keeps.
 std::set<std::string> interface_names(const onnx::ModelProto& model);
 
+// The rules compiled into the binary (loaded once).
+const RuleSet& builtin_rules();
+// The IR version ONNX pairs with an opset (8 up to 18, 9 up to 20, then 10).
+int ir_version_for(int opset);
+onnx::ModelProto read_model(const fs::path& path);
+// The model's import of a domain ("" or "ai.onnx" for the default one); 0 when absent.
+int opset_import(const onnx::ModelProto& model, const std::string& domain);
+// How many nodes of an op; 0 when there are none.
+int op_count(const OpCounts& ops, const OpKey& op);
+
+// `onnx-rewrite rewrite` then `onnx-rewrite check`, both for `target` (and `--opset`); both must
+// succeed (failures are reported to GoogleTest, and nullopt returned).
+struct CheckedRewrite {
+  fs::path output;
+  onnx::ModelProto model;
+  OpCounts ops;
+};
+std::optional<CheckedRewrite> rewrite_and_check(const fs::path& input, const fs::path& output, const std::string& target,
+                                                std::optional<int> max_opset = std::nullopt);
+
 // ---- ONNX Runtime ---------------------------------------------------------------------------
 
 struct OrtComparison {
