@@ -16,5 +16,6 @@ void add_deform_conv_builders(BuilderTable& table);  // deform_conv.cc
 void add_contrib_fusion_builders(BuilderTable& table);    // contrib_fusion.cc: patterns -> com.microsoft ops
 void add_contrib_defusion_builders(BuilderTable& table);  // contrib_defusion.cc: com.microsoft ops -> standard ops
 void add_nchwc_builders(BuilderTable& table);        // nchwc.cc: com.microsoft.nchwc back to NCHW
+void add_attention_builders(BuilderTable& table);    // attention_defusion.cc: com.microsoft attention ops
 
 }  // namespace onnx_rewrite

@@ -13,6 +13,7 @@ const BuilderTable& registry() {
     add_contrib_fusion_builders(table);
     add_contrib_defusion_builders(table);
     add_nchwc_builders(table);
+    add_attention_builders(table);
     return table;
   }();
   return builders;
