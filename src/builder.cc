@@ -79,8 +79,7 @@ Value GraphBuilder::constant(onnx::TensorProto tensor) {
 Value GraphBuilder::scalar(double number, int32_t data_type) { return constant(make_tensor(data_type, {}, {number})); }
 
 Value GraphBuilder::ints(const std::vector<int64_t>& numbers) {
-  return constant(make_tensor(onnx::TensorProto::INT64, {static_cast<int64_t>(numbers.size())},
-                              std::vector<double>(numbers.begin(), numbers.end())));
+  return constant(make_int64_tensor({static_cast<int64_t>(numbers.size())}, numbers));
 }
 
 Value GraphBuilder::floats(const std::vector<double>& numbers, int32_t data_type) {
@@ -90,6 +89,7 @@ Value GraphBuilder::floats(const std::vector<double>& numbers, int32_t data_type
 void GraphBuilder::output(const std::string& graph_name, Value value) {
   // The node computing `value` takes over the graph's name, unless the value comes from outside
   // the replacement or already stands for another output: then an Identity carries it.
+  if (auto taken = renamed_.find(value.name); taken != renamed_.end()) value.name = taken->second;
   for (auto& node : nodes_) {
     for (auto& output : *node.mutable_output()) {
       if (output != value.name || outputs_.count(output)) continue;
@@ -98,6 +98,7 @@ void GraphBuilder::output(const std::string& graph_name, Value value) {
           if (input == value.name) input = graph_name;
         }
       }
+      renamed_[value.name] = graph_name;
       output = graph_name;
       outputs_[graph_name] = graph_name;
       return;

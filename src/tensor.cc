@@ -68,9 +68,49 @@ double int32_field_element(int32_t type, int32_t value) {
   return value;
 }
 
+bool is_integer(int32_t type) {
+  switch (type) {
+    case TensorProto::INT8: case TensorProto::INT16: case TensorProto::INT32: case TensorProto::INT64:
+    case TensorProto::UINT8: case TensorProto::UINT16: case TensorProto::UINT32: case TensorProto::UINT64:
+    case TensorProto::BOOL:
+      return true;
+    default:
+      return false;
+  }
+}
+
+int64_t raw_integer(int32_t type, const char* p) {
+  switch (type) {
+    case TensorProto::INT8: return load<int8_t>(p);
+    case TensorProto::INT16: return load<int16_t>(p);
+    case TensorProto::INT32: return load<int32_t>(p);
+    case TensorProto::INT64: return load<int64_t>(p);
+    case TensorProto::UINT8: case TensorProto::BOOL: return load<uint8_t>(p);
+    case TensorProto::UINT16: return load<uint16_t>(p);
+    case TensorProto::UINT32: return load<uint32_t>(p);
+    default: return static_cast<int64_t>(load<uint64_t>(p));
+  }
+}
+
+// The elements of an integer tensor without going through double.
+std::vector<int64_t> exact_integers(const TensorProto& tensor, size_t element_size) {
+  std::vector<int64_t> out;
+  if (tensor.has_raw_data()) {
+    const std::string& raw = tensor.raw_data();
+    if (raw.size() % element_size != 0) return out;
+    for (size_t at = 0; at < raw.size(); at += element_size) out.push_back(raw_integer(tensor.data_type(), raw.data() + at));
+    return out;
+  }
+  out.assign(tensor.int32_data().begin(), tensor.int32_data().end());
+  out.insert(out.end(), tensor.int64_data().begin(), tensor.int64_data().end());
+  for (uint64_t v : tensor.uint64_data()) out.push_back(static_cast<int64_t>(v));
+  return out;
+}
+
 }  // namespace
 
 std::vector<int64_t> TensorValues::ints() const {
+  if (!integers.empty() || numbers.empty()) return integers;
   std::vector<int64_t> out;
   out.reserve(numbers.size());
   for (double number : numbers) out.push_back(static_cast<int64_t>(number));
@@ -93,7 +133,13 @@ std::optional<TensorValues> decode_tensor(const TensorProto& tensor) {
   if (type == TensorProto::STRING) {
     if (tensor.string_data_size() != count) return std::nullopt;
     values.strings.assign(tensor.string_data().begin(), tensor.string_data().end());
-  } else if (tensor.has_raw_data()) {
+    return values;
+  }
+  if (is_integer(type)) {
+    values.integers = exact_integers(tensor, element_size);
+    if (values.integers.size() != static_cast<size_t>(count)) return std::nullopt;
+  }
+  if (tensor.has_raw_data()) {
     const std::string& raw = tensor.raw_data();
     if (raw.size() != static_cast<size_t>(count) * element_size) return std::nullopt;
     for (size_t at = 0; at < raw.size(); at += element_size) values.numbers.push_back(raw_element(type, raw.data() + at));
@@ -137,6 +183,14 @@ TensorProto make_tensor(int32_t data_type, const std::vector<int64_t>& dims, con
     }
   }
   tensor.set_raw_data(std::move(raw));
+  return tensor;
+}
+
+TensorProto make_int64_tensor(const std::vector<int64_t>& dims, const std::vector<int64_t>& values) {
+  TensorProto tensor;
+  tensor.set_data_type(TensorProto::INT64);
+  for (int64_t dim : dims) tensor.add_dims(dim);
+  tensor.set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t)));
   return tensor;
 }
 

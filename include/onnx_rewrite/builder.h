@@ -119,6 +119,7 @@ class GraphBuilder {
   std::vector<onnx::NodeProto> nodes_;
   std::vector<std::pair<std::string, onnx::TensorProto>> constants_;
   std::map<std::string, std::string> outputs_;  // graph name -> value
+  std::map<std::string, std::string> renamed_;  // a value that took a graph name -> that name
   std::vector<std::string> notes_;
 };
 

@@ -16,8 +16,10 @@ struct TensorValues {
   int32_t data_type = 0;
   std::vector<int64_t> dims;
   std::vector<double> numbers;       // every element of a numeric tensor; integers exact up to 2^53
+  std::vector<int64_t> integers;     // every element of an integer (or bool) tensor, exactly
   std::vector<std::string> strings;  // every element of a string tensor
 
+  // The elements as integers: exact for integer tensors (INT64_MAX, torch's "to the end", stays).
   std::vector<int64_t> ints() const;
 };
 
@@ -26,6 +28,8 @@ std::optional<TensorValues> decode_tensor(const onnx::TensorProto& tensor);
 
 // A tensor of `data_type` (float, double, float16, integers, bool) holding `numbers`.
 onnx::TensorProto make_tensor(int32_t data_type, const std::vector<int64_t>& dims, const std::vector<double>& numbers);
+// An int64 tensor, exactly.
+onnx::TensorProto make_int64_tensor(const std::vector<int64_t>& dims, const std::vector<int64_t>& values);
 
 // "float", "int64", ... (ONNX's lowercase names) and back.
 std::string data_type_name(int32_t data_type);
