@@ -11,6 +11,7 @@
 #include "onnx_rewrite/opset.h"
 #include "onnx_rewrite/rewriter.h"
 #include "onnx_rewrite/scope.h"
+#include "onnx_rewrite/verify.h"
 #include "onnx_rewrite/walk.h"
 #include "opset_policy.h"
 #include "text_replacement.h"
@@ -91,6 +92,8 @@ class Run {
   // Returns why the requested opset can't be reached, if it can't.
   std::optional<std::string> execute() {
     if (!any_candidate()) return policy_.apply(rewriter_.created(), domains_before_);
+    // A model that was already inconsistent can't tell our mistakes from its own.
+    verify_ = !structural_problem(model_.proto);
     std::set<std::string> firing;
     std::map<std::string, int> last_fired;  // rule id -> round
     for (int round = 1;; ++round) {
@@ -113,6 +116,11 @@ class Run {
       rewriter_.commit(scopes);
       model_.changed = true;
       result_.rounds = round;
+      if (verify_) {
+        if (auto problem = structural_problem(model_.proto)) {
+          throw std::logic_error(fmt::format("rules {} left an invalid graph: {}", fmt::join(firing, ", "), *problem));
+        }
+      }
     }
     return policy_.apply(rewriter_.created(), domains_before_);
   }
@@ -188,6 +196,7 @@ class Run {
         reason = std::string("the replacement failed: ") + e.what();
       }
     }
+    if (reason.empty()) reason = missing_output(match, builder);
     if (!reason.empty()) {
       if (explain) say(candidate, "matched, but declined: " + reason);
       return false;
@@ -208,6 +217,25 @@ class Run {
     return true;
   }
 
+  // Every output of the pattern that something outside the match reads must be computed by the
+  // replacement.
+  static std::string missing_output(const Match& match, const GraphBuilder& builder) {
+    for (const auto& name : match.pattern->outputs) {
+      const std::string& value = match.value(name);
+      if (value.empty()) continue;
+      const auto uses = match.scope->uses(value);
+      const bool read_outside = match.scope->is_output(value) || std::any_of(uses.begin(), uses.end(), [&](const Use& use) {
+        return std::find(match.nodes.begin(), match.nodes.end(), use.node) == match.nodes.end();
+      });
+      if (!read_outside) continue;
+      const bool computed = std::any_of(builder.nodes().begin(), builder.nodes().end(), [&](const onnx::NodeProto& node) {
+        return std::find(node.output().begin(), node.output().end(), value) != node.output().end();
+      });
+      if (!computed) return fmt::format("the replacement does not compute '{}' ({})", value, name);
+    }
+    return {};
+  }
+
   void say(const Candidate& candidate, const std::string& what) {
     *options_.explain_out << fmt::format("  {} ({}:{}): {}\n", candidate.rule->id, candidate.rule->file,
                                          candidate.pattern->line, what);
@@ -222,6 +250,7 @@ class Run {
   Rewriter rewriter_;
   RewriteResult& result_;
   std::unordered_set<const onnx::NodeProto*> claimed_;
+  bool verify_ = false;
 };
 
 std::map<std::string, int> imports(const onnx::ModelProto& model) {

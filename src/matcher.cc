@@ -301,6 +301,13 @@ class Search {
                               node->op_type(), display_domain(pattern_node.domain), pattern_node.op_type));
       return false;
     }
+    for (const auto& attribute : node->attribute()) {
+      if (!attribute.ref_attr_name().empty()) {  // inside a function body: the value comes with each call
+        fail(depth, fmt::format("node {}: attribute {} refers to the function's attribute @{}, known only at each call",
+                                node_text(*node), attribute.name(), attribute.ref_attr_name()));
+        return false;
+      }
+    }
     const Bindings saved = state_;
     if (!match_attributes(pattern_node, *node, depth) || !match_outputs(pattern_node, *node, depth)) {
       state_ = saved;
@@ -510,6 +517,16 @@ class Search {
 
   // A value computed inside the match may only leave it as a pattern output.
   bool finish(size_t depth) {
+    // A pattern input must come from outside: the replacement reads it after the match is gone.
+    for (const auto& name : pattern_.inputs) {
+      auto bound = state_.values.find(name);
+      if (bound == state_.values.end() || bound->second.empty()) continue;
+      const auto* produced = scope_.producer(bound->second);
+      if (produced && state_.used.count(produced->node)) {
+        fail(depth, fmt::format("input '{}' would be '{}', which the match itself computes", name, bound->second));
+        return false;
+      }
+    }
     std::set<std::string> outputs;
     for (const auto& name : pattern_.outputs) outputs.insert(state_.values.at(name));
     for (const auto* node : state_.nodes) {

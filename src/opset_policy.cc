@@ -10,6 +10,19 @@ namespace {
 
 constexpr int kDefaultOpset = 17;
 
+// The IR version ONNX introduced an ai.onnx opset with (onnx/helper.py VERSION_TABLE).
+int64_t minimum_ir_version(int opset) {
+  if (opset <= 8) return 3;
+  if (opset == 9) return 4;
+  if (opset == 10) return 5;
+  if (opset == 11) return 6;
+  if (opset <= 14) return 7;
+  if (opset <= 18) return 8;
+  if (opset <= 20) return 9;
+  if (opset <= 22) return 10;
+  return 11;
+}
+
 void add_type(const onnx::TypeProto& type, std::set<int32_t>& types) {
   if (type.has_tensor_type()) types.insert(type.tensor_type().elem_type());
   if (type.has_sequence_type()) {
@@ -217,6 +230,12 @@ std::optional<std::string> OpsetPolicy::apply(const std::unordered_set<const onn
   };
   update(nullptr, *model_.proto.mutable_opset_import());
   for (auto& function : *model_.proto.mutable_functions()) update(&function, *function.mutable_opset_import());
+  // An import this rewrite raised may need a newer IR than the model declares.
+  for (const auto& [key, version] : decided_) {
+    auto original = original_.find(key);
+    const bool raised = key.second.empty() && (original == original_.end() || version > original->second);
+    if (raised && model_.proto.ir_version() < minimum_ir_version(version)) model_.proto.set_ir_version(minimum_ir_version(version));
+  }
   return std::nullopt;
 }
 

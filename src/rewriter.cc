@@ -125,8 +125,11 @@ void Rewriter::replace(const Match& match, const GraphBuilder& builder) {
   std::vector<onnx::NodeProto> nodes = builder.nodes();
   std::vector<onnx::NodeProto> constant_nodes;
   std::map<std::string, std::string> renamed;  // a constant equal to one made earlier is reused
+  // New constants are initializers of the main graph; below IR 4 every initializer must also be
+  // a graph input (an overridable one), so there, as in subgraphs and functions, Constant nodes.
+  const bool as_initializers = scope.kind() == Scope::Kind::kMainGraph && model_.proto.ir_version() >= 4;
   for (const auto& [name, tensor] : builder.constants()) {
-    if (scope.kind() == Scope::Kind::kMainGraph) {
+    if (as_initializers) {
       onnx::TensorProto unnamed = tensor;
       unnamed.clear_name();
       auto [it, fresh] = pending.constant_names.emplace(unnamed.SerializeAsString(), name);
@@ -145,13 +148,6 @@ void Rewriter::replace(const Match& match, const GraphBuilder& builder) {
   for (auto& node : nodes) {
     for (auto& input : *node.mutable_input()) {
       if (auto it = renamed.find(input); it != renamed.end()) input = it->second;
-    }
-  }
-  // The new nodes stand where `last` stands: a use of an output placed before it breaks the
-  // order, to be repaired at commit.
-  for (const auto& output : match.pattern->outputs) {
-    for (const auto& use : scope.uses(match.value(output))) {
-      if (!pending.removed.count(use.node) && scope.position(use.node) < scope.position(last)) pending.out_of_order = true;
     }
   }
   auto& inserted = pending.insert_before[last];
@@ -256,7 +252,9 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
     }
     for (auto& tensor : pending.initializers) *initializers.Add() = std::move(tensor);
   }
-  if (pending.out_of_order) repair_order(nodes, scope.where());
+  // Another replacement of this round may read an output this one now computes further down:
+  // checking the order is one pass, so it is always done.
+  repair_order(nodes, scope.where());
 }
 
 }  // namespace onnx_rewrite

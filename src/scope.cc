@@ -109,6 +109,16 @@ void Scope::index() {
       outputs_.insert(output.name());
       add_type(output);
     }
+    if (kind_ == Kind::kMainGraph) {
+      // Training graphs read the main graph's values: what they read must stay as it is.
+      std::vector<std::string_view> read;
+      std::unordered_set<std::string_view> seen;
+      for (const auto& training : model_.proto.training_info()) {
+        if (training.has_initialization()) collect_free_names(training.initialization(), read, seen);
+        if (training.has_algorithm()) collect_free_names(training.algorithm(), read, seen);
+      }
+      outputs_.insert(read.begin(), read.end());
+    }
     types_.reserve(static_cast<size_t>(graph_->value_info_size() + graph_->initializer_size()));
     for (const auto& info : graph_->value_info()) add_type(info);
     initializers_.reserve(static_cast<size_t>(graph_->initializer_size()));

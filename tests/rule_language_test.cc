@@ -3,6 +3,9 @@
 // fire (subgraphs, functions), names, clean-up, opsets, fixed point and determinism.
 #include <gtest/gtest.h>
 
+#include <regex>
+#include <sstream>
+
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/model_io.h"
 #include "onnx_rewrite/tensor.h"
@@ -612,6 +615,155 @@ g (float[2] a) => (float[2] v, float[2] w) {
   EXPECT_EQ(order, (std::vector<std::string>{"Neg", "Relu", "Abs"})) << "Relu moves after Neg, which now computes u";
 }
 
+TEST(Engine, RepairsOrderAcrossReplacementsThatEachMoveAValue) {
+  // Two rules fire in one round: a reads v (computed by the first match) before w, whose
+  // replacement now computes v. Each replacement alone is fine; together they need a re-sort.
+  const RuleSet rules = rules_from_text(R"(
+rule two-out
+  description: test
+  targets: onnx
+  pattern (x) => (w, v) {
+    v = Relu (x)
+    w = Sigmoid (v)
+  }
+  replace (x) => (w, v) {
+    zero = Constant <value = float {0}> ()
+    v = Max (x, zero)
+    w = Sigmoid (v)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] x) => (float[2] w, float[2] v) {
+      v = Relu (x)
+      w = Sigmoid (v)
+    }
+  }
+  expect {
+    zero = Constant <value = float {0}> ()
+    v = Max (x, zero)
+    w = Sigmoid (v)
+  }
+end
+
+rule neg-to-sub
+  description: test
+  targets: onnx
+  pattern (v) => (a) { a = Neg (v) }
+  replace (v) => (a) {
+    z = Constant <value = float {0}> ()
+    a = Sub (z, v)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] v) => (float[2] a) { a = Neg (v) }
+  }
+  expect {
+    z = Constant <value = float {0}> ()
+    a = Sub (z, v)
+  }
+end
+)");
+  const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[4] x) => (float[4] a, float[4] w) {
+  v = Relu (x)
+  a = Neg (v)
+  w = Sigmoid (v)
+})",
+                                      rules);
+  EXPECT_EQ(rewritten.result.rules.at("two-out").matches, 1);
+  EXPECT_EQ(rewritten.result.rules.at("neg-to-sub").matches, 1);
+  std::set<std::string> defined;
+  for (const auto& init : rewritten.model.graph().initializer()) defined.insert(init.name());
+  for (const auto& input : rewritten.model.graph().input()) defined.insert(input.name());
+  for (const auto& node : rewritten.model.graph().node()) {
+    for (const auto& input : node.input()) EXPECT_TRUE(defined.count(input)) << node.op_type() << " reads " << input << " first";
+    for (const auto& output : node.output()) defined.insert(output);
+  }
+}
+
+TEST(Engine, ModelsBeforeIr4GetNewConstantsAsNodes) {
+  // Before IR 4 every initializer had to be a graph input too; a Constant node needs neither.
+  const auto rewritten = rewrite_text(R"(<ir_version: 3, opset_import: ["": 7]>
+g (float[4] v) => (float[4] a) { a = Neg (v) })",
+                                      rules_from_text(R"(
+rule neg-to-sub
+  description: test
+  targets: onnx
+  pattern (v) => (a) { a = Neg (v) }
+  replace (v) => (a) {
+    z = Constant <value = float {0}> ()
+    a = Sub (z, v)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] v) => (float[2] a) { a = Neg (v) }
+  }
+  expect {
+    z = Constant <value = float {0}> ()
+    a = Sub (z, v)
+  }
+end
+)"));
+  EXPECT_EQ(rewritten.model.graph().initializer_size(), 0);
+  EXPECT_EQ(count(rewritten.model, "Constant"), 1);
+  EXPECT_EQ(count(rewritten.model, "Sub"), 1);
+  EXPECT_EQ(rewritten.model.ir_version(), 3);
+}
+
+TEST(Matching, APatternInputCannotBeAValueTheMatchComputes) {
+  // RMSNorm whose "gamma" is the normalized value itself (y = n * n): not a fusable RMSNorm.
+  const std::string spelled = R"(<ir_version: 10, opset_import: ["": 23]>
+g (float[2, 8] x, float[8] gamma) => (float[2, 8] y) {
+  k_two = Constant <value = float {2.0}> ()
+  sq = Pow (x, k_two)
+  axes = Constant <value = int64[1] {-1}> ()
+  var = ReduceMean (sq, axes)
+  eps = Constant <value = float {1e-6}> ()
+  ve = Add (var, eps)
+  s = Sqrt (ve)
+  n = Div (x, s)
+  y = Mul (n, FACTOR)
+})";
+  auto with_factor = [&](const std::string& factor) {
+    return std::regex_replace(spelled, std::regex("FACTOR"), factor);
+  };
+  RewriteOptions options = ort();
+  const auto fused = rewrite_text(with_factor("gamma"), builtin_rules(), options);
+  EXPECT_EQ(count(fused.model, "RMSNormalization"), 1) << "the control: a real gamma fuses";
+  std::ostringstream explain;
+  options.explain = "Mul";
+  options.explain_out = &explain;
+  const auto squared = rewrite_text(with_factor("n"), builtin_rules(), options);
+  EXPECT_EQ(count(squared.model, "RMSNormalization"), 0);
+  EXPECT_NE(explain.str().find("input 'gamma' would be 'n', which the match itself computes"), std::string::npos)
+      << explain.str();
+}
+
+TEST(Matching, FunctionBodyAttributesKnownOnlyPerCallDeclineWithAReason) {
+  // Kept function (target ort): alpha is @a, a different value at each call; the rule can't
+  // bake one in. Inlined, each call's value is known and the rule fires.
+  const std::string model = R"(<ir_version: 8, opset_import: ["": 17, "local": 1]>
+g (float[2, 8] x) => (float[2, 8] y) { y = local.Act <a = 2.0> (x) }
+<domain: "local", opset_import: ["": 17, "mydomain": 1]>
+Act <a> (x) => (y) { y = mydomain.ScaledTanh <alpha: float = @a, beta = 0.5> (x) })";
+  RewriteOptions options;
+  options.target = "ort";
+  std::ostringstream explain;
+  options.explain = "ScaledTanh";
+  options.explain_out = &explain;
+  const auto kept = rewrite_text(model, rules_from_text(kScaledTanhRule), options);
+  EXPECT_EQ(kept.result.rules.count("scaled-tanh") ? kept.result.rules.at("scaled-tanh").matches : 0, 0);
+  EXPECT_EQ(kept.model.functions(0).node(0).op_type(), "ScaledTanh");
+  EXPECT_NE(explain.str().find("attribute alpha refers to the function's attribute @a, known only at each call"),
+            std::string::npos)
+      << explain.str();
+  options.inline_functions = true;
+  options.explain.clear();
+  const auto inlined = rewrite_text(model, rules_from_text(kScaledTanhRule), options);
+  EXPECT_EQ(inlined.result.rules.at("scaled-tanh").matches, 1);
+  EXPECT_EQ(count(inlined.model, "Tanh"), 1);
+}
+
 // ---- Opsets -----------------------------------------------------------------------------------
 
 TEST(Opsets, RequirementAboveTheModelsImportRaisesItOnlyWhenSafe) {
@@ -643,6 +795,35 @@ g (float[1, 1, 2, 2] x, float[4] s) => (y) { r = Upsample (x, s)
                                    rules);
   EXPECT_EQ(count(unsafe.model, "Round"), 0);
   EXPECT_EQ(unsafe.model.opset_import(0).version(), 9);
+}
+
+TEST(Opsets, RaisingTheImportRaisesTheIrVersionItNeeds) {
+  // Opset 19 came with IR 9: a model raised to it from IR 8 must say IR 9, or loaders refuse it.
+  const RuleSet rules = rules_from_text(R"(
+rule to-19
+  description: test
+  targets: onnx
+  requires: ai.onnx >= 19
+  pattern (x) => (y) { y = my.Ident (x) }
+  replace (x) => (y) { y = Identity (x) }
+  example {
+    <ir_version: 9, opset_import: ["": 19, "my": 1]>
+    g (float[2] x) => (float[2] y) { y = my.Ident (x) }
+  }
+  expect { y = Identity (x) }
+end
+)");
+  const auto raised = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "my": 1]>
+g (float[2] x) => (float[2] y) { r = Relu (x)
+  y = my.Ident (r) })",
+                                   rules);
+  EXPECT_EQ(raised.model.opset_import(0).version(), 19);
+  EXPECT_EQ(raised.model.ir_version(), 9);
+  const auto already = rewrite_text(R"(<ir_version: 10, opset_import: ["": 17, "my": 1]>
+g (float[2] x) => (float[2] y) { r = Relu (x)
+  y = my.Ident (r) })",
+                                    rules);
+  EXPECT_EQ(already.model.ir_version(), 10) << "never lowered";
 }
 
 TEST(Opsets, MaxOpsetBelowTheImportLowersItWhenEveryNodeAllows) {

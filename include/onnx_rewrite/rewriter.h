@@ -47,7 +47,7 @@ class Rewriter {
 
   // Applies every recorded replacement, scope by scope (children before parents): matched nodes
   // go, new nodes come in, producers and initializers nobody uses any more because of a removal
-  // go too (with their value_info), and node order is repaired where a rewrite broke it.
+  // go too (with their value_info), and node order is repaired where rewrites broke it.
   void commit(const std::vector<std::unique_ptr<Scope>>& scopes);
 
   // Nodes created by rules since this rewriter was made (valid after commit).
@@ -60,7 +60,6 @@ class Rewriter {
     std::unordered_map<const onnx::NodeProto*, std::vector<onnx::NodeProto>> insert_before;
     std::vector<onnx::TensorProto> initializers;
     std::map<std::string, std::string> constant_names;  // serialized tensor -> initializer name
-    bool out_of_order = false;  // a new node comes after a use of its output
   };
 
   void commit_scope(const Scope& scope, Pending& pending);
