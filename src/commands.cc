@@ -220,12 +220,18 @@ void print_summary(const ModelOutcome& outcome, const std::string& target, bool 
   out << fmt::format("  target {}: {}\n", target, outcome.check.ok() ? "met" : "NOT met (see stderr)");
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-  const fs::path target(path);
-  const fs::path directory = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+// Checked before any work, so that a mistyped path costs nothing and leaves nothing half done.
+void require_directory_of(const std::string& path, const std::string& what) {
+  const fs::path parent = fs::path(path).parent_path();
   std::error_code ec;
-  if (!fs::is_directory(directory, ec)) throw UsageError("report directory '" + directory.string() + "' does not exist");
-  write_file_atomically(target, text);
+  if (!fs::is_directory(parent.empty() ? fs::path(".") : parent, ec)) {
+    throw UsageError(what + " directory '" + parent.string() + "' does not exist");
+  }
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  require_directory_of(path, "report");
+  write_file_atomically(path, text);
 }
 
 // Loads, rewrites, checks and (unless dry) writes one model.
@@ -262,6 +268,8 @@ int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& 
   const RewriteOptions options = effective_options(command.options, command.inline_functions);
   active_rules(rules, options);  // unknown --only/--skip ids are usage errors, before any work
   const std::string output = command.in_place ? command.input : command.output;
+  if (!command.dry_run) require_directory_of(output, "output");
+  if (!command.report.empty()) require_directory_of(command.report, "report");
   const ModelOutcome outcome = process(command.input, output, rules, options, target, command.dry_run, command.in_place, false);
   print_summary(outcome, target.name, command.dry_run, out);
   if (!command.report.empty()) {
@@ -495,10 +503,12 @@ namespace {
 struct BatchItem {
   std::string input;
   std::string output;
+  std::string error;  // the entry could not even be read (a dangling or looping link, ...)
 };
 
 std::vector<BatchItem> collect_batch(const BatchCommand& command) {
   std::vector<BatchItem> items;
+  std::vector<BatchItem> unreadable;
   std::set<std::string> outputs;
   std::error_code ec;
   const fs::path out_dir = fs::weakly_canonical(command.output_dir, ec);
@@ -508,25 +518,36 @@ std::vector<BatchItem> collect_batch(const BatchCommand& command) {
     if (fs::is_directory(input, ec)) {
       for (auto it = fs::recursive_directory_iterator(input, fs::directory_options::skip_permission_denied, ec);
            it != fs::recursive_directory_iterator(); it.increment(ec)) {
-        if (ec) break;
-        if (it->is_directory() && fs::weakly_canonical(it->path(), ec) == out_dir) {
+        if (ec) {
+          unreadable.push_back({it->path().string(), {}, "cannot list: " + ec.message()});
+          ec.clear();
+          continue;
+        }
+        std::error_code status_error;
+        if (it->is_directory(status_error) && fs::weakly_canonical(it->path(), ec) == out_dir) {
           it.disable_recursion_pending();  // never read our own outputs
           continue;
         }
-        if (it->is_regular_file() && it->path().extension() == ".onnx") found.emplace_back(it->path(), fs::relative(it->path(), input));
+        if (it->path().extension() != ".onnx") continue;
+        if (it->is_regular_file(status_error)) {
+          found.emplace_back(it->path(), fs::relative(it->path(), input));
+        } else if (status_error) {
+          unreadable.push_back({it->path().string(), {}, "cannot read: " + status_error.message()});
+        }
       }
     } else {
       found.emplace_back(input, fs::path(input).filename());
     }
     std::sort(found.begin(), found.end());
     for (const auto& [file, relative] : found) {
-      BatchItem item{file.string(), (fs::path(command.output_dir) / relative).string()};
+      BatchItem item{file.string(), (fs::path(command.output_dir) / relative).string(), {}};
       if (!outputs.insert(item.output).second) {
         throw UsageError("two inputs would both be written to " + item.output);
       }
       items.push_back(std::move(item));
     }
   }
+  items.insert(items.end(), unreadable.begin(), unreadable.end());
   return items;
 }
 
@@ -534,6 +555,7 @@ std::vector<BatchItem> collect_batch(const BatchCommand& command) {
 
 int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err) {
   if (command.output_dir.empty()) throw UsageError("batch needs -o OUT_DIR");
+  if (!command.report.empty()) require_directory_of(command.report, "report");
   const Target& target = find_target(command.options.target);
   const RuleSet rules = command.rules.load();
   const RewriteOptions options = effective_options(command.options, command.inline_functions);
@@ -551,13 +573,14 @@ int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err)
     for (size_t i = next++; i < items.size(); i = next++) {
       ModelOutcome& outcome = outcomes[i];
       try {
+        if (!items[i].error.empty()) throw InputError(items[i].input, items[i].error);
         fs::create_directories(fs::path(items[i].output).parent_path());
         outcome = process(items[i].input, items[i].output, rules, options, target, false, false, true);
       } catch (const InputError& e) {
         outcome.input = items[i].input;
         outcome.output = items[i].output;
         outcome.status = "failed";
-        outcome.error = e.file() + ": " + e.what();
+        outcome.error = e.file() == items[i].input ? e.what() : e.file() + ": " + e.what();  // the line names the input
       } catch (const std::exception& e) {
         outcome.input = items[i].input;
         outcome.output = items[i].output;

@@ -56,10 +56,37 @@ JsonWriter& JsonWriter::key(std::string_view name) {
   return *this;
 }
 
+namespace {
+
+// The length of the valid UTF-8 sequence starting at text[at], or 0.
+size_t utf8_sequence(std::string_view text, size_t at) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(at);
+  const size_t length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 0;
+  if (length == 0 || at + length > text.size()) return 0;
+  for (size_t i = 1; i < length; ++i) {
+    if ((byte(at + i) & 0xC0) != 0x80) return 0;
+  }
+  return length;
+}
+
+}  // namespace
+
 JsonWriter& JsonWriter::value(std::string_view text) {
   separate();
   out_ += '"';
-  for (const unsigned char c : text) {
+  for (size_t at = 0; at < text.size(); ++at) {
+    const unsigned char c = static_cast<unsigned char>(text[at]);
+    if (c >= 0x80) {  // names come from model files: invalid UTF-8 becomes U+FFFD
+      const size_t length = utf8_sequence(text, at);
+      if (length == 0) {
+        out_ += "\uFFFD";
+      } else {
+        out_.append(text.substr(at, length));
+        at += length - 1;
+      }
+      continue;
+    }
     switch (c) {
       case '"': out_ += "\\\""; break;
       case '\\': out_ += "\\\\"; break;

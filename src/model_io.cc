@@ -8,10 +8,14 @@
 #include <unistd.h>
 
 #include <array>
+#include <charconv>
+#include <optional>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <fstream>
+#include <mutex>
 #include <set>
 #include <vector>
 
@@ -179,28 +183,48 @@ bool escapes_directory(const fs::path& location) {
 }
 
 // Refuses external data that could read outside the model's directory or is not there.
+// A non-negative decimal integer, exactly; nullopt for anything else.
+std::optional<int64_t> parse_size(const std::string& text) {
+  int64_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < 0) return std::nullopt;
+  return value;
+}
+
 void check_external_data(Model& model, const std::string& name) {
+  std::error_code ec;
+  const fs::path directory = fs::weakly_canonical(model.directory().empty() ? fs::path(".") : model.directory(), ec);
   for_each_tensor(model.proto, [&](onnx::TensorProto& tensor, const std::string& where) {
     if (tensor.data_location() != onnx::TensorProto::EXTERNAL) return;
+    const std::string what = "tensor '" + tensor.name() + "' (" + where + "): external data";
     std::string location;
     int64_t offset = 0;
-    int64_t length = -1;
+    std::optional<int64_t> length;
     for (const auto& entry : tensor.external_data()) {
-      if (entry.key() == "location") location = entry.value();
-      else if (entry.key() == "offset") offset = std::atoll(entry.value().c_str());
-      else if (entry.key() == "length") length = std::atoll(entry.value().c_str());
+      if (entry.key() == "location") {
+        location = entry.value();
+      } else if (entry.key() == "offset" || entry.key() == "length") {
+        auto value = parse_size(entry.value());
+        if (!value) throw InputError(name, what + " " + entry.key() + " '" + entry.value() + "' is not a byte count");
+        if (entry.key() == "offset") offset = *value;
+        else length = *value;
+      }
     }
-    const std::string what = "tensor '" + tensor.name() + "' (" + where + "): external data";
     if (location.empty()) throw InputError(name, what + " has no location");
+    const fs::path file = model.directory() / location;
+    // Lexically, and once symbolic links are resolved, the file must lie inside the directory.
+    const fs::path resolved = fs::weakly_canonical(file, ec);
+    const fs::path inside = resolved.lexically_relative(directory);
     if (escapes_directory(location)) {
       throw InputError(name, what + " location '" + location + "' is absolute or escapes the model's directory");
     }
-    const fs::path file = model.directory() / location;
-    std::error_code ec;
+    if (inside.empty() || escapes_directory(inside.string())) {
+      throw InputError(name, what + " location '" + location + "' leads outside the model's directory through a symbolic link");
+    }
     if (!fs::is_regular_file(file, ec)) throw InputError(name, what + " file '" + location + "' is missing");
     const auto size = static_cast<int64_t>(fs::file_size(file, ec));
-    if (offset < 0 || (length >= 0 && offset + length > size) || offset > size) {
-      throw InputError(name, what + " range [" + std::to_string(offset) + ", +" + std::to_string(length) +
+    if (offset > size || (length && *length > size - offset)) {
+      throw InputError(name, what + " range [" + std::to_string(offset) + ", +" + (length ? std::to_string(*length) : "end") +
                                  ") lies outside '" + location + "' (" + std::to_string(size) + " bytes)");
     }
   });
@@ -435,6 +459,19 @@ void copy_file_atomically(const fs::path& from, const fs::path& to) {
   ::close(fd);
 }
 
+bool same_contents(const fs::path& a, const fs::path& b) {
+  std::error_code ec;
+  if (fs::file_size(a, ec) != fs::file_size(b, ec) || ec) return false;
+  std::ifstream first(a, std::ios::binary), second(b, std::ios::binary);
+  std::vector<char> left(1 << 20), right(1 << 20);
+  while (first && second) {
+    first.read(left.data(), static_cast<std::streamsize>(left.size()));
+    second.read(right.data(), static_cast<std::streamsize>(right.size()));
+    if (first.gcount() != second.gcount() || !std::equal(left.begin(), left.begin() + first.gcount(), right.begin())) return false;
+  }
+  return true;
+}
+
 bool same_file(const fs::path& a, const fs::path& b) {
   std::error_code ec;
   return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec);
@@ -484,18 +521,29 @@ void write_model(const Model& model, const fs::path& path, const WriteOptions& o
     throw UsageError("refusing to overwrite the input '" + path.string() + "' (use --in-place)");
   }
 
-  // Weights first, so that the model never appears without its data.
+  // Weights first, so that the model never appears without its data. A different file already
+  // there (another model's weights of the same name) is never replaced; models written at the
+  // same time (batch) take turns, so that the second one sees the first one's file.
+  static std::mutex copying_external_data;
+  std::lock_guard lock(copying_external_data);
   if (!same_file(model.directory().empty() ? "." : model.directory(), directory)) {
     for (const auto& location : external_locations(model)) {
       const fs::path from = model.directory() / location;
       const fs::path to = directory / location;
       if (same_file(from, to)) continue;
+      if (fs::exists(to, ec)) {
+        if (same_contents(from, to)) continue;
+        throw InputError(path.string(), "external data '" + location + "' would replace a different file already in " +
+                                            directory.string());
+      }
       fs::create_directories(to.parent_path(), ec);
       copy_file_atomically(from, to);
     }
   }
 
-  AtomicFile out(path);
+  // Writing through a symbolic link (e.g. --in-place on a linked model) replaces what it points to.
+  const fs::path target = fs::is_symlink(path, ec) ? fs::canonical(path, ec) : path;
+  AtomicFile out(target);
   const SourceBytes& source = *model.source;
   if (!model.changed) {
     out.copy_from(source.fd(), source.data(), FileRange{0, source.size()});
@@ -505,7 +553,7 @@ void write_model(const Model& model, const fs::path& path, const WriteOptions& o
       else out.write(piece.bytes.data(), piece.bytes.size());
     }
   }
-  out.commit(mode_of_existing_or_default(path));
+  out.commit(mode_of_existing_or_default(target));
 }
 
 }  // namespace onnx_rewrite

@@ -194,6 +194,31 @@ TEST(Rewrite, DryRunWritesNothingAndInPlaceReplacesTheInput) {
   EXPECT_EQ(written.graph().node(0).op_type(), "Add");
 }
 
+TEST(Rewrite, AMissingReportDirectoryIsAUsageErrorBeforeAnythingIsWritten) {
+  TempDir dir;
+  const auto model = write_model_text(kCustomOpModel, dir / "m.onnx");
+  const auto result = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--report",
+                               (dir / "no/such/r.json").string()});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_TRUE(one_error_line(result, "onnx-rewrite: error: report directory '" + (dir / "no/such").string() + "' does not exist"))
+      << result.err;
+  EXPECT_FALSE(fs::exists(dir / "out.onnx")) << "the model is not written when its report can't be";
+}
+
+TEST(Inspect, JsonStaysValidWhateverBytesTheModelsNamesHold) {
+  // Protobuf strings from other writers may hold invalid UTF-8; JSON may not.
+  TempDir dir;
+  onnx::ModelProto proto = parse_model_text(kUnknownOpModel);
+  proto.mutable_graph()->mutable_node(0)->set_op_type("Frob\xff\xfenicate");
+  write_file(dir / "m.onnx", serialize(proto));
+  const auto result = run_cli({"inspect", (dir / "m.onnx").string(), "--json"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto ops = parse_json(result.out).struct_value().fields().at("ops").list_value();
+  std::set<std::string> names;
+  for (const auto& op : ops.values()) names.insert(op.struct_value().fields().at("op_type").string_value());
+  EXPECT_TRUE(names.count("Frob\uFFFD\uFFFDnicate")) << result.out;
+}
+
 // ---- check, inspect, rules --------------------------------------------------------------------
 
 TEST(Check, ListsWhatTheTargetCantLoadAndTheOpsetLimit) {
@@ -320,8 +345,28 @@ TEST(Batch, RewritesATreeKeepsGoingPastFailuresAndReports) {
   const auto report = parse_json(read_file(dir / "batch.json")).struct_value().fields();
   EXPECT_EQ(report.at("summary").struct_value().fields().at("failed").number_value(), 1);
   EXPECT_EQ(report.at("models").list_value().values_size(), 4);
+  EXPECT_NE(result.out.find("failed: " + (dir / "zoo/vision/broken.onnx").string() + ": not a valid ONNX model"), std::string::npos)
+      << "the path is said once: " << result.out;
   // Plain lines (not a terminal), one per model.
   EXPECT_NE(result.err.find("rewritten " + (dir / "zoo/a.onnx").string()), std::string::npos) << result.err;
+}
+
+TEST(Batch, LinksThatLoopOrLeadNowhereFailAloneAndTheRestIsRewritten) {
+  TempDir dir;
+  fs::create_directories(dir / "zoo");
+  write_model_text(kCustomOpModel, dir / "zoo/a.onnx");
+  fs::create_symlink("loop.onnx", dir / "zoo/loop.onnx");
+  fs::create_symlink("nowhere.onnx", dir / "zoo/dangling.onnx");
+  const auto result = run_cli({"batch", (dir / "zoo").string(), "-o", (dir / "out").string()});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.out.find("batch: 3 model(s): 1 rewritten, 0 unchanged, 0 target not met, 2 failed"), std::string::npos)
+      << result.out;
+  EXPECT_NE(result.out.find("failed: " + (dir / "zoo/loop.onnx").string() + ": cannot read: Too many levels of symbolic links"),
+            std::string::npos)
+      << result.out;
+  EXPECT_NE(result.out.find("failed: " + (dir / "zoo/dangling.onnx").string() + ": cannot read: No such file"), std::string::npos)
+      << result.out;
+  EXPECT_TRUE(fs::exists(dir / "out/a.onnx"));
 }
 
 }  // namespace

@@ -125,8 +125,9 @@ TEST(Writing, ARewriteKeepsEverythingItDidNotMeanToTouch) {
 
 // ---- External data ----------------------------------------------------------------------------
 
-// A model whose weight lives in `location` (relative to the model), at offset 4096.
-std::string external_model(const std::string& location, int64_t offset = 4096, int64_t length = 16) {
+// A model whose weight lives in `location` (relative to the model), at `offset` and `length`
+// as written in the file (external data keeps them as text).
+std::string external_model_text(const std::string& location, const std::string& offset, const std::string& length) {
   onnx::ModelProto model = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
 g (float[4] x) => (float[4] y) { y = Add (x, w) })");
   auto* weight = model.mutable_graph()->add_initializer();
@@ -140,9 +141,14 @@ g (float[4] x) => (float[4] y) { y = Add (x, w) })");
     entry->set_value(value);
   };
   add("location", location);
-  add("offset", std::to_string(offset));
-  add("length", std::to_string(length));
+  add("offset", offset);
+  add("length", length);
   return serialize(model);
+}
+
+// The same with numbers; by default the weight is at offset 4096.
+std::string external_model(const std::string& location, int64_t offset = 4096, int64_t length = 16) {
+  return external_model_text(location, std::to_string(offset), std::to_string(length));
 }
 
 std::string load_error(const fs::path& path) {
@@ -188,6 +194,73 @@ TEST(ExternalData, UnsafeOrMissingLocationsAreRefused) {
   }
   write_file(dir / "m.onnx", external_model("w.bin"));
   EXPECT_EQ(load_error(dir / "m.onnx"), "");
+}
+
+TEST(ExternalData, OffsetsAndLengthsMustBeExactByteCounts) {
+  // Lenient number parsing would read "4096abc" as 4096 or "-1" as a huge size.
+  TempDir dir;
+  write_file(dir / "w.bin", std::string(8192, '\0'));
+  for (const auto& [offset, length] : std::vector<std::pair<std::string, std::string>>{
+           {"4096abc", "16"}, {"-1", "16"}, {"", "16"}, {" 4096", "16"}, {"0", "99999999999999999999"}, {"0", "0x10"}}) {
+    write_file(dir / "m.onnx", external_model_text("w.bin", offset, length));
+    const std::string bad = offset == "0" ? length : offset;
+    const std::string key = offset == "0" ? "length" : "offset";
+    EXPECT_NE(load_error(dir / "m.onnx").find(key + " '" + bad + "' is not a byte count"), std::string::npos)
+        << load_error(dir / "m.onnx");
+  }
+}
+
+TEST(ExternalData, SymbolicLinksOutOfTheModelsDirectoryAreRefused) {
+  TempDir dir;
+  fs::create_directories(dir / "model");
+  fs::create_directories(dir / "secret");
+  write_file(dir / "secret/w.bin", std::string(8192, 's'));
+  fs::create_symlink(dir / "secret/w.bin", dir / "model/w.bin");
+  fs::create_directory_symlink(dir / "secret", dir / "model/linked");
+  for (const std::string location : {"w.bin", "linked/w.bin"}) {
+    write_file(dir / "model/m.onnx", external_model(location));
+    EXPECT_NE(load_error(dir / "model/m.onnx")
+                  .find("location '" + location + "' leads outside the model's directory through a symbolic link"),
+              std::string::npos)
+        << load_error(dir / "model/m.onnx");
+  }
+  // A link that stays inside the directory is fine.
+  fs::create_directories(dir / "model/data");
+  write_file(dir / "model/data/real.bin", std::string(8192, 'r'));
+  fs::create_symlink("data/real.bin", dir / "model/inside.bin");
+  write_file(dir / "model/m.onnx", external_model("inside.bin"));
+  EXPECT_EQ(load_error(dir / "model/m.onnx"), "");
+}
+
+TEST(ExternalData, NeverReplacesADifferentDataFileAtTheDestination) {
+  // Two models in different folders, each with its own weights.bin, written to one folder:
+  // the second must not silently swap the first model's weights.
+  TempDir dir;
+  fs::create_directories(dir / "a");
+  fs::create_directories(dir / "b");
+  fs::create_directories(dir / "out");
+  write_file(dir / "a/m.onnx", external_model("weights.bin"));
+  write_file(dir / "b/m.onnx", external_model("weights.bin"));
+  write_file(dir / "a/weights.bin", std::string(8192, 'a'));
+  write_file(dir / "b/weights.bin", std::string(8192, 'b'));
+  Model first = load_model(dir / "a/m.onnx");
+  write_model(first, dir / "out/first.onnx");
+  Model second = load_model(dir / "b/m.onnx");
+  try {
+    write_model(second, dir / "out/second.onnx");
+    ADD_FAILURE() << "expected a refusal";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("external data 'weights.bin' would replace a different file already in"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(read_file(dir / "out/weights.bin"), std::string(8192, 'a'));
+  EXPECT_FALSE(fs::exists(dir / "out/second.onnx"));
+  // The same bytes under the same name are simply shared.
+  write_file(dir / "b/weights.bin", std::string(8192, 'a'));
+  Model same = load_model(dir / "b/m.onnx");
+  write_model(same, dir / "out/second.onnx");
+  EXPECT_TRUE(fs::exists(dir / "out/second.onnx"));
 }
 
 TEST(ExternalData, OffsetsBeyond4GiBSurviveARewrite) {
@@ -237,6 +310,22 @@ TEST(AtomicWrite, RefusesToOverwriteTheInputUnlessAskedAndLeavesNoTemporaryFiles
   for (const auto& entry : fs::directory_iterator(dir.path())) files.push_back(entry.path().filename());
   std::sort(files.begin(), files.end());
   EXPECT_EQ(files, (std::vector<std::string>{"m.onnx", "taken"})) << "no temporary file left behind";
+}
+
+TEST(AtomicWrite, InPlaceThroughASymbolicLinkReplacesWhatItPointsTo) {
+  // Replacing the link itself would leave the real model stale and the link a plain file.
+  TempDir dir;
+  write_file(dir / "real.onnx", serialize(rich_model()));
+  fs::create_symlink("real.onnx", dir / "link.onnx");
+  Model model = load_model(dir / "link.onnx");
+  rewrite_model(model, rules_from_text(kOneToAdd), {});
+  WriteOptions in_place;
+  in_place.allow_overwrite_input = true;
+  write_model(model, dir / "link.onnx", in_place);
+  EXPECT_TRUE(fs::is_symlink(dir / "link.onnx"));
+  onnx::ModelProto written;
+  ASSERT_TRUE(written.ParseFromString(read_file(dir / "real.onnx")));
+  EXPECT_EQ(written.graph().node(1).op_type(), "Add");
 }
 
 }  // namespace
