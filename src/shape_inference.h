@@ -98,7 +98,7 @@ class ShapeInference {
     if (!is_integer(facts.elem_type) || !facts.shape || facts.shape->size() > 1) return;
     if (auto values = scope_.constant_values(value, kMaxValues)) {
       Dims elements;
-      for (double number : values->numbers) elements.push_back(Dim::of(static_cast<int64_t>(number)));
+      for (int64_t number : values->ints()) elements.push_back(Dim::of(number));
       facts.values = std::move(elements);
     }
   }
@@ -276,7 +276,7 @@ class ShapeInference {
         if (perm.empty()) {
           for (size_t i = first.shape->size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
         }
-        if (perm.size() == first.shape->size()) {
+        if (is_permutation_of_axes(perm, first.shape->size())) {
           Dims dims;
           for (int64_t axis : perm) dims.push_back((*first.shape)[static_cast<size_t>(axis)]);
           result.shape = std::move(dims);
@@ -307,8 +307,18 @@ class ShapeInference {
         if (first.shape) output.shape = fresh_dims(first.shape->size(), out);
       }
     } else if (op == "ArgMax" || op == "ArgMin") {
-      infer_reduce(node, first, result);
       result.elem_type = onnx::TensorProto::INT64;
+      if (first.shape) {  // one axis (attribute `axis`, default 0), kept as 1 or dropped
+        const auto rank = static_cast<int64_t>(first.shape->size());
+        int64_t axis = int_attribute(node, "axis").value_or(0);
+        if (axis < 0) axis += rank;
+        if (axis >= 0 && axis < rank) {
+          Dims dims = *first.shape;
+          if (int_attribute(node, "keepdims").value_or(1)) dims[static_cast<size_t>(axis)] = Dim::of(1);
+          else dims.erase(dims.begin() + axis);
+          result.shape = std::move(dims);
+        }
+      }
     } else if (op == "ConstantOfShape") {
       result.elem_type = onnx::TensorProto::FLOAT;
       for (const auto& attribute : node.attribute()) {
@@ -341,7 +351,17 @@ class ShapeInference {
   // Ops whose output keeps the input's rank and batch: convolutions and pools (NCHWc ones too).
   inline static const std::set<std::string> kSpatial = {"Conv", "ConvTranspose", "ConvInteger", "MaxPool", "AveragePool",
                                                         "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool",
-                                                        "MaxRoiPool", "FusedConv", "ReorderInput", "ReorderOutput", "Upsample"};
+                                                        "FusedConv", "ReorderInput", "ReorderOutput", "Upsample"};
+
+  static bool is_permutation_of_axes(const std::vector<int64_t>& perm, size_t rank) {
+    if (perm.size() != rank) return false;
+    std::vector<bool> seen(rank, false);
+    for (int64_t axis : perm) {
+      if (axis < 0 || axis >= static_cast<int64_t>(rank) || seen[static_cast<size_t>(axis)]) return false;
+      seen[static_cast<size_t>(axis)] = true;
+    }
+    return true;
+  }
 
   static Dims fresh_dims(size_t rank, const std::string& out) {
     Dims dims;
@@ -434,8 +454,54 @@ class ShapeInference {
       infer_gemm(node, first, input(node, 1), out, result);
     } else if (op == "FusedConv") {
       infer_spatial(node, first, result);
+    } else if (op == "Attention") {
+      infer_attention(node, first, outputs);
+    } else if (op == "EmbedLayerNormalization") {
+      // (input_ids [B, S], ..., word_embedding [V, H], ...) => ([B, S, H], mask_index [B] int32, sum [B, S, H])
+      const ShapeFacts& words = input(node, 2);
+      result.elem_type = words.elem_type;
+      if (first.shape && first.shape->size() == 2 && words.shape && words.shape->size() == 2) {
+        result.shape = Dims{(*first.shape)[0], (*first.shape)[1], (*words.shape)[1]};
+      }
+      if (outputs.size() > 1) {
+        outputs[1].elem_type = onnx::TensorProto::INT32;
+        if (first.shape && !first.shape->empty()) outputs[1].shape = Dims{(*first.shape)[0]};
+      }
+      if (outputs.size() > 2) outputs[2] = result;
     }
     if (result.elem_type == 0 && kSameType.count(op)) result.elem_type = any_input_type(node);
+  }
+
+  // com.microsoft Attention (input [B, S, Di], weights [Di, 2D + Dv], bias [2D + Dv], mask, past
+  // [2, B, N, P, H], ...) => (output [B, S, Dv], present [2, B, N, P + S, H]).
+  void infer_attention(const onnx::NodeProto& node, const ShapeFacts& x, std::vector<ShapeFacts>& outputs) {
+    const std::string& out = node.output(0);
+    std::optional<int64_t> qk_hidden, v_hidden;
+    if (auto sizes = ints_attribute(node, "qkv_hidden_sizes"); sizes && sizes->size() == 3) {
+      qk_hidden = (*sizes)[0], v_hidden = (*sizes)[2];
+    } else {
+      for (const auto& [index, axis] : {std::pair{2, size_t{0}}, std::pair{1, size_t{1}}}) {  // bias, else weights
+        const ShapeFacts& merged = input(node, index);
+        if (qk_hidden || !merged.shape || merged.shape->size() <= axis || !(*merged.shape)[axis].known()) continue;
+        qk_hidden = v_hidden = *(*merged.shape)[axis].number / 3;
+      }
+    }
+    for (auto& output : outputs) output.elem_type = x.elem_type ? x.elem_type : any_input_type(node);
+    if (!x.shape || x.shape->size() != 3) return;
+    const Dim& batch = (*x.shape)[0];
+    const Dim& sequence = (*x.shape)[1];
+    outputs[0].shape = Dims{batch, sequence, v_hidden ? Dim::of(*v_hidden) : fresh(out, 2)};
+    if (outputs.size() < 2) return;
+    const auto heads = int_attribute(node, "num_heads");
+    const ShapeFacts& past = input(node, 4);
+    Dim total = sequence;
+    if (past.shape && past.shape->size() == 5) {
+      const Dim& past_length = (*past.shape)[3];
+      total = past_length.known() && sequence.known() ? Dim::of(*past_length.number + *sequence.number)
+                                                      : fresh(node.output(1), 3);
+    }
+    const Dim head_size = heads && *heads > 0 && qk_hidden ? Dim::of(*qk_hidden / *heads) : fresh(node.output(1), 4);
+    outputs[1].shape = Dims{Dim::of(2), batch, heads ? Dim::of(*heads) : fresh(node.output(1), 2), total, head_size};
   }
 
   static void infer_matmul(const ShapeFacts& a, const ShapeFacts& b, const std::string& out, ShapeFacts& result) {
@@ -623,17 +689,27 @@ class ShapeInference {
         values.reset();
         continue;
       }
+      // ONNX's clamping: starts to [0, n] (step > 0) or [0, n-1] (step < 0), ends to [0, n] or [-1, n-1].
       const int64_t n = *size.number, step = (*steps)[i];
       auto clamp = [&](int64_t at, int64_t low, int64_t high) { return std::clamp(at < 0 ? at + n : at, low, high); };
-      const int64_t begin = step > 0 ? clamp((*starts)[i], 0, n) : clamp((*starts)[i], -1, n - 1);
+      const int64_t begin = step > 0 ? clamp((*starts)[i], 0, n) : clamp((*starts)[i], 0, n - 1);
       const int64_t end = step > 0 ? clamp((*ends)[i], 0, n) : clamp((*ends)[i], -1, n - 1);
-      std::vector<int64_t> picked;
-      for (int64_t at = begin; step > 0 ? at < end : at > end; at += step) picked.push_back(at);
-      dims[static_cast<size_t>(axis)] = Dim::of(static_cast<int64_t>(picked.size()));
-      if (values && rank == 1) {
+      const int64_t span = step > 0 ? end - begin : begin - end;
+      const int64_t stride = step > 0 ? step : -step;
+      const int64_t count = span > 0 ? (span + stride - 1) / stride : 0;
+      dims[static_cast<size_t>(axis)] = Dim::of(count);
+      if (values && rank == 1 && count <= static_cast<int64_t>(kMaxValues)) {
         Dims elements;
-        for (int64_t at : picked) elements.push_back((*values)[static_cast<size_t>(at)]);
-        values = std::move(elements);
+        for (int64_t k = 0, at = begin; k < count; ++k, at += step) {
+          if (at < 0 || at >= static_cast<int64_t>(values->size())) {  // declared dims disagree with the data
+            values.reset();
+            break;
+          }
+          elements.push_back((*values)[static_cast<size_t>(at)]);
+        }
+        if (values) values = std::move(elements);
+      } else {
+        values.reset();
       }
     }
     result.shape = std::move(dims);

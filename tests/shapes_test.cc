@@ -1,0 +1,108 @@
+// Shape inference (Scope::facts): what rules learn about values nothing declares. Each case is
+// checked against ONNX's rules for the op; wrong facts would make rules build wrong graphs.
+#include <gtest/gtest.h>
+
+#include "onnx_rewrite/model_io.h"
+#include "onnx_rewrite/scope.h"
+#include "test_support.h"
+
+namespace onnx_rewrite {
+namespace {
+
+using namespace testing;
+
+// The dims inferred for `value` in a model given as ONNX text ("?" for a symbol, "unknown" when
+// not even the rank is known).
+std::string inferred(const std::string& text, const std::string& value) {
+  Model model = model_from_text(text);
+  const auto scopes = collect_scopes(model);
+  const ShapeFacts& facts = scopes.front()->facts(value);
+  return facts.shape ? dims_text(facts.shape) : "unknown";
+}
+
+std::string graph(const std::string& inputs, const std::string& body) {
+  return "<ir_version: 8, opset_import: [\"\": 17]>\ng (" + inputs + ") => (float y) {\n" + body + "\n}";
+}
+
+TEST(Shapes, SliceToTheEndWithInt64Max) {
+  // torch's x[1:] is Slice(x, 1, INT64_MAX): exact integers, not a double's INT64_MIN.
+  EXPECT_EQ(inferred(graph("float[4] x", R"(
+    s = Constant <value = int64[1] {1}> ()
+    e = Constant <value = int64[1] {9223372036854775807}> ()
+    a = Constant <value = int64[1] {0}> ()
+    y = Slice (x, s, e, a))"),
+                     "y"),
+            "[3]");
+}
+
+TEST(Shapes, SliceWithNegativeStepsClampsAsOnnxSays) {
+  // start -100 clamps to 0 for a negative step, end -200 to -1: one element (x[0]).
+  EXPECT_EQ(inferred(graph("float[4] x", R"(
+    s = Constant <value = int64[1] {-100}> ()
+    e = Constant <value = int64[1] {-200}> ()
+    a = Constant <value = int64[1] {0}> ()
+    t = Constant <value = int64[1] {-1}> ()
+    y = Slice (x, s, e, a, t))"),
+                     "y"),
+            "[1]");
+  // Reversed whole axis, and every other element backwards.
+  EXPECT_EQ(inferred(graph("float[5] x", R"(
+    s = Constant <value = int64[1] {-1}> ()
+    e = Constant <value = int64[1] {-9223372036854775807}> ()
+    a = Constant <value = int64[1] {0}> ()
+    t = Constant <value = int64[1] {-2}> ()
+    y = Slice (x, s, e, a, t))"),
+                     "y"),
+            "[3]");
+}
+
+TEST(Shapes, SliceOfAHugeAxisIsCountedNotListed) {
+  EXPECT_EQ(inferred(graph("float[1000000000000] x", R"(
+    s = Constant <value = int64[1] {0}> ()
+    e = Constant <value = int64[1] {999999999999}> ()
+    a = Constant <value = int64[1] {0}> ()
+    y = Slice (x, s, e, a))"),
+                     "y"),
+            "[999999999999]");
+}
+
+TEST(Shapes, ArgMaxReducesOneAxis) {
+  EXPECT_EQ(inferred(graph("float[2, 3, 4] x", "y = ArgMax <axis = -1, keepdims = 0> (x)"), "y"), "[2, 3]");
+  EXPECT_EQ(inferred(graph("float[2, 3, 4] x", "y = ArgMin (x)"), "y"), "[1, 3, 4]");
+}
+
+TEST(Shapes, MalformedAttributesGiveNoFactsInsteadOfACrash) {
+  EXPECT_EQ(inferred(graph("float[2, 3] x", "t = Transpose <perm = [1, 100000000]> (x)\n y = Identity (t)"), "t"),
+            "unknown");
+  EXPECT_EQ(inferred(graph("float[2, 3] x", "t = Transpose <perm = [0, 0]> (x)\n y = Identity (t)"), "t"), "unknown");
+  EXPECT_EQ(inferred(graph("float[2, 3] x", "t = Transpose <perm = [1, 0]> (x)\n y = Identity (t)"), "t"), "[3, 2]");
+}
+
+TEST(Shapes, DeclaredDimsThatDisagreeWithAConstantAreNotTrusted) {
+  // value_info claims 100000 elements for a 3-element constant; slicing it must not read past it.
+  onnx::ModelProto proto = parse_model_text(graph("float[2] x", R"(
+    c = Constant <value = int64[3] {4, 5, 6}> ()
+    s = Constant <value = int64[1] {1}> ()
+    e = Constant <value = int64[1] {100000}> ()
+    a = Constant <value = int64[1] {0}> ()
+    y = Slice (c, s, e, a))"));
+  auto* info = proto.mutable_graph()->add_value_info();
+  info->set_name("c");
+  info->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
+  info->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(100000);
+  Model model = parse_model(serialize(proto), "m.onnx");
+  const auto scopes = collect_scopes(model);
+  const ShapeFacts& facts = scopes.front()->facts("y");
+  EXPECT_FALSE(facts.values.has_value());
+}
+
+TEST(Shapes, SymbolsProveEqualSizesThroughShapeKeepingOps) {
+  const std::string text = graph("float[N, 8] x", R"(
+    a = Relu (x)
+    b = Sigmoid (x)
+    y = Add (a, b))");
+  EXPECT_EQ(inferred(text, "y"), "[N, 8]");
+}
+
+}  // namespace
+}  // namespace onnx_rewrite
