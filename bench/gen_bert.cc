@@ -1,5 +1,5 @@
 // gen-bert: writes a BERT-like encoder laid out the way torch.onnx.export
-// writes Hugging Face's BertModel (torch 2.x, opset 13..18), with seeded
+// writes Hugging Face's BertModel (torch 2.x, opset 11..18), with seeded
 // random weights, so benchmarks and tests get realistic models without
 // downloading any.
 //
@@ -17,7 +17,12 @@
 //    Div, Mul, Add) unless --layernorm fused; torch itself switches to
 //    LayerNormalization from opset 17;
 //  * reshapes take their shape from Shape/Gather/Unsqueeze/Concat, as
-//    torch traces x.size().
+//    torch traces x.size();
+//  * --legacy-export writes the older transformers 2.x / torch 1.x layout
+//    that ONNX Runtime's Attention and EmbedLayerNormalization fusions
+//    recognise (at opset 11 or 12): Linear as Add(MatMul, bias), position
+//    ids from Range/Unsqueeze/Expand, word + position + token type
+//    embeddings, the mask scaled by -10000, Softmax on axis 3.
 
 #include <onnx/onnx_pb.h>
 
@@ -62,6 +67,7 @@ struct Config {
   bool external_data = false;
   LayerNormStyle layernorm = LayerNormStyle::spelled;
   GeluStyle gelu = GeluStyle::erf;
+  bool legacy = false;  // transformers 2.x / torch 1.x layout (see the file comment)
   std::filesystem::path out;
 
   int head_dim() const { return hidden / heads; }
@@ -222,10 +228,13 @@ class GraphBuilder {
     return constant(scope, tensor);
   }
 
-  // Unsqueeze's axes became an input in opset 13, the oldest we emit.
+  // Unsqueeze's axes became an input in opset 13.
   std::string unsqueeze(const std::string& scope, const std::string& x, int64_t axis) {
+    if (opset_ < 13) return op(scope, "Unsqueeze", {x}, {{"axes", std::vector<int64_t>{axis}}});
     return op(scope, "Unsqueeze", {x, ints(scope, {axis})});
   }
+
+  int opset() const { return opset_; }
 
   // ReduceMean's axes moved from attribute to input in opset 18.
   std::string reduce_mean_last_axis(const std::string& scope, const std::string& x) {
@@ -321,6 +330,7 @@ class BertBuilder {
     random_weight("embeddings.word_embeddings.weight", {cfg_.vocab, h});
     random_weight("embeddings.position_embeddings.weight", {cfg_.max_pos, h});
     random_weight("embeddings.token_type_embeddings.weight", {cfg_.type_vocab, h});
+    if (cfg_.legacy) return legacy_embeddings(scope);
     w_.add<int64_t>("embeddings.position_ids", {1, cfg_.max_pos},
                     [](std::span<int64_t> v) { std::iota(v.begin(), v.end(), int64_t{0}); });
 
@@ -344,14 +354,34 @@ class BertBuilder {
     return layer_norm(scope + "/LayerNorm", "embeddings.LayerNorm", sum);
   }
 
+  // transformers 2.x: position_ids = torch.arange(seq_length).unsqueeze(0).expand(input_shape);
+  // embeddings = inputs_embeds + position_embeddings + token_type_embeddings.
+  std::string legacy_embeddings(const std::string& scope) {
+    const std::string seq_len = g_.dim(scope, "input_ids", 1);
+    const std::string range = g_.op(scope, "Range", {g_.int_scalar(scope, 0), seq_len, g_.int_scalar(scope, 1)});
+    const std::string position_ids =
+        g_.op(scope, "Expand", {g_.unsqueeze(scope, range, 0), g_.op(scope, "Shape", {"input_ids"})});
+    const std::string words = g_.op(scope + "/word_embeddings", "Gather",
+                                    {"embeddings.word_embeddings.weight", "input_ids"});
+    const std::string positions = g_.op(scope + "/position_embeddings", "Gather",
+                                        {"embeddings.position_embeddings.weight", position_ids});
+    std::string sum = g_.op(scope, "Add", {words, positions});
+    const std::string types = g_.op(scope + "/token_type_embeddings", "Gather",
+                                    {"embeddings.token_type_embeddings.weight", "token_type_ids"});
+    sum = g_.op(scope, "Add", {sum, types});
+    return layer_norm(scope + "/LayerNorm", "embeddings.LayerNorm", sum);
+  }
+
   // (1.0 - attention_mask[:, None, None, :].float()) * torch.finfo(float).min
+  // (transformers 2.x: * -10000.0)
   std::string extended_attention_mask() {
     const std::string scope;  // torch puts BertModel's own ops at the root scope
     std::string mask = g_.unsqueeze(scope, "attention_mask", 1);
     mask = g_.unsqueeze(scope, mask, 2);
     mask = g_.op(scope, "Cast", {mask}, {{"to", int64_t{onnx::TensorProto::FLOAT}}});
     mask = g_.op(scope, "Sub", {g_.scalar(scope, 1.0f), mask});
-    return g_.op(scope, "Mul", {mask, g_.scalar(scope, std::numeric_limits<float>::lowest())});
+    const float masked = cfg_.legacy ? -10000.0f : std::numeric_limits<float>::lowest();
+    return g_.op(scope, "Mul", {mask, g_.scalar(scope, masked)});
   }
 
   std::string encoder_layer(int index, const std::string& x, const std::string& mask) {
@@ -392,7 +422,9 @@ class BertBuilder {
     std::string scores = g_.op(scope, "MatMul", {query_h, key_t});
     scores = g_.op(scope, "Div", {scores, g_.scalar(scope, std::sqrt(float(cfg_.head_dim())))});
     scores = g_.op(scope, "Add", {scores, mask});
-    const std::string probs = g_.op(scope, "Softmax", {scores}, {{"axis", int64_t{-1}}});
+    // torch's opset-9 symbolic writes softmax(dim=-1) with the dim counted from the front
+    const int64_t softmax_axis = g_.opset() < 13 ? 3 : -1;
+    const std::string probs = g_.op(scope, "Softmax", {scores}, {{"axis", softmax_axis}});
 
     std::string context = g_.op(scope, "MatMul", {probs, value_h});
     context = g_.op(scope, "Transpose", {context}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
@@ -415,7 +447,7 @@ class BertBuilder {
   }
 
   // nn.Linear: torch exports the transposed weight as an anonymous
-  // initializer and adds the bias first-operand.
+  // initializer and adds the bias first-operand (torch 1.x: second).
   std::string linear(const std::string& scope, const std::string& prefix, const std::string& x,
                      int64_t in, int64_t out) {
     const std::string weight = fmt::format("onnx::MatMul_{}", next_anonymous_id_++);
@@ -423,6 +455,7 @@ class BertBuilder {
     const std::string bias = prefix + ".bias";
     constant_weight(bias, out, 0.0f);
     const std::string product = g_.op(scope, "MatMul", {x, weight});
+    if (cfg_.legacy) return g_.op(scope, "Add", {product, bias});
     return g_.op(scope, "Add", {bias, product});
   }
 
@@ -512,7 +545,7 @@ Config parse_args(int argc, char** argv) {
   app.add_option("--max-pos", cfg.max_pos, "maximum sequence length")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--opset", cfg.opset, "ai.onnx opset")->capture_default_str()->check(CLI::Range(13, 18));
+  app.add_option("--opset", cfg.opset, "ai.onnx opset")->capture_default_str()->check(CLI::Range(11, 18));
   app.add_option("--seed", cfg.seed, "weight seed")->capture_default_str();
   app.add_flag("--external-data", cfg.external_data,
                "put initializers of 1 KiB or more in <out>.data next to the model");
@@ -524,6 +557,9 @@ Config parse_args(int argc, char** argv) {
   app.add_option("--gelu", gelu, "erf: exact GELU; tanh: the tanh approximation, both spelled out")
       ->capture_default_str()
       ->check(CLI::IsMember({"erf", "tanh"}));
+  app.add_flag("--legacy-export", cfg.legacy,
+               "transformers 2.x / torch 1.x layout, which ONNX Runtime fuses into Attention and "
+               "EmbedLayerNormalization at opset 11 or 12");
   app.add_option("--out", cfg.out, "model path")->required();
   try {
     app.parse(argc, argv);

@@ -359,11 +359,12 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- What stays ----------------------------------------------------------------------------------
 
-// Ops with no standard equivalent stay; `check` fails listing them, and so does `rewrite`.
+// Ops with no standard equivalent stay; `check` fails listing them, and so does `rewrite`
+// (rotary attention: no de-fusion, and no CPU kernel either).
 TEST(Unsupported, AttentionStaysAndCheckListsIt) {
   TempDir dir;
   const auto file = write_model_text(model(17, R"(g (float[2, 8, 16] x, float[16, 48] w, float[48] b, int32[2] mask, float[2, 8, 16] r, float[16] gamma) => (float[2, 8, 16] y) {
-    a = com.microsoft.Attention <num_heads = 2> (x, w, b, mask)
+    a = com.microsoft.Attention <num_heads = 2, do_rotary = 1> (x, w, b, mask)
     y = com.microsoft.SkipLayerNormalization <epsilon = 1e-5> (a, r, gamma)
   })"), dir / "attention.onnx");
   const auto out = dir / "out.onnx";
