@@ -23,10 +23,7 @@ namespace {
 
 using namespace testing;
 
-std::string model(int opset, const std::string& graph) {
-  return fmt::format("<ir_version: {}, opset_import: [\"\": {}, \"com.microsoft\": 1]>\n{}", ir_version_for(opset), opset,
-                     graph);
-}
+std::string model(int opset, const std::string& graph) { return contrib_model_text(opset, graph); }
 
 // "com.microsoft.Attention x1, ..." for the ops of the com.microsoft domains; "(none)" when none.
 std::string contrib_ops(const OpCounts& ops) {
@@ -275,21 +272,6 @@ TEST(ShapeInference, RanksOfAttentionAndEmbedLayerNormOutputs) {
 }
 
 // ---- End to end: BERT models ONNX Runtime fused and saved itself ---------------------------------
-
-// Every float initializer whose name contains `part`, times `factor` (gen-bert's weights are
-// small: scaled up, the softmax works in its nonlinear range and a wrong mask or head split shows).
-void scale_weights(onnx::ModelProto& proto, const std::string& part, float factor) {
-  for (auto& tensor : *proto.mutable_graph()->mutable_initializer()) {
-    if (tensor.data_type() != onnx::TensorProto::FLOAT || tensor.name().find(part) == std::string::npos) continue;
-    std::string& raw = *tensor.mutable_raw_data();
-    for (size_t i = 0; i + 4 <= raw.size(); i += 4) {
-      float number;
-      std::memcpy(&number, raw.data() + i, 4);
-      number *= factor;
-      std::memcpy(raw.data() + i, &number, 4);
-    }
-  }
-}
 
 class OptimizedLegacyBert : public ::testing::TestWithParam<int> {};
 

@@ -23,10 +23,7 @@ namespace {
 
 using namespace testing;
 
-std::string model(int opset, const std::string& graph) {
-  return fmt::format("<ir_version: {}, opset_import: [\"\": {}, \"com.microsoft\": 1]>\n{}", ir_version_for(opset), opset,
-                     graph);
-}
+std::string model(int opset, const std::string& graph) { return contrib_model_text(opset, graph); }
 
 struct Defused {
   onnx::ModelProto model;
@@ -405,22 +402,6 @@ TEST(Declines, ForOrtTheFusedOpsStay) {
 }
 
 // ---- End to end: models ONNX Runtime optimized and saved itself ---------------------------------
-
-// Every float initializer whose name contains `part`, times `factor` (gen-bert's weights are
-// small: scaled up, GELU, softmax and the normalizations work in their nonlinear range and a
-// wrong de-fusion shows in the outputs).
-void scale_weights(onnx::ModelProto& model, const std::string& part, float factor) {
-  for (auto& tensor : *model.mutable_graph()->mutable_initializer()) {
-    if (tensor.data_type() != onnx::TensorProto::FLOAT || tensor.name().find(part) == std::string::npos) continue;
-    std::string& raw = *tensor.mutable_raw_data();
-    for (size_t i = 0; i + 4 <= raw.size(); i += 4) {
-      float value;
-      std::memcpy(&value, raw.data() + i, 4);
-      value *= factor;
-      std::memcpy(raw.data() + i, &value, 4);
-    }
-  }
-}
 
 // Gives the graph inputs' symbolic dims values (ORT fuses SkipLayerNormalization only with
 // static shapes).

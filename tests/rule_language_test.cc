@@ -615,6 +615,27 @@ g (float[2] a) => (float[2] v, float[2] w) {
   EXPECT_EQ(order, (std::vector<std::string>{"Neg", "Relu", "Abs"})) << "Relu moves after Neg, which now computes u";
 }
 
+// A rule whose replacement brings a new constant.
+const char* kNegToSub = R"(
+rule neg-to-sub
+  description: test
+  targets: onnx
+  pattern (v) => (a) { a = Neg (v) }
+  replace (v) => (a) {
+    z = Constant <value = float {0}> ()
+    a = Sub (z, v)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] v) => (float[2] a) { a = Neg (v) }
+  }
+  expect {
+    z = Constant <value = float {0}> ()
+    a = Sub (z, v)
+  }
+end
+)";
+
 TEST(Engine, RepairsOrderAcrossReplacementsThatEachMoveAValue) {
   // Two rules fire in one round: a reads v (computed by the first match) before w, whose
   // replacement now computes v. Each replacement alone is fine; together they need a re-sort.
@@ -644,25 +665,7 @@ rule two-out
     w = Sigmoid (v)
   }
 end
-
-rule neg-to-sub
-  description: test
-  targets: onnx
-  pattern (v) => (a) { a = Neg (v) }
-  replace (v) => (a) {
-    z = Constant <value = float {0}> ()
-    a = Sub (z, v)
-  }
-  example {
-    <ir_version: 8, opset_import: ["": 17]>
-    g (float[2] v) => (float[2] a) { a = Neg (v) }
-  }
-  expect {
-    z = Constant <value = float {0}> ()
-    a = Sub (z, v)
-  }
-end
-)");
+)" + std::string(kNegToSub));
   const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17]>
 g (float[4] x) => (float[4] a, float[4] w) {
   v = Relu (x)
@@ -685,25 +688,7 @@ TEST(Engine, ModelsBeforeIr4GetNewConstantsAsNodes) {
   // Before IR 4 every initializer had to be a graph input too; a Constant node needs neither.
   const auto rewritten = rewrite_text(R"(<ir_version: 3, opset_import: ["": 7]>
 g (float[4] v) => (float[4] a) { a = Neg (v) })",
-                                      rules_from_text(R"(
-rule neg-to-sub
-  description: test
-  targets: onnx
-  pattern (v) => (a) { a = Neg (v) }
-  replace (v) => (a) {
-    z = Constant <value = float {0}> ()
-    a = Sub (z, v)
-  }
-  example {
-    <ir_version: 8, opset_import: ["": 17]>
-    g (float[2] v) => (float[2] a) { a = Neg (v) }
-  }
-  expect {
-    z = Constant <value = float {0}> ()
-    a = Sub (z, v)
-  }
-end
-)"));
+                                      rules_from_text(kNegToSub));
   EXPECT_EQ(rewritten.model.graph().initializer_size(), 0);
   EXPECT_EQ(count(rewritten.model, "Constant"), 1);
   EXPECT_EQ(count(rewritten.model, "Sub"), 1);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <random>
@@ -232,6 +233,24 @@ onnx::ModelProto read_model(const fs::path& path) {
   onnx::ModelProto model;
   if (!model.ParseFromString(read_file(path))) throw std::runtime_error("not a model: " + path.string());
   return model;
+}
+
+std::string contrib_model_text(int opset, const std::string& graph) {
+  return "<ir_version: " + std::to_string(ir_version_for(opset)) + ", opset_import: [\"\": " + std::to_string(opset) +
+         ", \"com.microsoft\": 1]>\n" + graph;
+}
+
+void scale_weights(onnx::ModelProto& model, const std::string& part, float factor) {
+  for (auto& tensor : *model.mutable_graph()->mutable_initializer()) {
+    if (tensor.data_type() != onnx::TensorProto::FLOAT || tensor.name().find(part) == std::string::npos) continue;
+    std::string& raw = *tensor.mutable_raw_data();
+    for (size_t i = 0; i + 4 <= raw.size(); i += 4) {
+      float value;
+      std::memcpy(&value, raw.data() + i, 4);
+      value *= factor;
+      std::memcpy(raw.data() + i, &value, 4);
+    }
+  }
 }
 
 int opset_import(const onnx::ModelProto& model, const std::string& domain) {

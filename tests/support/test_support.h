@@ -98,6 +98,15 @@ struct CheckedRewrite {
 std::optional<CheckedRewrite> rewrite_and_check(const fs::path& input, const fs::path& output, const std::string& target,
                                                 std::optional<int> max_opset = std::nullopt);
 
+// ONNX text of a model importing ai.onnx `opset` (with the IR version it needs) and
+// com.microsoft 1, around `graph`.
+std::string contrib_model_text(int opset, const std::string& graph);
+
+// Multiplies every float initializer whose name contains `part` by `factor`. Generated weights
+// are small; scaled up, GELU, softmax and the normalizations work in their nonlinear range and a
+// wrong rewrite shows in the outputs.
+void scale_weights(onnx::ModelProto& model, const std::string& part, float factor);
+
 // ---- ONNX Runtime ---------------------------------------------------------------------------
 
 struct OrtComparison {
