@@ -18,6 +18,7 @@
 #include "onnx_rewrite/opset.h"
 #include "onnx_rewrite/target.h"
 #include "onnx_rewrite/tensor.h"
+#include "onnx_rewrite/verify.h"
 
 namespace onnx_rewrite {
 namespace fs = std::filesystem;
@@ -234,6 +235,12 @@ void write_text_file(const std::string& path, const std::string& text) {
   write_file_atomically(path, text);
 }
 
+// A graph ONNX Runtime would refuse (a cycle, a value computed twice or by nothing) is bad input:
+// rewriting or checking it would only hide that.
+void refuse_invalid(const Model& model) {
+  if (auto problem = input_problem(model.proto)) throw InputError(model.path.string(), *problem);
+}
+
 // Loads, rewrites, checks and (unless dry) writes one model.
 ModelOutcome process(const std::string& input, const std::string& output, const RuleSet& rules,
                      const RewriteOptions& options, const Target& target, bool dry_run, bool in_place, bool in_batch) {
@@ -242,6 +249,7 @@ ModelOutcome process(const std::string& input, const std::string& output, const 
   outcome.output = output;
   LoadedModel loaded(input, !in_batch);
   Model& model = *loaded;
+  refuse_invalid(model);
   outcome.result = rewrite_model(model, rules, options);
   outcome.check = check_model(model, target, options.max_opset);
   if (!dry_run) {
@@ -289,6 +297,7 @@ int run_check(const std::string& input, const std::string& target_name, std::opt
   const Target& target = find_target(target_name);
   LoadedModel loaded(input);
   const Model& model = *loaded;
+  refuse_invalid(model);
   const CheckReport report = check_model(model, target, max_opset);
   if (json) {
     JsonWriter writer;

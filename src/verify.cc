@@ -1,23 +1,29 @@
 #include "onnx_rewrite/verify.h"
 
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "onnx_rewrite/scope.h"
 #include "onnx_rewrite/walk.h"
 
 namespace onnx_rewrite {
 namespace {
 
 using Names = std::unordered_set<std::string_view>;
+using NodeList = google::protobuf::RepeatedPtrField<onnx::NodeProto>;
 
+// `ordered`: each value must be defined before the node reading it (what the engine writes);
+// otherwise the nodes may come in any order (what ONNX Runtime accepts) but must form no cycle.
 class Verifier {
  public:
+  explicit Verifier(bool ordered) : ordered_(ordered) {}
   std::optional<std::string> problem;
 
-  // `outer`: the names enclosing graphs defined before the node holding this one.
+  // `outer`: the names of the enclosing graphs.
   void graph(const onnx::GraphProto& graph, std::vector<const Names*>& outer, const std::string& where) {
     Names local;
     for (const auto& input : graph.input()) local.insert(input.name());
@@ -42,6 +48,8 @@ class Verifier {
   }
 
  private:
+  bool ordered_;
+
   static bool visible(std::string_view name, const Names& local, const std::vector<const Names*>& outer) {
     if (local.count(name)) return true;
     for (const Names* names : outer) {
@@ -50,37 +58,90 @@ class Verifier {
     return false;
   }
 
-  void nodes(const google::protobuf::RepeatedPtrField<onnx::NodeProto>& list, Names& local,
-             std::vector<const Names*>& outer, const std::string& where) {
-    for (const auto& node : list) {
-      if (problem) return;
-      for (const auto& input : node.input()) {
-        if (!input.empty() && !visible(input, local, outer)) {
-          problem = fmt::format("{}: node '{}' reads '{}' before anything computes it", where, describe_node(node), input);
-          return;
-        }
+  void define_outputs(const onnx::NodeProto& node, Names& local, const std::string& where) {
+    for (const auto& output : node.output()) {
+      if (!problem && !output.empty() && !local.insert(output).second) {
+        problem = fmt::format("{}: '{}' is computed twice (node '{}')", where, output, describe_node(node));
       }
-      outer.push_back(&local);
-      for (const auto& attribute : node.attribute()) {
-        const std::string inner = fmt::format("subgraph '{}' of node '{}' ({})", attribute.name(), describe_node(node), where);
-        if (attribute.has_g()) graph(attribute.g(), outer, inner);
-        for (const auto& subgraph : attribute.graphs()) graph(subgraph, outer, inner);
+    }
+  }
+
+  void read_inputs(const onnx::NodeProto& node, Names& local, std::vector<const Names*>& outer, const std::string& where) {
+    for (const auto& input : node.input()) {
+      if (!problem && !input.empty() && !visible(input, local, outer)) {
+        problem = ordered_ ? fmt::format("{}: node '{}' reads '{}' before anything computes it", where, describe_node(node), input)
+                           : fmt::format("{}: node '{}' reads '{}', which nothing computes", where, describe_node(node), input);
       }
-      outer.pop_back();
-      for (const auto& output : node.output()) {
-        if (!output.empty() && !local.insert(output).second) {
-          problem = fmt::format("{}: '{}' is computed twice", where, output);
-          return;
-        }
+    }
+    outer.push_back(&local);
+    for (const auto& attribute : node.attribute()) {
+      if (problem) break;
+      const std::string inner = fmt::format("subgraph '{}' of node '{}' ({})", attribute.name(), describe_node(node), where);
+      if (attribute.has_g()) graph(attribute.g(), outer, inner);
+      for (const auto& subgraph : attribute.graphs()) graph(subgraph, outer, inner);
+    }
+    outer.pop_back();
+  }
+
+  void nodes(const NodeList& list, Names& local, std::vector<const Names*>& outer, const std::string& where) {
+    if (ordered_) {
+      for (const auto& node : list) {
+        read_inputs(node, local, outer, where);
+        define_outputs(node, local, where);
+        if (problem) return;
+      }
+      return;
+    }
+    for (const auto& node : list) define_outputs(node, local, where);
+    for (const auto& node : list) read_inputs(node, local, outer, where);
+    if (!problem) find_cycle(list, where);
+  }
+
+  // Kahn's algorithm over the values the nodes of one graph pass each other (subgraph reads included).
+  void find_cycle(const NodeList& list, const std::string& where) {
+    std::unordered_map<std::string_view, int> producer;
+    for (int i = 0; i < list.size(); ++i) {
+      for (const auto& output : list.Get(i).output()) {
+        if (!output.empty()) producer[output] = i;
+      }
+    }
+    std::vector<std::vector<int>> consumers(static_cast<size_t>(list.size()));
+    std::vector<int> waiting(static_cast<size_t>(list.size()), 0);
+    for (int i = 0; i < list.size(); ++i) {
+      std::vector<std::string_view> reads(list.Get(i).input().begin(), list.Get(i).input().end());
+      for (const auto name : implicit_inputs(list.Get(i))) reads.push_back(name);
+      for (const auto name : reads) {
+        auto it = producer.find(name);
+        if (it == producer.end()) continue;
+        consumers[static_cast<size_t>(it->second)].push_back(i);
+        ++waiting[static_cast<size_t>(i)];
+      }
+    }
+    std::vector<int> ready;
+    for (int i = 0; i < list.size(); ++i) {
+      if (waiting[static_cast<size_t>(i)] == 0) ready.push_back(i);
+    }
+    size_t done = 0;
+    while (!ready.empty()) {
+      const int i = ready.back();
+      ready.pop_back();
+      ++done;
+      for (int consumer : consumers[static_cast<size_t>(i)]) {
+        if (--waiting[static_cast<size_t>(consumer)] == 0) ready.push_back(consumer);
+      }
+    }
+    if (done == static_cast<size_t>(list.size())) return;
+    for (int i = 0; i < list.size(); ++i) {
+      if (waiting[static_cast<size_t>(i)] != 0) {
+        problem = fmt::format("{}: the nodes form a cycle (node '{}' depends on its own output)", where, describe_node(list.Get(i)));
+        return;
       }
     }
   }
 };
 
-}  // namespace
-
-std::optional<std::string> structural_problem(const onnx::ModelProto& model) {
-  Verifier verifier;
+std::optional<std::string> verify(const onnx::ModelProto& model, bool ordered) {
+  Verifier verifier(ordered);
   std::vector<const Names*> outer;
   verifier.graph(model.graph(), outer, "main graph");
   for (const auto& function : model.functions()) {
@@ -89,5 +150,11 @@ std::optional<std::string> structural_problem(const onnx::ModelProto& model) {
   }
   return verifier.problem;
 }
+
+}  // namespace
+
+std::optional<std::string> structural_problem(const onnx::ModelProto& model) { return verify(model, true); }
+
+std::optional<std::string> input_problem(const onnx::ModelProto& model) { return verify(model, false); }
 
 }  // namespace onnx_rewrite

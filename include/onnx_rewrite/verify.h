@@ -1,6 +1,5 @@
-// A structural check of a model: every value read is defined before (in its graph or an
-// enclosing one), no value is defined twice in a graph, every output is computed. Run after each
-// round of rewrites, so that a wrong rule is an error instead of a silently broken model.
+// Structural checks of a model: every value read is defined (in its graph or an enclosing one),
+// no value is defined twice in a graph, every output is computed, the nodes form no cycle.
 #pragma once
 
 #include <optional>
@@ -10,7 +9,12 @@
 
 namespace onnx_rewrite {
 
-// The first problem found, or nullopt.
+// The first problem of a model the engine wrote, which must also be in topological order. Run
+// after each round of rewrites, so that a wrong rule is an error instead of a broken model.
 std::optional<std::string> structural_problem(const onnx::ModelProto& model);
+
+// The first problem of an input model, whose nodes may come in any order (as ONNX Runtime
+// takes them); a model with one is refused before any work.
+std::optional<std::string> input_problem(const onnx::ModelProto& model);
 
 }  // namespace onnx_rewrite
