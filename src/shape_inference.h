@@ -45,18 +45,21 @@ class ShapeInference {
         continue;
       }
       const onnx::NodeProto& node = *produced->node;
+      const bool seen = !waiting.insert(&node).second;
       bool ready = true;
-      if (!waiting.count(&node)) {  // (a node seen twice here sits on a cycle: it gets no facts)
-        for (const auto& input : node.input()) {
-          if (!input.empty() && !cached(input)) {
-            pending.push_back(input);
-            ready = false;
-          }
+      for (const auto& input : node.input()) {
+        if (!input.empty() && !cached(input)) {
+          if (!seen) pending.push_back(input);
+          ready = false;
         }
       }
-      waiting.insert(&node);
       if (ready) {
         visit(node);
+        pending.pop_back();
+      } else if (seen) {  // its inputs wait for it: a cycle (invalid input); it gets no facts
+        for (const auto& output : node.output()) {
+          if (!output.empty()) entries_[output] = ShapeFacts{};
+        }
         pending.pop_back();
       }
     }
@@ -318,6 +321,19 @@ class ShapeInference {
           else dims.erase(dims.begin() + axis);
           result.shape = std::move(dims);
         }
+      }
+    } else if (op == "Range") {  // 1-D; its length when start, limit and delta are known integers
+      result.elem_type = first.elem_type;
+      result.shape = Dims{fresh(out, 0)};
+      const auto& start = first.values;
+      const auto& limit = input(node, 1).values;
+      const auto& delta = input(node, 2).values;
+      if (start && limit && delta && start->size() == 1 && limit->size() == 1 && delta->size() == 1 &&
+          (*start)[0].known() && (*limit)[0].known() && (*delta)[0].known() && *(*delta)[0].number != 0) {
+        const int64_t span = *(*limit)[0].number - *(*start)[0].number;
+        const int64_t step = *(*delta)[0].number;
+        const int64_t count = span / step + (span % step != 0 && (span < 0) == (step < 0) ? 1 : 0);
+        result.shape = Dims{Dim::of(std::max<int64_t>(count, 0))};
       }
     } else if (op == "ConstantOfShape") {
       result.elem_type = onnx::TensorProto::FLOAT;

@@ -604,6 +604,14 @@ INSTANTIATE_TEST_SUITE_P(
                                               "mean = ReduceMean (x, mean_axes)", "mean = ReduceMean (x, axes)"),
                                  18),
                  "Mul", "the axes 'axes' of a ReduceMean are not a constant"},
+        NearMiss{"empty_axes_that_reduce_nothing",
+                 layer_norm_text(kLnSignature,
+                                 replace_line(spelled_norm(false, "x", "y", "-1", {"Pow", "Div", true}, "gamma", ""),
+                                              "mean = ReduceMean (x, mean_axes)",
+                                              "no_axes = Constant <value = int64[0] {}> ()\n"
+                                              "  mean = ReduceMean <noop_with_empty_axes = 1> (x, no_axes)"),
+                                 18),
+                 "Mul", "a ReduceMean without axes and with noop_with_empty_axes=1 reduces nothing"},
         NearMiss{"rms_norm_below_opset_23",
                  layer_norm_text(kLnSignature, spelled_norm(true, "x", "y", "-1", {}, "gamma", "")), "Mul",
                  "matched, but needs ai.onnx 23 (the model uses 17), tried only when no other rule fits"}),
@@ -675,6 +683,22 @@ TEST(SkipLayerNorm, ShapesOrtDoesNotTakeStayLayerNormalization) {
     EXPECT_EQ(count(out, "ai.onnx", "LayerNormalization"), 1);
     EXPECT_EQ(count(out, "com.microsoft", "SkipLayerNormalization"), 0);
     EXPECT_NE(fused.explain.find(v.reason), std::string::npos) << fused.explain;
+  }
+}
+
+TEST(SkipLayerNorm, DoubleStaysLayerNormalizationForOrtsFloatOnlySkipKernels) {
+  // ORT's Skip*LayerNormalization schemas refuse double; LayerNormalization and RMSNormalization take it.
+  for (bool rms : {false, true}) {
+    SCOPED_TRACE(rms ? "RMSNorm" : "LayerNorm");
+    const int opset = rms ? 23 : 17;
+    std::string text = residual_model(rms, {"Pow", "Div", opset >= 18}, opset, "N, S, 16", "N, S, 16", false);
+    for (size_t at; (at = text.find("float")) != std::string::npos;) text.replace(at, 5, "double");
+    const auto fused = fuse(text, std::nullopt, rms ? "RMSNormalization" : "LayerNormalization");
+    const auto& out = fused.model;
+    EXPECT_EQ(count(out, "ai.onnx", rms ? "RMSNormalization" : "LayerNormalization"), 1);
+    EXPECT_EQ(count(out, "com.microsoft", rms ? "SkipSimplifiedLayerNormalization" : "SkipLayerNormalization"), 0);
+    EXPECT_NE(fused.explain.find("the element type is double; ORT's Skip"), std::string::npos) << fused.explain;
+    expect_same_in_ort(text, fused, {"--dim", "N=2", "--dim", "S=3"});
   }
 }
 
@@ -767,12 +791,15 @@ struct Encoder {
   int opset;
   std::string gelu;       // erf | tanh
   std::string layernorm;  // spelled | fused
+  bool legacy = false;    // torch's older exporter: position ids from Range, a Gather of them
 };
 
 fs::path generate_bert(const Encoder& e, const fs::path& out) {
-  const auto result = run_command({(build_dir() / "gen-bert").string(), "--layers", std::to_string(e.layers), "--hidden", "32",
-                                   "--heads", "2", "--intermediate", "64", "--vocab", "100", "--max-pos", "64", "--opset",
-                                   std::to_string(e.opset), "--gelu", e.gelu, "--layernorm", e.layernorm, "--out", out.string()});
+  std::vector<std::string> command = {(build_dir() / "gen-bert").string(), "--layers", std::to_string(e.layers), "--hidden", "32",
+                                      "--heads", "2", "--intermediate", "64", "--vocab", "100", "--max-pos", "64", "--opset",
+                                      std::to_string(e.opset), "--gelu", e.gelu, "--layernorm", e.layernorm, "--out", out.string()};
+  if (e.legacy) command.push_back("--legacy-export");
+  const auto result = run_command(command);
   if (result.exit_code != 0) throw std::runtime_error("gen-bert failed: " + result.err);
   return out;
 }
@@ -813,10 +840,11 @@ INSTANTIATE_TEST_SUITE_P(Fusion, BertEncoder,
                          ::testing::Values(Encoder{2, 14, "erf", "spelled"}, Encoder{2, 17, "erf", "spelled"},
                                            Encoder{2, 18, "erf", "spelled"}, Encoder{2, 14, "tanh", "spelled"},
                                            Encoder{2, 18, "tanh", "spelled"}, Encoder{2, 17, "erf", "fused"},
-                                           Encoder{12, 14, "erf", "spelled"}),
+                                           Encoder{12, 14, "erf", "spelled"}, Encoder{2, 14, "erf", "spelled", true}),
                          [](const auto& info) {
                            const auto& e = info.param;
-                           return fmt::format("layers{}_opset{}_{}_{}", e.layers, e.opset, e.gelu, e.layernorm);
+                           return fmt::format("layers{}_opset{}_{}_{}{}", e.layers, e.opset, e.gelu, e.layernorm,
+                                              e.legacy ? "_legacy" : "");
                          });
 
 }  // namespace

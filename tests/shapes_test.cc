@@ -71,6 +71,39 @@ TEST(Shapes, ArgMaxReducesOneAxis) {
   EXPECT_EQ(inferred(graph("float[2, 3, 4] x", "y = ArgMin (x)"), "y"), "[1, 3, 4]");
 }
 
+TEST(Shapes, RangeIsOneDimensionalAndCountedWhenItsBoundsAreKnown) {
+  // torch's legacy position ids: Range(0, sequence length, 1) of a length known only at run time.
+  EXPECT_EQ(inferred(graph("float[2, 7] x", R"(
+    shape = Shape (x)
+    one = Constant <value = int64[1] {1}> ()
+    length = Gather <axis = 0> (shape, one)
+    n = Squeeze (length)
+    start = Constant <value = int64 {0}> ()
+    step = Constant <value = int64 {1}> ()
+    y = Range (start, n, step))"),
+                     "y"),
+            "[7]");
+  EXPECT_EQ(inferred(graph("int64 limit", R"(
+    start = Constant <value = int64 {0}> ()
+    step = Constant <value = int64 {1}> ()
+    y = Range (start, limit, step))"),
+                     "y"),
+            "[y#0]");  // a symbol of its own
+  // ceil((limit - start) / delta), never below 0.
+  for (const auto& [bounds, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"{0}, {5}, {2}", "[3]"}, {"{5}, {0}, {-2}", "[3]"}, {"{5}, {0}, {2}", "[0]"}, {"{-3}, {3}, {3}", "[2]"}}) {
+    std::string start = bounds.substr(0, bounds.find(','));
+    std::string rest = bounds.substr(bounds.find(',') + 2);
+    std::string limit = rest.substr(0, rest.find(','));
+    std::string delta = rest.substr(rest.find(',') + 2);
+    EXPECT_EQ(inferred(graph("float x", "s = Constant <value = int64 " + start + "> ()\n l = Constant <value = int64 " + limit +
+                                            "> ()\n d = Constant <value = int64 " + delta + "> ()\n y = Range (s, l, d)"),
+                       "y"),
+              expected)
+        << bounds;
+  }
+}
+
 TEST(Shapes, MalformedAttributesGiveNoFactsInsteadOfACrash) {
   EXPECT_EQ(inferred(graph("float[2, 3] x", "t = Transpose <perm = [1, 100000000]> (x)\n y = Identity (t)"), "t"),
             "unknown");

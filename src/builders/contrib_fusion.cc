@@ -25,10 +25,12 @@ constexpr const char* kMicrosoft = "com.microsoft";
 using Types = std::set<int32_t>;
 // ORT's CPU kernels: Gelu, BiasGelu, FastGelu take float only (QuickGelu and the standard
 // activations are held to the same, so every activation fusion behaves alike); the
-// normalizations take float and double. float16 is left alone: ORT computes it in float32,
-// which is not what the spelled-out float16 arithmetic computes.
+// normalizations take float and double, their Skip* forms float only (their schemas refuse
+// double). float16 is left alone: ORT computes it in float32, which is not what the spelled-out
+// float16 arithmetic computes.
 const Types kActivationTypes = {onnx::TensorProto::FLOAT};
 const Types kNormalizationTypes = {onnx::TensorProto::FLOAT, onnx::TensorProto::DOUBLE};
+const Types kSkipNormalizationTypes = {onnx::TensorProto::FLOAT};
 
 // Static shapes of the match's scope (the engine works each out once per round).
 struct StaticShapes {
@@ -174,8 +176,9 @@ std::variant<Reduction, std::string> reduction(const Match& match, const std::st
   if (match.has_value(input)) {
     auto values = match.constant(input);
     if (!values) return fmt::format("the axes '{}' of a ReduceMean are not a constant", match.value(input));
-    return Reduction{values->ints()};
+    if (!values->ints().empty()) return Reduction{values->ints()};
   }
+  // No axes, or an empty axes input: every axis, unless the ReduceMean is told to do nothing.
   if (match.attribute_int(noop, 0) != 0) return "a ReduceMean without axes and with noop_with_empty_axes=1 reduces nothing";
   return Reduction{};
 }
@@ -363,8 +366,9 @@ std::variant<std::pair<std::string, std::string>, std::string> residual_operands
   return first;
 }
 
-// Skip*LayerNormalization normalizes over the last axis only, in float.
-std::string check_skip_norm(int64_t axes, int64_t stash_type, const std::string& kernel) {
+// Skip*LayerNormalization normalizes float tensors over the last axis only, in float.
+std::string check_skip_norm(int32_t type, int64_t axes, int64_t stash_type, const std::string& kernel) {
+  if (auto why = check_type(type, kSkipNormalizationTypes, kernel); !why.empty()) return why;
   if (axes != 1) return fmt::format("it normalizes more than the last axis; {} normalizes the last", kernel);
   if (stash_type != 1) return fmt::format("stash_type is not 1 ({} computes in float)", kernel);
   return {};
@@ -403,14 +407,11 @@ std::string build_skip_layer_norm(const Match& match, GraphBuilder& b) {
       }
     }
   }
-  if (auto why = check_type(element_type(match, shapes, {"h", "gamma"}), kNormalizationTypes, "SkipLayerNormalization");
-      !why.empty()) {
-    return why;
-  }
   const Facts& sum = shapes(match.value("h"));
   auto k = normalized_axes(match.attribute_int("axis", -1), sum);
   if (auto* why = std::get_if<std::string>(&k)) return *why;
-  if (auto why = check_skip_norm(std::get<int64_t>(k), match.attribute_int("stash_type", 1), "SkipLayerNormalization");
+  if (auto why = check_skip_norm(element_type(match, shapes, {"h", "gamma"}), std::get<int64_t>(k),
+                                 match.attribute_int("stash_type", 1), "SkipLayerNormalization");
       !why.empty()) {
     return why;
   }
@@ -437,17 +438,17 @@ std::string build_skip_layer_norm(const Match& match, GraphBuilder& b) {
 std::string build_skip_rms_norm(const Match& match, GraphBuilder& b) {
   StaticShapes shapes = static_shapes(match);
   const std::string kernel = "SkipSimplifiedLayerNormalization";
+  const int32_t type = element_type(match, shapes, {"h", "gamma"});
   double epsilon = 0;
   if (matched_node(match, "RMSNormalization")) {
-    if (auto why = check_type(element_type(match, shapes, {"h", "gamma"}), kNormalizationTypes, kernel); !why.empty()) return why;
     auto k = normalized_axes(match.attribute_int("axis", -1), shapes(match.value("h")));
     if (auto* why = std::get_if<std::string>(&k)) return *why;
-    if (auto why = check_skip_norm(std::get<int64_t>(k), match.attribute_int("stash_type", 1), kernel); !why.empty()) return why;
+    if (auto why = check_skip_norm(type, std::get<int64_t>(k), match.attribute_int("stash_type", 1), kernel); !why.empty()) return why;
     epsilon = match.attribute_float("epsilon", 1e-5f);
   } else {
     auto norm = spelled_norm(match, shapes, "h");
     if (auto* why = std::get_if<std::string>(&norm)) return *why;
-    if (auto why = check_skip_norm(std::get<SpelledNorm>(norm).axes, 1, kernel); !why.empty()) return why;
+    if (auto why = check_skip_norm(type, std::get<SpelledNorm>(norm).axes, 1, kernel); !why.empty()) return why;
     epsilon = std::get<SpelledNorm>(norm).epsilon;
   }
   if (epsilon < 0) return "epsilon is negative";
