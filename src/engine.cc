@@ -82,6 +82,8 @@ bool explains(const RewriteOptions& options, const onnx::NodeProto& node) {
          options.explain == node.domain() + "." + node.op_type();
 }
 
+using Raise = OpsetPolicy::Raise;
+
 class Run {
  public:
   Run(Model& model, const std::vector<const Rule*>& rules, const RewriteOptions& options, bool lower,
@@ -141,11 +143,15 @@ class Run {
       if (claimed_.count(&node)) continue;
       const bool explain = explains(options_, node);
       auto found = candidates_.find(OpView::of(node));
+      // A call of a model-local function means what the function says, whatever its name.
+      const bool local_function = found != candidates_.end() && calls_local_function(node);
       if (explain) {
         *options_.explain_out << fmt::format("node '{}' ({}.{}) in {}, round {}:\n", describe_node(node),
                                              display_domain(node.domain()), node.op_type(), scope.where(), round);
-        if (found == candidates_.end()) *options_.explain_out << "  no active rule matches this op\n";
+        if (local_function) *options_.explain_out << "  it calls a function the model defines: no rule replaces it\n";
+        else if (found == candidates_.end()) *options_.explain_out << "  no active rule matches this op\n";
       }
+      if (local_function) continue;
       if (found == candidates_.end()) continue;
       if (const Rule* fired = rewrite_at(scope, matcher, node, found->second, explain)) firing.insert(fired->id);
     }
@@ -156,6 +162,7 @@ class Run {
   const Rule* rewrite_at(const Scope& scope, const Matcher& matcher, onnx::NodeProto& node,
                          const std::vector<Candidate>& candidates, bool explain) {
     std::vector<std::pair<Candidate, Match>> need_raise;
+    std::vector<std::string> refused_raises;  // notes, if no rule rewrites the node
     for (const auto& candidate : candidates) {
       std::string why;
       auto match = matcher.match(*candidate.rule, *candidate.pattern, &node, explain ? &why : nullptr);
@@ -163,9 +170,15 @@ class Run {
         if (explain) say(candidate, "no: " + why);
         continue;
       }
-      if (apply(scope, candidate, *match, false, explain)) return candidate.rule;
-      if (std::holds_alternative<OpsetPolicy::Plan>(policy_.plan(scope, candidate.rule->requires_opsets, true))) {
+      if (apply(scope, candidate, *match, Raise::kNever, explain)) return candidate.rule;
+      auto raise = policy_.plan(scope, candidate.rule->requires_opsets, Raise::kIfSafe);
+      if (std::holds_alternative<OpsetPolicy::Plan>(raise)) {
         need_raise.emplace_back(candidate, std::move(*match));
+      } else if (!policy_.deferred(scope) && builds(candidate, *match, Raise::kAssumeSafe)) {
+        // A rewrite the import alone prevents: say what blocks the raise.
+        const std::string& reason = std::get<std::string>(raise);
+        if (explain) say(candidate, "matched, but " + reason);
+        refused_raises.push_back(fmt::format("{}: matched, but {}", candidate.rule->id, reason));
       }
     }
     // Raise as little as possible: the rule needing the lowest ai.onnx version first.
@@ -173,22 +186,26 @@ class Run {
       return required_opset(*a.first.rule) < required_opset(*b.first.rule);
     });
     for (auto& [candidate, match] : need_raise) {
-      if (apply(scope, candidate, match, true, explain)) return candidate.rule;
+      if (apply(scope, candidate, match, Raise::kIfSafe, explain)) return candidate.rule;
     }
+    for (const auto& note : refused_raises) add_note(note);
     return nullptr;
   }
 
-  bool apply(const Scope& scope, const Candidate& candidate, Match& match, bool allow_raise, bool explain) {
-    const Rule& rule = *candidate.rule;
-    auto plan = policy_.plan(scope, rule.requires_opsets, allow_raise);
-    if (auto* reason = std::get_if<std::string>(&plan)) {
-      if (explain) say(candidate, "matched, but " + *reason);
-      return false;
+  bool calls_local_function(const onnx::NodeProto& node) const {
+    for (const auto& function : model_.proto.functions()) {
+      if (function.name() == node.op_type() && normalize_domain(function.domain()) == normalize_domain(node.domain())) return true;
     }
-    match.opsets = std::get<OpsetPolicy::Plan>(plan).versions;
+    return false;
+  }
+
+  void add_note(const std::string& text) {
+    if (std::find(result_.notes.begin(), result_.notes.end(), text) == result_.notes.end()) result_.notes.push_back(text);
+  }
+
+  // Builds the replacement for `match` at the versions in match.opsets; returns why it declined.
+  std::string build(const Rule& rule, Match& match, GraphBuilder& builder) {
     std::string reason = evaluate_lets(rule, match);
-    const std::string base = match.anchor->name().empty() ? match.anchor->output(0) : match.anchor->name();
-    GraphBuilder builder(base, rule.id, match.opsets, [this](const std::string& hint) { return names_.fresh(hint); });
     if (reason.empty()) {
       try {
         reason = rule.replacement->build(match, builder);
@@ -197,6 +214,32 @@ class Run {
       }
     }
     if (reason.empty()) reason = missing_output(match, builder);
+    return reason;
+  }
+
+  static std::string base_name(const Match& match) {
+    return match.anchor->name().empty() ? match.anchor->output(0) : match.anchor->name();
+  }
+
+  // Whether the rule would build a replacement under `raise`, changing nothing.
+  bool builds(const Candidate& candidate, Match match, Raise raise) {
+    auto plan = policy_.plan(*match.scope, candidate.rule->requires_opsets, raise);
+    if (!std::holds_alternative<OpsetPolicy::Plan>(plan)) return false;
+    match.opsets = std::get<OpsetPolicy::Plan>(plan).versions;
+    GraphBuilder trial(base_name(match), candidate.rule->id, match.opsets, [](const std::string& hint) { return hint; });
+    return build(*candidate.rule, match, trial).empty();
+  }
+
+  bool apply(const Scope& scope, const Candidate& candidate, Match& match, Raise raise, bool explain) {
+    const Rule& rule = *candidate.rule;
+    auto plan = policy_.plan(scope, rule.requires_opsets, raise);
+    if (auto* reason = std::get_if<std::string>(&plan)) {
+      if (explain) say(candidate, "matched, but " + *reason);
+      return false;
+    }
+    match.opsets = std::get<OpsetPolicy::Plan>(plan).versions;
+    GraphBuilder builder(base_name(match), rule.id, match.opsets, [this](const std::string& hint) { return names_.fresh(hint); });
+    const std::string reason = build(rule, match, builder);
     if (!reason.empty()) {
       if (explain) say(candidate, "matched, but declined: " + reason);
       return false;
@@ -206,10 +249,7 @@ class Run {
     policy_.commit(scope, std::get<OpsetPolicy::Plan>(plan));
     rewriter_.replace(match, builder);
     for (auto* node : match.nodes) claimed_.insert(node);
-    for (const auto& note : builder.notes()) {
-      const std::string text = rule.id + ": " + note;
-      if (std::find(result_.notes.begin(), result_.notes.end(), text) == result_.notes.end()) result_.notes.push_back(text);
-    }
+    for (const auto& note : builder.notes()) add_note(rule.id + ": " + note);
     RuleStats& stats = result_.rules[rule.id];
     ++stats.matches;
     stats.nodes_removed += static_cast<int>(match.nodes.size());

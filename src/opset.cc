@@ -65,7 +65,7 @@ std::optional<int32_t> type_id(std::string_view type) {
   return data_type_from_name(type);
 }
 
-// One "kind" of a version token: types(a,b), attr(x=0,y=1), input(3), same, deprecated.
+// One "kind" of a version token: types(a,b), attr(x=0,y=1), input(3), same, relaxed, deprecated.
 void apply_kind(OpVersionStep& step, std::string_view kind, size_t line) {
   const size_t open = kind.find('(');
   const std::string_view name = kind.substr(0, open);
@@ -75,6 +75,8 @@ void apply_kind(OpVersionStep& step, std::string_view kind, size_t line) {
     arguments = kind.substr(open + 1, kind.size() - open - 2);
   }
   if (name == "same") {
+  } else if (name == "relaxed") {
+    step.relaxed = true;
   } else if (name == "deprecated") {
     step.deprecated = true;
   } else if (name == "types") {
@@ -187,6 +189,7 @@ std::optional<std::string> OpTable::move_blocker(const onnx::NodeProto& node, in
     if (step.version <= low || step.version > high) continue;
     const std::string where = op + "-" + std::to_string(step.version);
     if (step.breaking) return where + " changed its meaning";
+    if (step.relaxed && lowering) return where + " accepts nodes that " + op + "-" + std::to_string(low) + " does not";
     for (int32_t type : step.added_types) {
       if (model_types.count(type)) return where + " added " + type_text(type) + " types, which the model uses";
     }

@@ -132,15 +132,55 @@ std::optional<std::string> OpsetPolicy::raise_blocker(Owner owner, const std::st
   return blocker;
 }
 
+std::vector<OpsetPolicy::Owner> OpsetPolicy::owners_importing(const std::string& domain) const {
+  std::vector<Owner> owners;
+  if (effective(nullptr, domain)) owners.push_back(nullptr);
+  for (const auto& function : model_.proto.functions()) {
+    if (effective(&function, domain)) owners.push_back(&function);
+  }
+  return owners;
+}
+
+std::variant<int, std::string> OpsetPolicy::current_version(Owner owner, const std::string& domain) const {
+  const int own = effective(owner, domain);
+  if (!owner) return own;
+  // Runtimes read a function's body at the model's import (ONNX Runtime inlines it there; ONNX's
+  // checker wants the two to agree), so a function follows the model wherever both import a domain.
+  const int model = effective(nullptr, domain);
+  if (own && model && own != model) {
+    return fmt::format("the function imports {0} {1} and the model {0} {2}: runtimes differ on which one its body means",
+                       display_domain(domain), own, model);
+  }
+  return own ? own : model;
+}
+
+std::optional<std::string> OpsetPolicy::model_wide_raise_blocker(const std::string& domain, int to) const {
+  for (Owner owner : owners_importing(domain)) {
+    const int from = effective(owner, domain);
+    if (from >= to) continue;
+    if (rewritten_owners_.count(owner)) return fmt::format("needs {} raised to {}; retried next round", display_domain(domain), to);
+    if (auto blocker = raise_blocker(owner, domain, from, to)) {
+      return fmt::format("needs {} {}, and raising it from {} would change the model: {}", display_domain(domain), to, from,
+                         *blocker);
+    }
+  }
+  return std::nullopt;
+}
+
 std::variant<OpsetPolicy::Plan, std::string> OpsetPolicy::plan(const Scope& scope,
                                                                const std::vector<VersionRange>& requires_opsets,
-                                                               bool allow_raise) const {
+                                                               Raise raise) const {
   const Owner owner = owner_of(scope);
   Plan plan;
+  auto onnx_version = current_version(owner, "");
+  if (auto* reason = std::get_if<std::string>(&onnx_version)) return *reason;
   // A model without an ai.onnx import gets one at a widely loadable version if a rule needs it.
-  plan.versions[""] = effective(owner, "") ? effective(owner, "") : std::min(max_opset_.value_or(kDefaultOpset), kDefaultOpset);
+  const int onnx_current = std::get<int>(onnx_version);
+  plan.versions[""] = onnx_current ? onnx_current : std::min(max_opset_.value_or(kDefaultOpset), kDefaultOpset);
   for (const auto& range : requires_opsets) {
-    const int current = effective(owner, range.domain);
+    auto version = current_version(owner, range.domain);
+    if (auto* reason = std::get_if<std::string>(&version)) return *reason;
+    const int current = std::get<int>(version);
     const std::string name = display_domain(range.domain);
     if (current != 0 && range.contains(current)) {
       plan.versions[range.domain] = current;
@@ -152,11 +192,10 @@ std::variant<OpsetPolicy::Plan, std::string> OpsetPolicy::plan(const Scope& scop
       return fmt::format("needs {}, --opset allows {}", range.describe(), *max_opset_);
     }
     if (current != 0) {  // adding an import is free; raising one must not change any node
-      if (!allow_raise) return fmt::format("needs {} {} (the model uses {}), tried only when no other rule fits", name, wanted, current);
-      if (rewritten_owners_.count(owner)) return fmt::format("needs {} raised to {}; retried next round", name, wanted);
-      if (auto blocker = raise_blocker(owner, range.domain, current, wanted)) {
-        return fmt::format("needs {} {}, and raising it from {} would change the model: {}", name, wanted, current, *blocker);
+      if (raise == Raise::kNever) {
+        return fmt::format("needs {} {} (the model uses {}), tried only when no other rule fits", name, wanted, current);
       }
+      if (auto blocker = model_wide_raise_blocker(range.domain, wanted); blocker && raise == Raise::kIfSafe) return *blocker;
       plan.raises = true;
     }
     plan.versions[range.domain] = wanted;
@@ -167,7 +206,13 @@ std::variant<OpsetPolicy::Plan, std::string> OpsetPolicy::plan(const Scope& scop
 void OpsetPolicy::commit(const Scope& scope, const Plan& plan) {
   const Owner owner = owner_of(scope);
   for (const auto& [domain, version] : plan.versions) {
-    if (version != 0) decided_[{owner, domain}] = version;
+    if (version == 0) continue;
+    // A raise moves every import of the domain along (see current_version); plan() checked them all.
+    for (Owner importer : owners_importing(domain)) {
+      int& decided = decided_[{importer, domain}];
+      if (decided < version) decided = version;
+    }
+    decided_[{owner, domain}] = version;
   }
   rewritten_owners_.insert(owner);
 }

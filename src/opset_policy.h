@@ -26,12 +26,18 @@ class OpsetPolicy {
     std::map<std::string, int> versions;  // domain -> version to build for
     bool raises = false;
   };
+  enum class Raise {
+    kNever,
+    kIfSafe,
+    kAssumeSafe,  // what a replacement would be built for if the raise were safe (to say why not)
+  };
   // The versions a replacement in `scope` needing `requires_opsets` is built for, or why it can't be.
-  std::variant<Plan, std::string> plan(const Scope& scope, const std::vector<VersionRange>& requires_opsets,
-                                       bool allow_raise) const;
+  std::variant<Plan, std::string> plan(const Scope& scope, const std::vector<VersionRange>& requires_opsets, Raise raise) const;
   void commit(const Scope& scope, const Plan& plan);
   // Call at the start of a round: raising is only checked against nodes already in the graph.
   void new_round() { rewritten_owners_.clear(); }
+  // Whether a raise in `scope` waits for the next round (its graph or function changed in this one).
+  bool deferred(const Scope& scope) const { return rewritten_owners_.count(owner_of(scope)) != 0; }
 
   // Writes the decided versions into the imports and drops imports of custom domains that no
   // node uses any more. Returns why a lowering is impossible (then nothing was written).
@@ -46,6 +52,11 @@ class OpsetPolicy {
   static Owner owner_of(const Scope& scope);
   int effective(Owner owner, const std::string& domain) const;
   std::optional<std::string> raise_blocker(Owner owner, const std::string& domain, int from, int to) const;
+  std::vector<Owner> owners_importing(const std::string& domain) const;
+  // The version a replacement in `owner` is built for now, or why that is ambiguous.
+  std::variant<int, std::string> current_version(Owner owner, const std::string& domain) const;
+  // Why raising `domain` to `to` in the model and every function importing it is unsafe, if it is.
+  std::optional<std::string> model_wide_raise_blocker(const std::string& domain, int to) const;
   void for_each_owned_node(Owner owner, const std::function<void(const onnx::NodeProto&)>& visit) const;
 
   Model& model_;

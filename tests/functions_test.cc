@@ -519,5 +519,71 @@ TEST(RulesInside, FunctionBodiesAndControlFlowBodies) {
   }
 }
 
+TEST(RulesInside, ARaiseInsideAFunctionRaisesTheModelsImportToo) {
+  // ONNX Runtime reads a function body at the model's ai.onnx import: Round (opset 11) in a body
+  // whose import alone said 11 would not load in a model importing 10.
+  const std::string text = R"(<ir_version: 5, opset_import: ["": 10, "local": 1]>
+g (float[8] x) => (float[8] y) {
+  y = local.R (x)
+}
+<domain: "local", opset_import: ["": 10, "test.customop": 1]>
+R (X) => (Y) {
+  Y = test.customop.CustomOpTwo (X)
+})";
+  TempDir dir;
+  const auto input = write_model_text(text, dir / "in.onnx");
+  const auto output = dir / "out.onnx";
+  const auto result = run_cli({"rewrite", input.string(), "-o", output.string(), "--target", "ort"});
+  ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
+  onnx::ModelProto rewritten;
+  ASSERT_TRUE(rewritten.ParseFromString(read_file(output)));
+  EXPECT_EQ(opset_import(rewritten, ""), 11);
+  ASSERT_EQ(rewritten.functions_size(), 1);
+  for (const auto& import : rewritten.functions(0).opset_import()) {
+    if (import.domain().empty()) EXPECT_EQ(import.version(), 11);
+  }
+  const auto reference = parse_model_text(R"(<ir_version: 6, opset_import: ["": 11]>
+g (float[8] x) => (float[8] y) {
+  y = Round (x)
+})");
+  expect_same_numbers(reference, rewritten, {"--float-range", "-5,5"}, "Round in a function, model raised to 11");
+}
+
+TEST(RulesInside, AFunctionImportThatDiffersFromTheModelsIsLeftAlone) {
+  const std::string text = R"(<ir_version: 8, opset_import: ["": 13, "local": 1]>
+g (float[8] x) => (float[8] y) {
+  y = local.R (x)
+}
+<domain: "local", opset_import: ["": 11, "test.customop": 1]>
+R (X) => (Y) {
+  Y = test.customop.CustomOpTwo (X)
+})";
+  TempDir dir;
+  const auto input = write_model_text(text, dir / "in.onnx");
+  const auto result = run_cli({"rewrite", input.string(), "--dry-run", "--target", "ort", "--explain", "CustomOpTwo"});
+  EXPECT_EQ(result.exit_code, 1) << result.out << result.err;  // the custom op stays
+  EXPECT_NE(result.out.find("the function imports ai.onnx 11 and the model ai.onnx 13"), std::string::npos) << result.out;
+}
+
+TEST(RulesInside, ACallOfALocalFunctionNamedLikeACustomOpMeansTheFunction) {
+  // The model defines mydomain.mygroupnorm itself; the group-norm rule must not replace the call.
+  const std::string text = R"(<ir_version: 8, opset_import: ["": 17, "mydomain": 1]>
+g (float[2, 4, 3] x) => (float[2, 4, 3] y) <float[1] groups = {2.0}, float[4] scale = {1.0, 1.0, 1.0, 1.0},
+                                             float[4] bias = {0.0, 0.0, 0.0, 0.0}> {
+  y = mydomain.mygroupnorm (x, groups, scale, bias)
+}
+<domain: "mydomain", opset_import: ["": 17]>
+mygroupnorm (X, G, S, B) => (Y) {
+  Y = Add (X, X)
+})";
+  TempDir dir;
+  const auto input = write_model_text(text, dir / "in.onnx");
+  const auto output = dir / "out.onnx";
+  const auto result = run_cli({"rewrite", input.string(), "-o", output.string(), "--target", "ort", "--explain", "mygroupnorm"});
+  ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
+  EXPECT_NE(result.out.find("it calls a function the model defines"), std::string::npos) << result.out;
+  EXPECT_EQ(read_file(output), read_file(input));
+}
+
 }  // namespace
 }  // namespace onnx_rewrite

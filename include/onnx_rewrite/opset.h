@@ -45,6 +45,7 @@ struct OpVersionStep {
   int version = 0;
   bool breaking = true;               // a plain version number: not safe to cross
   bool deprecated = false;            // the op no longer exists from this version on
+  bool relaxed = false;               // accepts more; every node valid before means the same
   std::vector<int32_t> added_types;   // types(...)
   std::vector<std::pair<std::string, std::string>> added_attributes;  // attr(name=default)
   std::vector<int> added_inputs;      // input(k)
