@@ -349,6 +349,12 @@ class Search {
         }
         continue;
       }
+      if (actual && wanted.capture_type != onnx::AttributeProto::UNDEFINED && actual->type() != wanted.capture_type) {
+        fail(depth, fmt::format("node {}: attribute '{}' is {}, the op takes {} (an invalid node)", node_text(node), wanted.name,
+                                onnx::AttributeProto::AttributeType_Name(actual->type()),
+                                onnx::AttributeProto::AttributeType_Name(wanted.capture_type)));
+        return false;
+      }
       if (value) {
         auto [it, inserted] = state_.attributes.emplace(wanted.capture, *value);
         if (!inserted && !same_attribute_value(it->second, *value)) {

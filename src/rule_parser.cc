@@ -424,6 +424,7 @@ class RuleFileParser {
       wanted.name = attribute.name();
       if (!attribute.ref_attr_name().empty()) {
         wanted.capture = attribute.ref_attr_name();
+        wanted.capture_type = attribute.type();
       } else {
         wanted.literal = attribute;
         wanted.literal->clear_name();

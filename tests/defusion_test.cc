@@ -386,6 +386,28 @@ g (float[2, 8] x, float[6, 8] b) => (float[2, 6] y) {
   EXPECT_NE(defused.explain.find("the rank of input a is unknown"), std::string::npos) << defused.explain;
 }
 
+// ONNX Runtime refuses a node whose attribute has the wrong type; reading an INT alpha as a
+// float (0) or a FLOAT transA as an int (absent) would quietly compute something else.
+TEST(Declines, AttributesOfTheWrongTypeStayWithAReason) {
+  struct Case {
+    std::string node, op, reason;
+  };
+  for (const auto& c : {Case{"y = com.microsoft.QuickGelu <alpha = 3> (x)", "QuickGelu", "attribute 'alpha' is INT, the op takes FLOAT"},
+                        Case{"y = com.microsoft.FusedMatMul <transA = 1.0> (x, x)", "FusedMatMul",
+                             "attribute 'transA' is FLOAT, the op takes INT"},
+                        Case{"y = com.microsoft.FusedGemm <activation = 1> (x, x)", "FusedGemm",
+                             "attribute 'activation' is INT, the op takes STRING"}}) {
+    SCOPED_TRACE(c.node);
+    const auto defused = defuse(parse_model_text(fmt::format(R"(<ir_version: 8, opset_import: ["": 17, "com.microsoft": 1]>
+g (float[4, 4] x) => (float[4, 4] y) {{
+    {} }})",
+                                                             c.node)),
+                                c.op);
+    EXPECT_EQ(op_list(runtime_only_ops(defused.model)), "com.microsoft." + c.op + " x1");
+    EXPECT_NE(defused.explain.find(c.reason), std::string::npos) << defused.explain;
+  }
+}
+
 TEST(Declines, ActivationOrtRefusesStays) {
   const auto defused = defuse(parse_model_text(model(17, fused_conv(R"(activation = "Gelu")"))), "FusedConv");
   EXPECT_EQ(op_list(runtime_only_ops(defused.model)), "com.microsoft.FusedConv x1");

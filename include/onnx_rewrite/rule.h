@@ -30,6 +30,7 @@ struct PatternAttribute {
   std::string name;
   std::optional<onnx::AttributeProto> literal;  // must equal (ONNX's default counts when absent)
   std::string capture;                          // else: bind the node's value to this name
+  onnx::AttributeProto::AttributeType capture_type = onnx::AttributeProto::UNDEFINED;  // as declared
 };
 
 struct PatternNode {

@@ -14,6 +14,7 @@
 #include "defusion_support.h"
 #include "onnx_rewrite/opset.h"
 #include "onnx_rewrite/tensor.h"
+#include "onnx_rewrite/walk.h"
 
 namespace onnx_rewrite {
 namespace defusion {
@@ -146,6 +147,31 @@ std::string apply_activation(GraphBuilder& b, Value x, const Activation& activat
     return fmt::format("unknown activation '{}'", name);
   }
   return {};
+}
+
+BuilderFunction with_attribute_types_checked(BuilderFunction builder) {
+  using A = onnx::AttributeProto;
+  // The attributes the ops de-fused here take, by name (ONNX Runtime's contrib op schemas).
+  static const std::unordered_map<std::string, A::AttributeType> kTypes = {
+      {"alpha", A::FLOAT}, {"beta", A::FLOAT}, {"gamma", A::FLOAT}, {"epsilon", A::FLOAT},
+      {"activation", A::STRING}, {"activation_alpha", A::FLOAT}, {"activation_beta", A::FLOAT},
+      {"activation_gamma", A::FLOAT}, {"activation_params", A::FLOATS}, {"transA", A::INT}, {"transB", A::INT},
+      {"transBatchA", A::INT}, {"transBatchB", A::INT}, {"axis", A::INT}, {"stash_type", A::INT},
+      {"is_inner_broadcast", A::INT}, {"channels", A::INT}, {"channels_last", A::INT}, {"group", A::INT},
+      {"auto_pad", A::STRING}, {"kernel_shape", A::INTS}, {"strides", A::INTS}, {"pads", A::INTS},
+      {"dilations", A::INTS}, {"ceil_mode", A::INT}, {"storage_order", A::INT}, {"count_include_pad", A::INT},
+      {"mode", A::STRING}, {"coordinate_transformation_mode", A::STRING}, {"allowzero", A::INT}};
+  return [builder = std::move(builder)](const Match& match, GraphBuilder& b) -> std::string {
+    for (const onnx::NodeProto* node : match.nodes) {
+      for (const auto& attribute : node->attribute()) {
+        auto expected = kTypes.find(attribute.name());
+        if (expected == kTypes.end() || attribute.type() == expected->second) continue;
+        return fmt::format("node '{}': attribute '{}' is {}, the op takes {} (an invalid node)", describe_node(*node),
+                           attribute.name(), A::AttributeType_Name(attribute.type()), A::AttributeType_Name(expected->second));
+      }
+    }
+    return builder(match, b);
+  };
 }
 
 Attributes attributes_without(const onnx::NodeProto& node, const std::string& prefix) {
@@ -464,14 +490,15 @@ std::string defuse_bias_softmax(const Match& match, GraphBuilder& b) {
 }  // namespace defusion
 
 void add_contrib_defusion_builders(BuilderTable& table) {
-  table["defuse_gelu"] = defusion::defuse_gelu;
-  table["defuse_quick_gelu"] = defusion::defuse_quick_gelu;
-  table["defuse_fused_matmul"] = defusion::defuse_fused_matmul;
-  table["defuse_fused_gemm"] = defusion::defuse_fused_gemm;
-  table["defuse_fused_conv"] = defusion::defuse_fused_conv;
-  table["defuse_layer_norm"] = defusion::defuse_layer_norm;
-  table["defuse_skip_layer_norm"] = defusion::defuse_skip_layer_norm;
-  table["defuse_bias_softmax"] = defusion::defuse_bias_softmax;
+  using defusion::with_attribute_types_checked;
+  table["defuse_gelu"] = with_attribute_types_checked(defusion::defuse_gelu);
+  table["defuse_quick_gelu"] = with_attribute_types_checked(defusion::defuse_quick_gelu);
+  table["defuse_fused_matmul"] = with_attribute_types_checked(defusion::defuse_fused_matmul);
+  table["defuse_fused_gemm"] = with_attribute_types_checked(defusion::defuse_fused_gemm);
+  table["defuse_fused_conv"] = with_attribute_types_checked(defusion::defuse_fused_conv);
+  table["defuse_layer_norm"] = with_attribute_types_checked(defusion::defuse_layer_norm);
+  table["defuse_skip_layer_norm"] = with_attribute_types_checked(defusion::defuse_skip_layer_norm);
+  table["defuse_bias_softmax"] = with_attribute_types_checked(defusion::defuse_bias_softmax);
 }
 
 }  // namespace onnx_rewrite

@@ -31,4 +31,9 @@ std::string apply_activation(GraphBuilder& b, Value x, const Activation& activat
 // Gemm attributes of a fused node).
 Attributes attributes_without(const onnx::NodeProto& node, const std::string& prefix);
 
+// A builder that first declines nodes whose attributes have the wrong type for their name (an
+// INT alpha, a FLOAT transA): ONNX Runtime refuses such a node, and reading it as the type the
+// kernel takes would silently change what it computes.
+BuilderFunction with_attribute_types_checked(BuilderFunction builder);
+
 }  // namespace onnx_rewrite::defusion

@@ -668,6 +668,6 @@ std::string nchwc_to_nchw(const Match& match, GraphBuilder& b) {
 
 }  // namespace
 
-void add_nchwc_builders(BuilderTable& table) { table["nchwc_to_nchw"] = nchwc_to_nchw; }
+void add_nchwc_builders(BuilderTable& table) { table["nchwc_to_nchw"] = defusion::with_attribute_types_checked(nchwc_to_nchw); }
 
 }  // namespace onnx_rewrite
