@@ -171,7 +171,9 @@ class Run {
         continue;
       }
       if (apply(scope, candidate, *match, Raise::kNever, explain)) return candidate.rule;
-      auto raise = policy_.plan(scope, candidate.rule->requires_opsets, Raise::kIfSafe);
+      const auto& requires_opsets = candidate.rule->requires_opsets;
+      if (std::holds_alternative<OpsetPolicy::Plan>(policy_.plan(scope, requires_opsets, Raise::kNever))) continue;  // declined
+      auto raise = policy_.plan(scope, requires_opsets, Raise::kIfSafe);
       if (std::holds_alternative<OpsetPolicy::Plan>(raise)) {
         need_raise.emplace_back(candidate, std::move(*match));
       } else if (!policy_.deferred(scope) && builds(candidate, *match, Raise::kAssumeSafe)) {
