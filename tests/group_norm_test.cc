@@ -65,6 +65,8 @@ struct MyGroupNormCase {
   std::string target = "onnx";
   std::optional<int> max_opset;
   std::string expected_op;            // what the rewrite must produce
+  std::string type = "float";         // of x, scale, bias and y
+  std::string x_range;                // "lo,hi" for x; empty: [-1, 1)
 };
 
 std::ostream& operator<<(std::ostream& out, const MyGroupNormCase& c) { return out << c.name; }
@@ -72,9 +74,9 @@ std::ostream& operator<<(std::ostream& out, const MyGroupNormCase& c) { return o
 // A model as torch.onnx.export writes the tutorial op: y = DOMAIN.mygroupnorm (x, num_groups, scale, bias).
 std::string mygroupnorm_model(const MyGroupNormCase& c, const std::vector<double>& scale, const std::vector<double>& bias) {
   const std::string shape = joined(c.dims);
-  std::string inputs = fmt::format("float[{}] input", shape);
-  std::string initializers = fmt::format("float[{}] scale = {{{}}}, float[{}] bias = {{{}}}", c.channels, joined(scale),
-                                         c.channels, joined(bias));
+  std::string inputs = fmt::format("{}[{}] input", c.type, shape);
+  std::string initializers = fmt::format("{0}[{1}] scale = {{{2}}}, {0}[{1}] bias = {{{3}}}", c.type, c.channels,
+                                         joined(scale), joined(bias));
   std::string constants;
   switch (c.given) {
     case GroupsGiven::kFloatInitializer: initializers += fmt::format(", float[1] num_groups = {{{}.0}}", c.groups); break;
@@ -90,19 +92,22 @@ std::string mygroupnorm_model(const MyGroupNormCase& c, const std::vector<double
   const std::string epsilon = c.epsilon ? fmt::format(" <epsilon = {}>", *c.epsilon) : "";
   return fmt::format(
       "<ir_version: {}, opset_import: [\"\": {}, \"{}\": 1]>\n"
-      "g ({}) => (float[{}] y) <{}> {{\n{}{}  y = {}.mygroupnorm{} ({}, num_groups, scale, bias)\n}}\n",
-      ir_version_for(c.opset), c.opset, c.domain, inputs, shape, initializers, constants, untyped, c.domain, epsilon, x);
+      "g ({}) => ({}[{}] y) <{}> {{\n{}{}  y = {}.mygroupnorm{} ({}, num_groups, scale, bias)\n}}\n",
+      ir_version_for(c.opset), c.opset, c.domain, inputs, c.type, shape, initializers, constants, untyped, c.domain, epsilon,
+      x);
 }
 
-// The same computation with ONNX Runtime's own GroupNormalization-21 kernel.
+// The same computation with ONNX Runtime's own GroupNormalization-21 kernel (statistics of
+// double in double, as torch takes them).
 std::string group_normalization_21_model(const MyGroupNormCase& c, const std::vector<double>& scale,
                                          const std::vector<double>& bias) {
   const std::string shape = joined(c.dims);
   return fmt::format(
       "<ir_version: 10, opset_import: [\"\": 21]>\n"
-      "g (float[{}] input) => (float[{}] y) <float[{}] scale = {{{}}}, float[{}] bias = {{{}}}> {{\n"
-      "  y = GroupNormalization <epsilon = {}, num_groups = {}> (input, scale, bias)\n}}\n",
-      shape, shape, c.channels, joined(scale), c.channels, joined(bias), c.epsilon.value_or(1e-5), c.groups);
+      "g ({0}[{1}] input) => ({0}[{1}] y) <{0}[{2}] scale = {{{3}}}, {0}[{2}] bias = {{{4}}}> {{\n"
+      "  y = GroupNormalization <epsilon = {5}, num_groups = {6}{7}> (input, scale, bias)\n}}\n",
+      c.type, shape, c.channels, joined(scale), joined(bias), c.epsilon.value_or(1e-5), c.groups,
+      c.type == "double" ? ", stash_type = 11" : "");
 }
 
 class MyGroupNorm : public ::testing::TestWithParam<MyGroupNormCase> {};
@@ -120,10 +125,14 @@ TEST_P(MyGroupNorm, ComputesTorchGroupNormInOnnxRuntime) {
   // (or is the --opset cap).
   EXPECT_FALSE(rewritten->ops.count({c.domain, "mygroupnorm"}));
   EXPECT_EQ(op_count(rewritten->ops, {"", c.expected_op}), 1) << c.expected_op;
+  if (c.type == "double") {
+    EXPECT_FALSE(rewritten->ops.count({"", "InstanceNormalization"}));
+  }
   EXPECT_EQ(opset_import(rewritten->model, c.domain), 0);
   EXPECT_EQ(opset_import(rewritten->model, ""), c.max_opset.value_or(c.opset));
 
   std::vector<std::string> run = dim_arguments(c.values);
+  if (!c.x_range.empty()) run.insert(run.end(), {"--range", "input=" + c.x_range});
   const std::string groups = c.given == GroupsGiven::kGraphInput ? "\"num_groups\"" : std::to_string(c.groups);
   if (c.given == GroupsGiven::kGraphInput) {
     run.push_back("--range");
@@ -146,36 +155,49 @@ TEST_P(MyGroupNorm, ComputesTorchGroupNormInOnnxRuntime) {
 std::vector<MyGroupNormCase> mygroupnorm_cases() {
   using G = GroupsGiven;
   const std::string decomposed = "InstanceNormalization";
+  const std::string spelled_out = "Sqrt";  // double statistics in standard ops (one Sqrt)
   const std::string gn21 = "GroupNormalization";
   return {
       {"opset9_rank4_constant", "mydomain", 9, {"N", "6", "H", "W"}, {{"N", 2}, {"H", 5}, {"W", 7}}, 6, 3, 1e-3,
-       G::kFloatConstant, true, "onnx", {}, decomposed},
+       G::kFloatConstant, true, "onnx", {}, decomposed, "float", ""},
       {"opset9_rank3_g1_pytorch_domain", "org.pytorch.mydomain", 9, {"2", "4", "5"}, {}, 4, 1, {}, G::kFloatInitializer,
-       true, "ort", {}, decomposed},
+       true, "ort", {}, decomposed, "float", ""},
       {"opset9_rank4_untyped", "mydomain", 9, {"N", "6", "H", "W"}, {{"N", 3}, {"H", 4}, {"W", 3}}, 6, 3, {},
-       G::kFloatConstant, false, "onnx", {}, decomposed},
+       G::kFloatConstant, false, "onnx", {}, decomposed, "float", ""},
       {"opset13_rank5_g_eq_c_int", "mydomain", 13, {"N", "4", "3", "H", "2"}, {{"N", 2}, {"H", 3}}, 4, 4, 1e-5,
-       G::kIntInitializer, true, "onnx", {}, decomposed},
+       G::kIntInitializer, true, "onnx", {}, decomposed, "float", ""},
       {"opset13_untyped_groups_input", "mydomain", 13, {"N", "8", "L"}, {{"N", 2}, {"L", 6}}, 8, 2, 1e-4, G::kGraphInput,
-       false, "onnx", {}, decomposed},
+       false, "onnx", {}, decomposed, "float", ""},
       {"opset17_rank4_int_constant", "org.pytorch.mydomain", 17, {"1", "8", "4", "4"}, {}, 8, 2, {}, G::kIntConstant,
-       true, "onnx", {}, decomposed},
+       true, "onnx", {}, decomposed, "float", ""},
       {"opset17_rank4_n3_ort", "mydomain", 17, {"3", "12", "2", "5"}, {}, 12, 4, 1e-4, G::kFloatInitializer, true, "ort",
-       {}, decomposed},
+       {}, decomposed, "float", ""},
       {"opset18_rank3_g_eq_c_groups_input", "mydomain", 18, {"N", "6", "L"}, {{"N", 2}, {"L", 9}}, 6, 6, 1e-3,
-       G::kGraphInput, true, "onnx", {}, decomposed},
+       G::kGraphInput, true, "onnx", {}, decomposed, "float", ""},
       {"opset18_rank5_g1", "mydomain", 18, {"2", "3", "2", "3", "4"}, {}, 3, 1, {}, G::kIntConstant, true, "onnx", {},
-       decomposed},
+       decomposed, "float", ""},
       {"opset21_rank4", "mydomain", 21, {"N", "6", "H", "W"}, {{"N", 2}, {"H", 3}, {"W", 4}}, 6, 2, {},
-       G::kFloatInitializer, true, "onnx", {}, gn21},
+       G::kFloatInitializer, true, "onnx", {}, gn21, "float", ""},
       {"opset21_rank5_g1_pytorch_domain", "org.pytorch.mydomain", 21, {"N", "4", "2", "3", "W"}, {{"N", 1}, {"W", 5}}, 4,
-       1, 1e-3, G::kIntConstant, true, "ort", {}, gn21},
+       1, 1e-3, G::kIntConstant, true, "ort", {}, gn21, "float", ""},
       {"opset21_rank3_g_eq_c", "mydomain", 21, {"2", "5", "L"}, {{"L", 7}}, 5, 5, 1e-5, G::kFloatConstant, true, "onnx",
-       {}, gn21},
+       {}, gn21, "float", ""},
       {"opset21_groups_input_decomposed", "mydomain", 21, {"N", "6", "L"}, {{"N", 2}, {"L", 4}}, 6, 3, {},
-       G::kGraphInput, true, "onnx", {}, decomposed},
+       G::kGraphInput, true, "onnx", {}, decomposed, "float", ""},
       {"opset21_capped_to_17", "mydomain", 21, {"N", "6", "H", "W"}, {{"N", 2}, {"H", 3}, {"W", 3}}, 6, 2, 1e-3,
-       G::kIntInitializer, true, "onnx", 17, decomposed},
+       G::kIntInitializer, true, "onnx", 17, decomposed, "float", ""},
+      // double: torch takes the statistics in double. Inputs far from zero (|mean| >> std) fail
+      // at 1e-4 when they are taken in float; ONNX Runtime has no double InstanceNormalization.
+      {"double_opset21_far_from_zero", "mydomain", 21, {"2", "6", "5"}, {}, 6, 3, {}, G::kIntInitializer, true, "onnx",
+       {}, gn21, "double", "1000,1001"},
+      {"double_opset21_capped_to_17_ort", "mydomain", 21, {"2", "4", "3", "3"}, {}, 4, 2, 1e-5, G::kIntConstant, true,
+       "ort", 17, spelled_out, "double", "1000,1001"},
+      {"double_opset13_rank4_far_from_zero", "mydomain", 13, {"N", "6", "H", "W"}, {{"N", 2}, {"H", 3}, {"W", 4}}, 6, 2,
+       1e-3, G::kFloatConstant, true, "ort", {}, spelled_out, "double", "1000,1001"},
+      {"double_opset18_untyped_groups_input", "org.pytorch.mydomain", 18, {"N", "8", "L"}, {{"N", 3}, {"L", 5}}, 8, 4,
+       {}, G::kGraphInput, false, "onnx", {}, spelled_out, "double", "-100,100"},
+      {"double_opset9_rank3_g1", "mydomain", 9, {"2", "3", "7"}, {}, 3, 1, {}, G::kFloatInitializer, true, "onnx", {},
+       spelled_out, "double", ""},
   };
 }
 
@@ -276,7 +298,11 @@ struct GroupNormalization18Case {
   int groups;
   std::optional<double> epsilon;
   std::string target;
+  std::string type = "float";  // of x, scale, bias and y
+  std::string x_range;         // "lo,hi" for x; empty: [-1, 1)
 };
+
+std::ostream& operator<<(std::ostream& out, const GroupNormalization18Case& c) { return out << c.name; }
 
 class GroupNormalization18 : public ::testing::TestWithParam<GroupNormalization18Case> {};
 
@@ -287,18 +313,21 @@ TEST_P(GroupNormalization18, DecomposedAsOnnxRuntimeComputesIt) {
   const std::string shape = joined(c.dims);
   TempDir dir;
   const auto input = write_model_text(
-      fmt::format("<ir_version: 8, opset_import: [\"\": {}]>\n"
-                  "g (float[{}] x) => (float[{}] y) <float[{}] scale = {{{}}}, float[{}] bias = {{{}}}> {{\n"
-                  "  y = GroupNormalization <{}num_groups = {}> (x, scale, bias)\n}}\n",
-                  c.opset, shape, shape, c.groups, joined(scale), c.groups, joined(bias),
-                  c.epsilon ? fmt::format("epsilon = {}, ", *c.epsilon) : "", c.groups),
+      fmt::format("<ir_version: 8, opset_import: [\"\": {0}]>\n"
+                  "g ({1}[{2}] x) => ({1}[{2}] y) <{1}[{3}] scale = {{{4}}}, {1}[{3}] bias = {{{5}}}> {{\n"
+                  "  y = GroupNormalization <{6}num_groups = {3}> (x, scale, bias)\n}}\n",
+                  c.opset, c.type, shape, c.groups, joined(scale), joined(bias),
+                  c.epsilon ? fmt::format("epsilon = {}, ", *c.epsilon) : ""),
       dir / "gn18.onnx");
   const auto rewritten = rewrite_and_check(input, dir / "out.onnx", c.target, {});
   ASSERT_TRUE(rewritten);
   EXPECT_FALSE(rewritten->ops.count({"", "GroupNormalization"}));
+  // double: no InstanceNormalization (ONNX Runtime has no double kernel for it)
+  EXPECT_EQ(op_count(rewritten->ops, {"", "InstanceNormalization"}), c.type == "double" ? 0 : 1);
   EXPECT_EQ(opset_import(rewritten->model, ""), c.opset);
 
-  const auto run = dim_arguments(c.values);
+  auto run = dim_arguments(c.values);
+  if (!c.x_range.empty()) run.insert(run.end(), {"--range", "x=" + c.x_range});
   const std::string params = fmt::format(R"({{"numGroups": {}, "scale": [{}], "bias": [{}], "epsilon": {}, "perGroup": true}})",
                                          c.groups, joined(scale), joined(bias), c.epsilon.value_or(1e-5));
   const auto against_reference = ort_compare_reference(rewritten->output, reference_module(), params, run);
@@ -312,9 +341,17 @@ TEST_P(GroupNormalization18, DecomposedAsOnnxRuntimeComputesIt) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, GroupNormalization18,
                          ::testing::Values(
-                             GroupNormalization18Case{"rank3", 18, {"N", "6", "L"}, {{"N", 2}, {"L", 5}}, 3, 1e-3, "onnx"},
-                             GroupNormalization18Case{"rank4_g1", 18, {"2", "4", "H", "W"}, {{"H", 3}, {"W", 3}}, 1, {}, "ort"},
-                             GroupNormalization18Case{"rank5_g_eq_c_opset20", 20, {"1", "4", "2", "3", "2"}, {}, 4, 1e-5, "onnx"}),
+                             GroupNormalization18Case{"rank3", 18, {"N", "6", "L"}, {{"N", 2}, {"L", 5}}, 3, 1e-3, "onnx",
+                                                      "float", ""},
+                             GroupNormalization18Case{"rank4_g1", 18, {"2", "4", "H", "W"}, {{"H", 3}, {"W", 3}}, 1, {}, "ort",
+                                                      "float", ""},
+                             GroupNormalization18Case{"rank5_g_eq_c_opset20", 20, {"1", "4", "2", "3", "2"}, {}, 4, 1e-5,
+                                                      "onnx", "float", ""},
+                             // double (the GroupNormalization-18 model itself loads in ONNX Runtime)
+                             GroupNormalization18Case{"double_rank4_ort", 18, {"N", "6", "H", "W"}, {{"N", 2}, {"H", 3}, {"W", 4}},
+                                                      2, {}, "ort", "double", "1000,1001"},
+                             GroupNormalization18Case{"double_rank3_g_eq_c_opset20", 20, {"3", "4", "L"}, {{"L", 5}}, 4, 1e-3,
+                                                      "onnx", "double", ""}),
                          [](const auto& info) { return info.param.name; });
 
 // ---- ai.onnx GroupNormalization-21 lowered for older runtimes (--opset) -------------------
@@ -329,7 +366,10 @@ struct LoweringCase {
   std::string attributes;            // beyond num_groups
   int max_opset;
   double tolerance = kTolerance;
+  std::string x_range;               // "lo,hi" for x; empty: [-1, 1)
 };
+
+std::ostream& operator<<(std::ostream& out, const LoweringCase& c) { return out << c.name; }
 
 class GroupNormalization21Lowering : public ::testing::TestWithParam<LoweringCase> {};
 
@@ -349,8 +389,13 @@ TEST_P(GroupNormalization21Lowering, MatchesOnnxRuntimeKernel) {
   EXPECT_FALSE(rewritten->ops.count({"", "GroupNormalization"}));
   EXPECT_EQ(opset_import(rewritten->model, ""), c.max_opset);
 
+  // stash_type double: statistics in standard ops (ONNX Runtime has no double InstanceNormalization)
+  const bool double_statistics = c.attributes.find("stash_type = 11") != std::string::npos;
+  EXPECT_EQ(op_count(rewritten->ops, {"", "InstanceNormalization"}), double_statistics ? 0 : 1);
+
   auto run = dim_arguments(c.values);
   run.insert(run.end(), {"--rtol", fmt::format("{}", c.tolerance), "--atol", fmt::format("{}", c.tolerance)});
+  if (!c.x_range.empty()) run.insert(run.end(), {"--range", "x=" + c.x_range});
   const auto comparison = ort_compare(input, rewritten->output, run);
   EXPECT_TRUE(comparison.ok) << comparison.output;
   report(c.name + " vs ORT GroupNormalization-21", comparison);
@@ -358,15 +403,27 @@ TEST_P(GroupNormalization21Lowering, MatchesOnnxRuntimeKernel) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, GroupNormalization21Lowering,
-    ::testing::Values(LoweringCase{"rank4_opset20", "float", {"N", "6", "H", "W"}, {{"N", 2}, {"H", 4}, {"W", 3}}, 6, 3, "", 20},
-                      LoweringCase{"rank3_g1_opset17", "float", {"3", "5", "L"}, {{"L", 8}}, 5, 1, ", epsilon = 1e-3", 17},
-                      LoweringCase{"rank5_g_eq_c_opset13", "float", {"N", "4", "2", "2", "3"}, {{"N", 2}}, 4, 4, "", 13},
-                      LoweringCase{"rank4_opset9", "float", {"2", "8", "3", "3"}, {}, 8, 2, ", epsilon = 1e-4", 9},
+    ::testing::Values(LoweringCase{"rank4_opset20", "float", {"N", "6", "H", "W"}, {{"N", 2}, {"H", 4}, {"W", 3}}, 6, 3, "", 20,
+                                   kTolerance, ""},
+                      LoweringCase{"rank3_g1_opset17", "float", {"3", "5", "L"}, {{"L", 8}}, 5, 1, ", epsilon = 1e-3", 17,
+                                   kTolerance, ""},
+                      LoweringCase{"rank5_g_eq_c_opset13", "float", {"N", "4", "2", "2", "3"}, {{"N", 2}}, 4, 4, "", 13,
+                                   kTolerance, ""},
+                      LoweringCase{"rank4_opset9", "float", {"2", "8", "3", "3"}, {}, 8, 2, ", epsilon = 1e-4", 9,
+                                   kTolerance, ""},
                       // stash_type 1 (float): statistics of double input in float, as the kernel does
-                      LoweringCase{"double_opset18", "double", {"2", "6", "5"}, {}, 6, 3, "", 18},
+                      LoweringCase{"double_opset18", "double", {"2", "6", "5"}, {}, 6, 3, "", 18, kTolerance, ""},
                       // float16: statistics in float; the last rounding to half may differ by one unit
                       // (the ONNX function body scales in float16, ONNX Runtime's kernel in float)
-                      LoweringCase{"float16_opset18", "float16", {"2", "6", "5"}, {}, 6, 3, "", 18, 2e-3}),
+                      LoweringCase{"float16_opset18", "float16", {"2", "6", "5"}, {}, 6, 3, "", 18, 2e-3, ""},
+                      // stash_type 11: statistics in double, from a double or a float x; far from zero
+                      // (|mean| >> std) float statistics would fail
+                      LoweringCase{"double_stash_double_opset17", "double", {"N", "6", "H", "W"}, {{"N", 2}, {"H", 3}, {"W", 2}},
+                                   6, 2, ", stash_type = 11", 17, kTolerance, "1000,1001"},
+                      LoweringCase{"double_stash_double_opset18_g1", "double", {"2", "4", "L"}, {{"L", 6}}, 4, 1,
+                                   ", epsilon = 1e-3, stash_type = 11", 18, kTolerance, "1000,1001"},
+                      LoweringCase{"float_stash_double_opset13", "float", {"3", "6", "5"}, {}, 6, 3, ", stash_type = 11", 13,
+                                   kTolerance, ""}),
     [](const auto& info) { return info.param.name; });
 
 // The ONNX backend cases of GroupNormalization-21, lowered, reproduce their expected outputs.
@@ -391,6 +448,155 @@ TEST(GroupNormalization21Lowering, ConformanceCasesKeepTheirOutputs) {
                                    (dir / "jobs.json").string()});
   ASSERT_EQ(result.exit_code, 0) << result.err;
   EXPECT_NE(result.err.find("4 cases: 4 pass"), std::string::npos) << result.out << result.err;
+}
+
+// ---- double statistics in standard ops, spelled for the opset --------------------------------
+
+// ONNX Runtime has no double InstanceNormalization: double statistics become ReduceMean/Sub/Mul/
+// Div/Sqrt, with ReduceMean's axes an attribute before opset 18 and an input from 18.
+TEST(GroupNormDouble, StatisticsAreStandardOpsSpelledForTheOpset) {
+  for (const int opset : {13, 18}) {
+    const std::string model_text = fmt::format(R"(
+      <ir_version: 8, opset_import: ["": {}, "mydomain": 1]>
+      g (double[N, 4, 6] x, double[4] scale, double[4] bias) => (double[N, 4, 6] y) <int64[1] num_groups = {{2}}> {{
+        y = mydomain.mygroupnorm <epsilon = 0.25> (x, num_groups, scale, bias)
+      }})", opset);
+    const std::string mean = opset < 18 ? "ReduceMean <keepdims = 1, axes = [2]> (grouped)"
+                                        : "ReduceMean <keepdims = 1> (grouped, axis)";
+    const std::string variance = opset < 18 ? "ReduceMean <keepdims = 1, axes = [2]> (squares)"
+                                            : "ReduceMean <keepdims = 1> (squares, axis)";
+    const std::string axis = opset < 18 ? "" : "axis = Constant <value = int64[1] {2}> ()\n";
+    const std::string expected = fmt::format(R"({{
+      shape = Constant <value = int64[3] {{0, 2, -1}}> ()
+      grouped = Reshape (x, shape)
+      {}mean = {}
+      centered = Sub (grouped, mean)
+      squares = Mul (centered, centered)
+      variance = {}
+      epsilon = Constant <value = double {{0.25}}> ()
+      shifted = Add (variance, epsilon)
+      deviation = Sqrt (shifted)
+      normalized = Div (centered, deviation)
+      x_shape = Shape (x)
+      channel_shape = Constant <value = int64[2] {{-1, 1}}> ()
+      restored = Reshape (normalized, x_shape)
+      scale_c = Reshape (scale, channel_shape)
+      scaled = Mul (restored, scale_c)
+      bias_c = Reshape (bias, channel_shape)
+      y = Add (scaled, bias_c)
+    }})", axis, mean, variance);
+    RewriteOptions options;
+    options.target = "onnx";
+    const auto before = parse_model_text(model_text);
+    const auto rewritten = rewrite_text(model_text, builtin_rules(), options);
+    ASSERT_TRUE(rewritten.result.rules.count("mygroupnorm-decomposition")) << opset;
+    const auto kept = interface_names(before);
+    EXPECT_EQ(canonical_nodes(rewritten.model, kept), canonical_nodes_text(expected, before, kept)) << "opset " << opset;
+  }
+}
+
+// ---- inside model-local functions (--target ort keeps them; their values are untyped) --------
+
+struct FunctionCase {
+  std::string name;
+  int opset;                           // of the model and of the function
+  std::string type;                    // of the model's x, scale, bias and y
+  std::string body;                    // the function's nodes, (X, NG, S, B) => (Y)
+  int groups;
+  double epsilon;
+  bool per_group;                      // GroupNormalization-18: scale and bias of length G
+  std::optional<int> max_opset;
+  std::map<std::string, int> expected_ops;  // ai.onnx ops of the rewritten function
+  std::string x_range;                 // "lo,hi" for x; empty: [-1, 1)
+};
+
+std::ostream& operator<<(std::ostream& out, const FunctionCase& c) { return out << c.name; }
+
+class GroupNormInFunction : public ::testing::TestWithParam<FunctionCase> {};
+
+TEST_P(GroupNormInFunction, RewrittenInPlaceAndComputesTheSame) {
+  const auto& c = GetParam();
+  constexpr int kChannels = 6;
+  const int affine_length = c.per_group ? c.groups : kChannels;
+  TempDir dir;
+  const auto input = write_model_text(
+      fmt::format("<ir_version: {0}, opset_import: [\"\": {1}, \"local\": 1, \"mydomain\": 1]>\n"
+                  "g ({2}[N, {3}, 5] x, float[1] num_groups, {2}[{4}] scale, {2}[{4}] bias) => ({2}[N, {3}, 5] y) {{\n"
+                  "  y = local.GN (x, num_groups, scale, bias)\n}}\n"
+                  "<domain: \"local\", opset_import: [\"\": {1}, \"mydomain\": 1]>\n"
+                  "GN (X, NG, S, B) => (Y) {{\n{5}\n}}\n",
+                  ir_version_for(c.opset), c.opset, c.type, kChannels, affine_length, c.body),
+      dir / "function.onnx");
+  const auto rewritten = rewrite_and_check(input, dir / "out.onnx", "ort", c.max_opset);
+  ASSERT_TRUE(rewritten);
+  // The function stays, its body rewritten: nothing of the group norm op is left.
+  EXPECT_EQ(rewritten->model.functions_size(), 1);
+  EXPECT_EQ(op_count(rewritten->ops, {"local", "GN"}), 1);
+  EXPECT_FALSE(rewritten->ops.count({"mydomain", "mygroupnorm"}));
+  EXPECT_FALSE(rewritten->ops.count({"", "GroupNormalization"}));
+  for (const auto& [op, count] : c.expected_ops) EXPECT_EQ(op_count(rewritten->ops, {"", op}), count) << op;
+
+  std::vector<std::string> run{"--dim", "N=2", "--range", fmt::format("num_groups={0},{0}", c.groups)};
+  if (!c.x_range.empty()) run.insert(run.end(), {"--range", "x=" + c.x_range});
+  const std::string params =
+      fmt::format(R"({{"numGroups": {}, "scale": "scale", "bias": "bias", "epsilon": {}, "perGroup": {}}})", c.groups,
+                  c.epsilon, c.per_group);
+  const auto against_reference = ort_compare_reference(rewritten->output, reference_module(), params, run);
+  EXPECT_TRUE(against_reference.ok) << against_reference.output;
+  report(c.name + " vs reference", against_reference);
+  // ONNX Runtime runs ai.onnx GroupNormalization itself (the custom op it can't load).
+  if (c.body.find("mygroupnorm") == std::string::npos) {
+    const auto against_original = ort_compare(input, rewritten->output, run);
+    EXPECT_TRUE(against_original.ok) << against_original.output;
+    report(c.name + " vs ORT on the original", against_original);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, GroupNormInFunction,
+    ::testing::Values(
+        // units and zeros of X's unknown type: CastLike
+        FunctionCase{"mygroupnorm_opset17_constant_groups", 17, "float",
+                     "  ng = Constant <value = int64[1] {3}> ()\n"
+                     "  Y = mydomain.mygroupnorm <epsilon = 0.001> (X, ng, S, B)",
+                     3, 1e-3, false, {}, {{"InstanceNormalization", 1}, {"CastLike", 2}}, ""},
+        FunctionCase{"mygroupnorm_opset21_groups_input", 21, "float", "  Y = mydomain.mygroupnorm (X, NG, S, B)", 2, 1e-5,
+                     false, {}, {{"InstanceNormalization", 1}, {"CastLike", 2}, {"ConstantOfShape", 2}}, ""},
+        // per group: no type needed
+        FunctionCase{"group_normalization_18", 18, "float",
+                     "  Y = GroupNormalization <epsilon = 0.001, num_groups = 3> (X, S, B)", 3, 1e-3, true, {},
+                     {{"InstanceNormalization", 1}, {"CastLike", 0}}, ""},
+        // stash_type: Cast to it, CastLike back to X's unknown type
+        FunctionCase{"group_normalization_21_capped_to_15", 21, "float",
+                     "  Y = GroupNormalization <num_groups = 2> (X, S, B)", 2, 1e-5, false, 15,
+                     {{"InstanceNormalization", 1}, {"Cast", 1}, {"CastLike", 1}}, ""},
+        FunctionCase{"group_normalization_21_stash_double_capped_to_17", 21, "double",
+                     "  Y = GroupNormalization <epsilon = 0.001, num_groups = 3, stash_type = 11> (X, S, B)", 3, 1e-3,
+                     false, 17, {{"InstanceNormalization", 0}, {"Sqrt", 1}, {"Cast", 1}, {"CastLike", 1}}, "1000,1001"}),
+    [](const auto& info) { return info.param.name; });
+
+// Below opset 15 (no CastLike) units and zeros of an unknown type can't be made: declined, with
+// the reason, and the node stays.
+TEST(GroupNormInFunction, DeclinesWithoutCastLike) {
+  TempDir dir;
+  const auto input = write_model_text(R"(
+    <ir_version: 7, opset_import: ["": 13, "local": 1, "mydomain": 1]>
+    g (float[2, 6, 5] x, float[6] scale, float[6] bias) => (float[2, 6, 5] y) {
+      y = local.GN (x, scale, bias)
+    }
+    <domain: "local", opset_import: ["": 13, "mydomain": 1]>
+    GN (X, S, B) => (Y) {
+      ng = Constant <value = int64[1] {3}> ()
+      Y = mydomain.mygroupnorm (X, ng, S, B)
+    })", dir / "in.onnx");
+  const auto result = run_cli({"rewrite", input.string(), "-o", (dir / "out.onnx").string(), "--target", "ort",
+                               "--explain", "mygroupnorm"});
+  EXPECT_EQ(result.exit_code, 1) << result.out << result.err;
+  EXPECT_NE(result.out.find("the element type of x (and of scale) is unknown: making InstanceNormalization's units and "
+                            "zeros of that type needs CastLike (ai.onnx >= 15; this graph imports 13)"),
+            std::string::npos)
+      << result.out;
+  EXPECT_NE(result.err.find("mydomain.mygroupnorm"), std::string::npos) << result.err;
 }
 
 }  // namespace

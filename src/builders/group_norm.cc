@@ -11,6 +11,14 @@
 // (torch.nn.functional.group_norm, mygroupnorm, GroupNormalization-21). It is valid from opset 7
 // (numpy broadcasting in Mul/Add); a group count that is only known at run time (mygroupnorm
 // with num_groups as a graph input) needs ConstantOfShape, opset 9.
+//
+// ONNX Runtime's CPU provider has no double InstanceNormalization, so statistics taken in double
+// are spelled out with standard ops instead: mean and biased variance by ReduceMean over the
+// view's last axis, then (x - mean) / sqrt(var + eps).
+//
+// Inside model-local functions element types are usually unknown. The per-group form needs none;
+// units and zeros of x's type come from CastLike (opset 15). With an unknown type a double x
+// can't be told apart, so it gets InstanceNormalization in its own type.
 #include <cmath>
 #include <optional>
 #include <variant>
@@ -24,6 +32,9 @@ namespace onnx_rewrite {
 namespace {
 
 enum class Affine { kPerChannel, kPerGroup };
+
+constexpr int32_t kUnknownType = 0;  // onnx::TensorProto::UNDEFINED
+constexpr int kCastLikeOpset = 15;
 
 struct Groups {
   std::optional<int64_t> count;  // known when the rule is applied
@@ -61,10 +72,35 @@ std::variant<Groups, std::string> group_count(const Match& match, GraphBuilder& 
   return Groups{std::nullopt, count};
 }
 
-// `count` copies of `number` as a [G] tensor of `data_type`.
-Value filled(GraphBuilder& b, const Groups& groups, double number, int32_t data_type) {
-  if (groups.count) return b.floats(std::vector<double>(static_cast<size_t>(*groups.count), number), data_type);
-  return b.op("ConstantOfShape", {groups.at_run_time}, {attr("value", make_tensor(data_type, {1}, {number}))});
+// x's element type, else scale's (the ops require them equal); kUnknownType when neither is known.
+int32_t element_type(const Match& match) {
+  const int32_t x_type = match.type_of("x").elem_type;
+  return x_type ? x_type : match.type_of("scale").elem_type;
+}
+
+// `count` copies of `number` as a [G] tensor of `data_type`; of x's type via CastLike when that
+// is unknown (the caller checked the opset).
+Value filled(GraphBuilder& b, const Groups& groups, double number, int32_t data_type, Value x) {
+  const int32_t made_type = data_type == kUnknownType ? onnx::TensorProto::FLOAT : data_type;
+  const Value made = groups.count
+                         ? b.floats(std::vector<double>(static_cast<size_t>(*groups.count), number), made_type)
+                         : b.op("ConstantOfShape", {groups.at_run_time},
+                                {attr("value", make_tensor(made_type, {1}, {number}))});
+  return data_type == kUnknownType ? b.op("CastLike", {made, x}) : made;
+}
+
+// `value` converted to x's type: Cast when that is known, else CastLike (the caller checked the opset).
+Value cast_to_x_type(GraphBuilder& b, Value value, int32_t data_type, Value x) {
+  return data_type == kUnknownType ? b.op("CastLike", {value, x}) : b.Cast(value, data_type);
+}
+
+// (grouped - mean) / sqrt(variance + epsilon), mean and biased variance over the last axis of
+// `grouped` ([N, G, -1]): InstanceNormalization's statistics in standard ops, for the types
+// (double) ONNX Runtime has no InstanceNormalization kernel for.
+Value standardized(GraphBuilder& b, Value grouped, float epsilon, int32_t data_type) {
+  const Value centered = b.Sub(grouped, b.Reduce("ReduceMean", grouped, {2}));
+  const Value variance = b.Reduce("ReduceMean", b.Mul(centered, centered), {2});
+  return b.Div(centered, b.Sqrt(b.Add(variance, b.scalar(epsilon, data_type))));
 }
 
 // y * scale + bias, with scale and bias reshaped to broadcast per channel.
@@ -77,18 +113,34 @@ bool is_half(int32_t data_type) {
   return data_type == onnx::TensorProto::FLOAT16 || data_type == onnx::TensorProto::BFLOAT16;
 }
 
+// The type the statistics are computed in (kUnknownType: x's own, unknown type).
+// GroupNormalization-21 says it in stash_type (float unless told); torch (mygroupnorm) accumulates
+// half types in float; GroupNormalization-18 stays in x's type.
+int32_t statistics_type(const Match& match, Affine affine, int32_t data_type) {
+  if (match.attribute("stash_type")) return static_cast<int32_t>(match.attribute_int("stash_type", onnx::TensorProto::FLOAT));
+  if (affine == Affine::kPerChannel && is_half(data_type)) return onnx::TensorProto::FLOAT;
+  return data_type;
+}
+
 std::string build_group_norm(const Match& match, GraphBuilder& b, Affine affine) {
   const Value x{match.value("x")};
   const Value scale{match.value("scale")};
   const Value bias{match.value("bias")};
   const ValueType x_type = match.type_of("x");
-  const int32_t data_type = x_type.elem_type ? x_type.elem_type : match.type_of("scale").elem_type;
-  if (data_type == 0) return "the element type of x (and of scale) is unknown";
-  // GroupNormalization-21 computes the statistics in stash_type (float unless told); torch
-  // (mygroupnorm) accumulates half types in float too; GroupNormalization-18 stays in x's type.
-  int32_t stash_type = data_type;
-  if (match.attribute("stash_type")) stash_type = static_cast<int32_t>(match.attribute_int("stash_type", 1));
-  else if (affine == Affine::kPerChannel && is_half(data_type)) stash_type = onnx::TensorProto::FLOAT;
+  const int32_t data_type = element_type(match);
+  const int32_t stash_type = statistics_type(match, affine, data_type);
+  const bool per_group = affine == Affine::kPerGroup;
+  const bool spelled_out = stash_type == onnx::TensorProto::DOUBLE;
+  // What needs x's type when it is unknown: the cast back from the statistics type, or units and
+  // zeros for InstanceNormalization.
+  const bool needs_x_type = stash_type != data_type || (!per_group && !spelled_out);
+  if (data_type == kUnknownType && needs_x_type && b.opset() < kCastLikeOpset) {
+    return fmt::format("the element type of x (and of scale) is unknown: {} needs CastLike "
+                       "(ai.onnx >= {}; this graph imports {})",
+                       stash_type != data_type ? "casting the statistics back from stash_type to it"
+                                               : "making InstanceNormalization's units and zeros of that type",
+                       kCastLikeOpset, b.opset());
+  }
 
   auto counted = group_count(match, b);
   if (auto* reason = std::get_if<std::string>(&counted)) return *reason;
@@ -98,13 +150,19 @@ std::string build_group_norm(const Match& match, GraphBuilder& b, Affine affine)
       groups.count ? b.ints({0, *groups.count, -1}) : b.Concat({b.ints({0}), groups.at_run_time, b.ints({-1})}, 0);
   Value grouped = b.Reshape(x, grouped_shape);
   if (stash_type != data_type) grouped = b.Cast(grouped, stash_type);
-  // Per group (GroupNormalization-18, no stash_type): scale and bias are InstanceNormalization's own.
-  const bool per_group = affine == Affine::kPerGroup;
-  const Value group_scale = per_group ? scale : filled(b, groups, 1.0, stash_type);
-  const Value group_bias = per_group ? bias : filled(b, groups, 0.0, stash_type);
-  Value normalized = b.op("InstanceNormalization", {grouped, group_scale, group_bias},
-                          {attr("epsilon", match.attribute_float("eps", 1e-5f))});
-  if (stash_type != data_type) normalized = b.Cast(normalized, data_type);
+  const float epsilon = match.attribute_float("eps", 1e-5f);
+  Value normalized;
+  if (spelled_out) {
+    // Per group (GroupNormalization-18: stash type = x's type): scale and bias [G] against the view.
+    normalized = standardized(b, grouped, epsilon, stash_type);
+    if (per_group) normalized = scale_and_shift(b, normalized, scale, bias, b.ints({-1, 1}));
+  } else {
+    // Per group: scale and bias are InstanceNormalization's own; per channel they come after.
+    const Value group_scale = per_group ? scale : filled(b, groups, 1.0, stash_type, x);
+    const Value group_bias = per_group ? bias : filled(b, groups, 0.0, stash_type, x);
+    normalized = b.op("InstanceNormalization", {grouped, group_scale, group_bias}, {attr("epsilon", epsilon)});
+  }
+  if (stash_type != data_type) normalized = cast_to_x_type(b, normalized, data_type, x);
   const Value x_shape = b.Shape(x);
   const Value restored = b.Reshape(normalized, x_shape);
   if (per_group) {
@@ -127,13 +185,18 @@ std::string build_group_norm(const Match& match, GraphBuilder& b, Affine affine)
 }
 
 // mygroupnorm as GroupNormalization-21 (same semantics), when num_groups is a valid constant.
+// torch takes the statistics of a double tensor in double: stash_type says so (its default is float).
 std::string build_group_normalization_21(const Match& match, GraphBuilder& b) {
   auto known = known_group_count(match);
   if (auto* reason = std::get_if<std::string>(&known)) return *reason;
   const auto count = std::get<std::optional<int64_t>>(known);
   if (!count) return "num_groups is not a constant";
+  Attributes attributes{attr("epsilon", match.attribute_float("eps", 1e-5f)), attr("num_groups", *count)};
+  if (element_type(match) == onnx::TensorProto::DOUBLE) {
+    attributes.push_back(attr("stash_type", int64_t{onnx::TensorProto::DOUBLE}));
+  }
   const Value y = b.op("GroupNormalization", {Value{match.value("x")}, Value{match.value("scale")}, Value{match.value("bias")}},
-                       {attr("epsilon", match.attribute_float("eps", 1e-5f)), attr("num_groups", *count)});
+                       std::move(attributes));
   b.output(match.value("y"), y);
   return {};
 }
