@@ -118,7 +118,9 @@ TEST(AtenGelu, AModeConstantSharedByEveryGeluIsReadNotMatched) {
     ASSERT_TRUE(rewritten);
     EXPECT_FALSE(rewritten->ops.count({"org.pytorch.aten", "ATen"})) << target;
     EXPECT_FALSE(rewritten->ops.count({"", "Constant"})) << target << ": the mode goes once its last reader does";
-    if (target == "ort") EXPECT_EQ(op_count(rewritten->ops, {"com.microsoft", "FastGelu"}), 2);
+    if (target == "ort") {
+      EXPECT_EQ(op_count(rewritten->ops, {"com.microsoft", "FastGelu"}), 2);
+    }
   }
 }
 

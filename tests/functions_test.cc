@@ -540,7 +540,9 @@ R (X) => (Y) {
   EXPECT_EQ(opset_import(rewritten, ""), 11);
   ASSERT_EQ(rewritten.functions_size(), 1);
   for (const auto& import : rewritten.functions(0).opset_import()) {
-    if (import.domain().empty()) EXPECT_EQ(import.version(), 11);
+    if (import.domain().empty()) {
+      EXPECT_EQ(import.version(), 11);
+    }
   }
   const auto reference = parse_model_text(R"(<ir_version: 6, opset_import: ["": 11]>
 g (float[8] x) => (float[8] y) {
