@@ -226,7 +226,7 @@ void require_directory_of(const std::string& path, const std::string& what) {
   const fs::path parent = fs::path(path).parent_path();
   std::error_code ec;
   if (!fs::is_directory(parent.empty() ? fs::path(".") : parent, ec)) {
-    throw UsageError(what + " directory '" + parent.string() + "' does not exist");
+    throw UsageError(path + ": " + what + " directory '" + parent.string() + "' does not exist");
   }
 }
 
@@ -572,7 +572,9 @@ int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err)
   const auto items = collect_batch(command);
   std::error_code ec;
   fs::create_directories(command.output_dir, ec);
-  if (!fs::is_directory(command.output_dir)) throw UsageError("cannot create output directory " + command.output_dir);
+  if (!fs::is_directory(command.output_dir)) {
+    throw UsageError(command.output_dir + ": cannot create the output directory" + (ec ? ": " + ec.message() : ""));
+  }
 
   std::vector<ModelOutcome> outcomes(items.size());
   std::atomic<size_t> next{0};

@@ -19,7 +19,10 @@
 #include <set>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "onnx_rewrite/error.h"
+#include "onnx_rewrite/tensor.h"
 #include "onnx_rewrite/walk.h"
 #include "wire.h"
 
@@ -49,7 +52,20 @@ bool is_tensor_payload(uint32_t field_number) {
 
 std::string errno_text() { return std::strerror(errno); }
 
+// External-data locations are relative to this.
+fs::path model_directory(const Model& model) { return model.directory().empty() ? fs::path(".") : model.directory(); }
+
 }  // namespace
+
+std::string printable(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) out += fmt::format("\\x{:02x}", byte);
+    else out += c;
+  }
+  return out;
+}
 
 // ---- SourceBytes ---------------------------------------------------------------------------
 
@@ -182,7 +198,6 @@ bool escapes_directory(const fs::path& location) {
   return false;
 }
 
-// Refuses external data that could read outside the model's directory or is not there.
 // A non-negative decimal integer, exactly; nullopt for anything else.
 std::optional<int64_t> parse_size(const std::string& text) {
   int64_t value = 0;
@@ -191,12 +206,54 @@ std::optional<int64_t> parse_size(const std::string& text) {
   return value;
 }
 
+// Bits per element of the types whose size is fixed; 0 for strings and types we don't know.
+int element_bits(int32_t data_type) {
+  switch (data_type) {
+    case onnx::TensorProto::FLOAT: case onnx::TensorProto::INT32: case onnx::TensorProto::UINT32: return 32;
+    case onnx::TensorProto::DOUBLE: case onnx::TensorProto::INT64: case onnx::TensorProto::UINT64:
+    case onnx::TensorProto::COMPLEX64: return 64;
+    case onnx::TensorProto::COMPLEX128: return 128;
+    case onnx::TensorProto::FLOAT16: case onnx::TensorProto::BFLOAT16: case onnx::TensorProto::INT16:
+    case onnx::TensorProto::UINT16: return 16;
+    case onnx::TensorProto::INT8: case onnx::TensorProto::UINT8: case onnx::TensorProto::BOOL:
+    case 17: case 18: case 19: case 20:  // the float8 types
+    case 24: return 8;                    // float8e8m0
+    case 21: case 22: case 23: return 4;  // uint4, int4, float4e2m1: two per byte
+    case 25: case 26: return 2;           // uint2, int2: four per byte
+    default: return 0;
+  }
+}
+
+std::string shape_text(const onnx::TensorProto& tensor) {
+  std::string dims;
+  for (const int64_t dim : tensor.dims()) dims += (dims.empty() ? "" : ",") + std::to_string(dim);
+  return data_type_name(tensor.data_type()) + "[" + dims + "]";
+}
+
+// The bytes a tensor's data takes in a file (sub-byte types packed, the last byte padded), or
+// why no file can hold it; nullopt when its element type has no fixed size.
+std::optional<int64_t> data_bytes(const onnx::TensorProto& tensor, const std::string& name, const std::string& what) {
+  const int bits = element_bits(tensor.data_type());
+  if (bits == 0) return std::nullopt;
+  int64_t total_bits = bits;
+  for (const int64_t dim : tensor.dims()) {
+    if (dim < 0) throw InputError(name, what + ": the tensor " + shape_text(tensor) + " has a negative dimension");
+    if (__builtin_mul_overflow(total_bits, dim, &total_bits)) {
+      throw InputError(name, what + ": the tensor " + shape_text(tensor) + " is larger than any file");
+    }
+  }
+  return total_bits / 8 + (total_bits % 8 != 0);
+}
+
+// Refuses external data that could read outside the model's directory, is not there, or does
+// not hold exactly the tensor its header describes. Reads no weight bytes.
 void check_external_data(Model& model, const std::string& name) {
   std::error_code ec;
-  const fs::path directory = fs::weakly_canonical(model.directory().empty() ? fs::path(".") : model.directory(), ec);
+  const fs::path base = fs::absolute(model_directory(model), ec);
+  const fs::path directory = fs::weakly_canonical(base, ec);
   for_each_tensor(model.proto, [&](onnx::TensorProto& tensor, const std::string& where) {
     if (tensor.data_location() != onnx::TensorProto::EXTERNAL) return;
-    const std::string what = "tensor '" + tensor.name() + "' (" + where + "): external data";
+    const std::string what = "tensor '" + printable(tensor.name()) + "' (" + printable(where) + "): external data";
     std::string location;
     int64_t offset = 0;
     std::optional<int64_t> length;
@@ -205,27 +262,40 @@ void check_external_data(Model& model, const std::string& name) {
         location = entry.value();
       } else if (entry.key() == "offset" || entry.key() == "length") {
         auto value = parse_size(entry.value());
-        if (!value) throw InputError(name, what + " " + entry.key() + " '" + entry.value() + "' is not a byte count");
+        if (!value) throw InputError(name, what + " " + entry.key() + " '" + printable(entry.value()) + "' is not a byte count");
         if (entry.key() == "offset") offset = *value;
         else length = *value;
       }
     }
     if (location.empty()) throw InputError(name, what + " has no location");
-    const fs::path file = model.directory() / location;
-    // Lexically, and once symbolic links are resolved, the file must lie inside the directory.
-    const fs::path resolved = fs::weakly_canonical(file, ec);
-    const fs::path inside = resolved.lexically_relative(directory);
+    const std::string shown = printable(location);
+    // The C library would open the name up to its first NUL: another file than the one named.
+    if (location.find('\0') != std::string::npos) {
+      throw InputError(name, what + " location '" + shown + "' holds a NUL byte, which no file name can");
+    }
     if (escapes_directory(location)) {
-      throw InputError(name, what + " location '" + location + "' is absolute or escapes the model's directory");
+      throw InputError(name, what + " location '" + shown + "' is absolute or escapes the model's directory");
     }
+    // Once symbolic links are resolved, the file must still lie inside the directory.
+    const fs::path resolved = fs::weakly_canonical(base / location, ec);
+    if (ec) throw InputError(name, what + " location '" + shown + "' cannot be resolved: " + ec.message());
+    const fs::path inside = resolved.lexically_relative(directory);
     if (inside.empty() || escapes_directory(inside.string())) {
-      throw InputError(name, what + " location '" + location + "' leads outside the model's directory through a symbolic link");
+      throw InputError(name, what + " location '" + shown + "' leads outside the model's directory through a symbolic link");
     }
-    if (!fs::is_regular_file(file, ec)) throw InputError(name, what + " file '" + location + "' is missing");
+    const fs::path file = base / location;
+    if (!fs::is_regular_file(file, ec)) throw InputError(name, what + " file '" + shown + "' is missing");
+    const std::optional<int64_t> needed = data_bytes(tensor, name, what);
+    if (needed && length && *length != *needed) {
+      throw InputError(name, what + " length " + std::to_string(*length) + " does not match the tensor: " + shape_text(tensor) +
+                                 " takes " + std::to_string(*needed) + " bytes");
+    }
     const auto size = static_cast<int64_t>(fs::file_size(file, ec));
-    if (offset > size || (length && *length > size - offset)) {
-      throw InputError(name, what + " range [" + std::to_string(offset) + ", +" + (length ? std::to_string(*length) : "end") +
-                                 ") lies outside '" + location + "' (" + std::to_string(size) + " bytes)");
+    // Without a length, the tensor's own size is read from the offset on.
+    const std::optional<int64_t> extent = length ? length : needed;
+    if (offset > size || (extent && *extent > size - offset)) {
+      throw InputError(name, what + " range [" + std::to_string(offset) + ", +" + (extent ? std::to_string(*extent) : "end") +
+                                 ") lies outside '" + shown + "' (" + std::to_string(size) + " bytes)");
     }
   });
 }
@@ -251,7 +321,7 @@ Model parse_model(const std::string& bytes, const std::string& name) {
   model.path = name;
   for_each_tensor(model.proto, [&](onnx::TensorProto& tensor, const std::string&) {
     if (tensor.data_location() == onnx::TensorProto::EXTERNAL) {
-      throw InputError(name, "tensor '" + tensor.name() + "' has external data, which needs a file on disk");
+      throw InputError(name, "tensor '" + printable(tensor.name()) + "' has external data, which needs a file on disk");
     }
   });
   return model;
@@ -512,13 +582,13 @@ void write_file_atomically(const fs::path& path, const std::string& bytes) {
 
 void write_model(const Model& model, const fs::path& path, const WriteOptions& options) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) throw UsageError("output '" + path.string() + "' is a directory");
+  if (fs::is_directory(path, ec)) throw UsageError(path.string() + ": the output is a directory");
   const fs::path directory = path.parent_path().empty() ? fs::path(".") : path.parent_path();
   if (!fs::is_directory(directory, ec)) {
-    throw UsageError("output directory '" + directory.string() + "' does not exist");
+    throw UsageError(path.string() + ": output directory '" + directory.string() + "' does not exist");
   }
   if (!options.allow_overwrite_input && !model.path.empty() && same_file(model.path, path)) {
-    throw UsageError("refusing to overwrite the input '" + path.string() + "' (use --in-place)");
+    throw UsageError(path.string() + ": refusing to overwrite the input (use --in-place)");
   }
 
   // Weights first, so that the model never appears without its data. A different file already
@@ -526,15 +596,15 @@ void write_model(const Model& model, const fs::path& path, const WriteOptions& o
   // same time (batch) take turns, so that the second one sees the first one's file.
   static std::mutex copying_external_data;
   std::lock_guard lock(copying_external_data);
-  if (!same_file(model.directory().empty() ? "." : model.directory(), directory)) {
+  if (!same_file(model_directory(model), directory)) {
     for (const auto& location : external_locations(model)) {
-      const fs::path from = model.directory() / location;
+      const fs::path from = model_directory(model) / location;
       const fs::path to = directory / location;
       if (same_file(from, to)) continue;
       if (fs::exists(to, ec)) {
         if (same_contents(from, to)) continue;
-        throw InputError(path.string(), "external data '" + location + "' would replace a different file already in " +
-                                            directory.string());
+        throw InputError(path.string(), "external data '" + printable(location) +
+                                            "' would replace a different file already in " + directory.string());
       }
       fs::create_directories(to.parent_path(), ec);
       copy_file_atomically(from, to);

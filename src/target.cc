@@ -1,6 +1,8 @@
 #include "onnx_rewrite/target.h"
 
+#include <algorithm>
 #include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -43,6 +45,16 @@ std::string aten_operator(const onnx::NodeProto& node) {
   return {};
 }
 
+// Imported opset versions by normalized domain, as the model writes them: int64, so that an
+// import like 2^32 + 13 is not read as 13.
+using Imports = std::map<std::string, int64_t>;
+
+Imports import_map(const google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>& imports) {
+  Imports versions;
+  for (const auto& import : imports) versions[normalize_domain(import.domain())] = import.version();
+  return versions;
+}
+
 struct Tally {
   std::map<std::tuple<std::string, std::string, std::string, std::string>, Unloadable> entries;
 
@@ -61,7 +73,7 @@ class Checker {
   }
 
   void check_nodes(const google::protobuf::RepeatedPtrField<onnx::NodeProto>& nodes,
-                   const std::map<std::string, int>& imports, const std::string& place, const std::string& nested_place) {
+                   const Imports& imports, const std::string& place, const std::string& nested_place) {
     for (const auto& node : nodes) {
       check_node(node, imports, place);
       for (const auto& attribute : node.attribute()) {
@@ -72,10 +84,9 @@ class Checker {
   }
 
   Tally tally;
-  std::set<std::string> notes;
 
  private:
-  void check_node(const onnx::NodeProto& node, const std::map<std::string, int>& imports, const std::string& place) {
+  void check_node(const onnx::NodeProto& node, const Imports& imports, const std::string& place) {
     const std::string domain = normalize_domain(node.domain());
     if (local_functions_.count({domain, node.op_type()})) {
       if (!target_.local_functions) tally.add(node, place, "calls a model-local function, which this target does not run");
@@ -91,15 +102,13 @@ class Checker {
       tally.add(node, place, fmt::format("the model does not import domain {}", display_domain(domain)));
       return;
     }
-    const int version = import->second;
+    const int64_t version = import->second;
     if (!table) return;
-    if (table->since_version(node.op_type(), version)) return;
-    if (version > table->highest_version() && !table->knows(node.op_type())) {
-      notes.insert(fmt::format("{} opset {} is newer than the tables ({}); ops new after that are not verified",
-                               display_domain(domain), version, table->highest_version()));
-      return;
-    }
+    // An import newer than the tables is checked against the newest one (note_newer_than_tables).
+    const int newest = table->highest_version();
+    if (table->since_version(node.op_type(), static_cast<int>(std::clamp<int64_t>(version, 0, newest)))) return;
     if (!table->knows(node.op_type())) {
+      if (version > newest) return;  // it may have been added after the tables
       tally.add(node, place, fmt::format("{} has no op {}", display_domain(domain), node.op_type()));
     } else {
       tally.add(node, place, fmt::format("{} does not exist (or is deprecated) at {} opset {}", node.op_type(),
@@ -112,10 +121,17 @@ class Checker {
   std::set<std::pair<std::string, std::string>> local_functions_;
 };
 
-std::map<std::string, int> import_map(const google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>& imports) {
-  std::map<std::string, int> versions;
-  for (const auto& import : imports) versions[normalize_domain(import.domain())] = static_cast<int>(import.version());
-  return versions;
+// Imports of the target's domains that are newer than our tables: their nodes were checked
+// against the newest table, which says nothing of ops or changes that came later.
+void note_newer_than_tables(const Imports& imports, const Target& target, std::set<std::string>& notes) {
+  for (const auto& [domain, version] : imports) {
+    const OpTable* table = OpRegistry::builtin().table(domain);
+    if (!table || version <= table->highest_version()) continue;
+    if (std::find(target.domains.begin(), target.domains.end(), domain) == target.domains.end()) continue;
+    notes.insert(fmt::format("{0} opset {1} is newer than the tables: nodes were checked against {0} opset {2}, "
+                             "and ops added or changed after it are not verified",
+                             display_domain(domain), version, table->highest_version()));
+  }
 }
 
 }  // namespace
@@ -142,17 +158,21 @@ const Target& find_target(const std::string& name) {
 
 CheckReport check_model(const Model& model, const Target& target, std::optional<int> max_opset) {
   Checker checker(model, target);
-  const auto model_imports = import_map(model.proto.opset_import());
+  std::set<std::string> notes;
+  const Imports model_imports = import_map(model.proto.opset_import());
   checker.check_nodes(model.proto.graph().node(), model_imports, "main graph", "subgraph");
+  note_newer_than_tables(model_imports, target, notes);
   for (const auto& function : model.proto.functions()) {
     const std::string place = fmt::format("function {}.{}", function.domain(), function.name());
-    checker.check_nodes(function.node(), import_map(function.opset_import()), place, place);
+    const Imports function_imports = import_map(function.opset_import());
+    checker.check_nodes(function.node(), function_imports, place, place);
+    note_newer_than_tables(function_imports, target, notes);
   }
   CheckReport report;
   for (auto& [key, entry] : checker.tally.entries) report.unloadable.push_back(std::move(entry));
-  report.notes.assign(checker.notes.begin(), checker.notes.end());
+  report.notes.assign(notes.begin(), notes.end());
   if (max_opset) {
-    auto check_import = [&](const std::map<std::string, int>& imports, const std::string& owner) {
+    auto check_import = [&](const Imports& imports, const std::string& owner) {
       auto it = imports.find("");
       if (it != imports.end() && it->second > *max_opset) {
         report.opset_problems.push_back(fmt::format("{} imports ai.onnx opset {}, above --opset {}", owner, it->second, *max_opset));

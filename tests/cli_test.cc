@@ -5,8 +5,11 @@
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <fmt/format.h>
+
 #include <random>
 
+#include "onnx_rewrite/opset.h"
 #include "test_support.h"
 
 namespace onnx_rewrite {
@@ -36,6 +39,40 @@ google::protobuf::Value parse_json(const std::string& text) {
 bool one_error_line(const CommandResult& result, const std::string& prefix) {
   const std::string& err = result.err;
   return err.rfind(prefix, 0) == 0 && err.find('\n') == err.size() - 1;
+}
+
+// kCustomOpModel's `y` as an initializer whose 24 bytes are external data in `location`.
+std::string external_data_model(const std::string& location) {
+  onnx::ModelProto model = parse_model_text(kCustomOpModel);
+  model.mutable_graph()->mutable_input()->RemoveLast();
+  auto* weight = model.mutable_graph()->add_initializer();
+  weight->set_name("y");
+  weight->set_data_type(onnx::TensorProto::FLOAT);
+  weight->add_dims(2);
+  weight->add_dims(3);
+  weight->set_data_location(onnx::TensorProto::EXTERNAL);
+  for (const auto& [key, value] : {std::pair{"location", location}, {"offset", "0"}, {"length", "24"}}) {
+    auto* entry = weight->add_external_data();
+    entry->set_key(key);
+    entry->set_value(value);
+  }
+  return serialize(model);
+}
+
+// The CLI run from `directory` (for paths relative to it).
+CommandResult run_cli_in(const fs::path& directory, const std::vector<std::string>& args) {
+  std::string command = "cd '" + directory.string() + "' && exec '" + cli_path().string() + "'";
+  for (const auto& arg : args) command += " '" + arg + "'";
+  return run_command({"sh", "-c", command});
+}
+
+// A model importing ai.onnx `version` (any int64) around one Relu, or `op`.
+onnx::ModelProto opset_model(int64_t version, const std::string& op = "Relu") {
+  onnx::ModelProto model = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2] x) => (float[2] y) { y = Relu (x) })");
+  model.mutable_opset_import(0)->set_version(version);
+  model.mutable_graph()->mutable_node(0)->set_op_type(op);
+  return model;
 }
 
 // ---- Usage ------------------------------------------------------------------------------------
@@ -72,6 +109,37 @@ TEST(Cli, UsageErrorsExitWith2AndOneLine) {
     EXPECT_TRUE(one_error_line(result, "onnx-rewrite: error: ")) << ::testing::PrintToString(args) << "\n" << result.err;
   }
   EXPECT_FALSE(fs::exists(dir / "o.onnx"));
+}
+
+TEST(Cli, PathErrorsNameTheFileTheyAreAbout) {
+  TempDir dir;
+  const auto model = write_model_text(kCustomOpModel, dir / "m.onnx");
+  const auto expect_error = [](const std::vector<std::string>& args, const std::string& line) {
+    const auto result = run_cli(args);
+    EXPECT_EQ(result.exit_code, 2) << result.err;
+    EXPECT_EQ(result.err, "onnx-rewrite: error: " + line + "\n");
+  };
+  const fs::path missing = dir / "missing-dir";
+  expect_error({"rewrite", model.string(), "-o", (missing / "o.onnx").string()},
+               (missing / "o.onnx").string() + ": output directory '" + missing.string() + "' does not exist");
+  expect_error({"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--report", (missing / "r.json").string()},
+               (missing / "r.json").string() + ": report directory '" + missing.string() + "' does not exist");
+  expect_error({"batch", model.string(), "-o", (dir / "o").string(), "--report", (missing / "r.json").string()},
+               (missing / "r.json").string() + ": report directory '" + missing.string() + "' does not exist");
+  expect_error({"rewrite", model.string(), "-o", dir.path().string()}, dir.path().string() + ": the output is a directory");
+  expect_error({"rewrite", model.string(), "-o", model.string()}, model.string() + ": refusing to overwrite the input (use --in-place)");
+  EXPECT_FALSE(fs::exists(dir / "o.onnx"));
+  // batch creates OUT_DIR, unless something is in the way.
+  const auto blocked = run_cli({"batch", model.string(), "-o", (model / "out").string()});
+  EXPECT_EQ(blocked.exit_code, 2);
+  EXPECT_TRUE(one_error_line(blocked, "onnx-rewrite: error: " + (model / "out").string() + ": cannot create the output directory"))
+      << blocked.err;
+}
+
+TEST(Cli, AnUnknownSubcommandIsNamedWithTheKnownOnes) {
+  const auto result = run_cli({"frob", "m.onnx"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_EQ(result.err, "onnx-rewrite: error: unknown subcommand 'frob' (known: rewrite, check, inspect, rules, batch) (see --help)\n");
 }
 
 // ---- Bad input --------------------------------------------------------------------------------
@@ -116,6 +184,42 @@ TEST_F(BadInput, MissingFilesAndDirectoriesAreRefused) {
   EXPECT_EQ(directory.exit_code, 3);
   EXPECT_EQ(directory.err, "onnx-rewrite: error: " + (dir_ / "adir.onnx").string() + ": is a directory, not a model file\n");
   EXPECT_FALSE(fs::exists(dir_ / "out.onnx"));
+}
+
+TEST_F(BadInput, MissingExternalDataIsCalledMissingWhateverThePathLooksLike) {
+  // A model path without a directory part ("m.onnx") once made every missing data file look
+  // like a symbolic link out of the model's directory.
+  fs::create_directories(dir_ / "sub");
+  write_file(dir_ / "sub/m.onnx", external_data_model("nothere.bin"));
+  for (const char* command : {"rewrite", "check", "inspect"}) {
+    for (const auto& [cwd, path] : std::vector<std::pair<fs::path, std::string>>{
+             {dir_ / "sub", "m.onnx"}, {dir_ / "sub", "./m.onnx"}, {dir_.path(), "sub/m.onnx"}, {"/", (dir_ / "sub/m.onnx").string()}}) {
+      std::vector<std::string> args{command, path};
+      if (std::string(command) == "rewrite") args.insert(args.end(), {"-o", (dir_ / "out.onnx").string()});
+      const auto result = run_cli_in(cwd, args);
+      EXPECT_EQ(result.exit_code, 3) << command << " " << path;
+      EXPECT_EQ(result.err, "onnx-rewrite: error: " + path + ": tensor 'y' (main graph): external data file 'nothere.bin' is missing\n")
+          << command << " in " << cwd;
+    }
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "out.onnx"));
+  // Present, it is found and carried along to another directory, all paths relative.
+  write_file(dir_ / "sub/nothere.bin", std::string(24, '\0'));
+  fs::create_directories(dir_ / "sub/out");
+  const auto rewritten = run_cli_in(dir_ / "sub", {"rewrite", "m.onnx", "-o", "out/m.onnx"});
+  EXPECT_EQ(rewritten.exit_code, 0) << rewritten.err;
+  EXPECT_EQ(read_file(dir_ / "sub/out/nothere.bin"), std::string(24, '\0'));
+}
+
+TEST_F(BadInput, ErrorLinesShowControlBytesEscaped) {
+  // A newline in a data file's name must not break the one-line error.
+  expect_refused(external_data_model("no\nsuch.bin"), "newline in a location");
+  const auto result = run_cli({"check", (dir_ / "bad.onnx").string()});
+  EXPECT_EQ(result.err, "onnx-rewrite: error: " + (dir_ / "bad.onnx").string() +
+                            ": tensor 'y' (main graph): external data file 'no\\x0asuch.bin' is missing\n");
+  // Cut at its NUL, this location would name w.bin, which is there.
+  write_file(dir_ / "w.bin", std::string(24, '\0'));
+  expect_refused(external_data_model(std::string("w.bin") + '\0' + "x"), "NUL in a location");
 }
 
 TEST_F(BadInput, BitFlipsNeverCrashOrHang) {
@@ -200,7 +304,8 @@ TEST(Rewrite, AMissingReportDirectoryIsAUsageErrorBeforeAnythingIsWritten) {
   const auto result = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--report",
                                (dir / "no/such/r.json").string()});
   EXPECT_EQ(result.exit_code, 2);
-  EXPECT_TRUE(one_error_line(result, "onnx-rewrite: error: report directory '" + (dir / "no/such").string() + "' does not exist"))
+  EXPECT_TRUE(one_error_line(result, "onnx-rewrite: error: " + (dir / "no/such/r.json").string() + ": report directory '" +
+                                         (dir / "no/such").string() + "' does not exist"))
       << result.err;
   EXPECT_FALSE(fs::exists(dir / "out.onnx")) << "the model is not written when its report can't be";
 }
@@ -249,6 +354,54 @@ g (float[2] x) => (float[2] y) { y = Gelu (x) })",
   const auto gelu = run_cli({"check", too_new.string()});
   EXPECT_EQ(gelu.exit_code, 1) << "Gelu exists from opset 20";
   EXPECT_NE(gelu.out.find("Gelu does not exist (or is deprecated) at ai.onnx opset 17"), std::string::npos) << gelu.out;
+}
+
+TEST(Check, OpsetVersionsAreReadWhole) {
+  // 2^32 + 13 is not 13, and 2^62 is not 0: both are above --opset 13.
+  TempDir dir;
+  for (const int64_t version : {(int64_t{1} << 32) + 13, int64_t{1} << 62}) {
+    write_file(dir / "m.onnx", serialize(opset_model(version)));
+    const auto capped = run_cli({"check", (dir / "m.onnx").string(), "--opset", "13", "--json"});
+    EXPECT_EQ(capped.exit_code, 1) << version;
+    const auto check = parse_json(capped.out).struct_value().fields().at("result").struct_value().fields();
+    ASSERT_EQ(check.at("opset_problems").list_value().values_size(), 1) << capped.out;
+    EXPECT_EQ(check.at("opset_problems").list_value().values(0).string_value(),
+              "the model imports ai.onnx opset " + std::to_string(version) + ", above --opset 13");
+    EXPECT_EQ(check.at("unloadable").list_value().values_size(), 0) << "Relu exists at every opset: " << capped.out;
+    EXPECT_EQ(run_cli({"check", (dir / "m.onnx").string()}).exit_code, 0) << "no --opset: nothing to refuse";
+  }
+  write_file(dir / "m.onnx", serialize(opset_model(-5)));
+  const auto negative = run_cli({"check", (dir / "m.onnx").string()});
+  EXPECT_EQ(negative.exit_code, 1);
+  EXPECT_NE(negative.out.find("Relu does not exist (or is deprecated) at ai.onnx opset -5"), std::string::npos) << negative.out;
+}
+
+TEST(Check, AnImportNewerThanTheTablesIsANoteAndItsNodesAreCheckedAgainstTheNewestTable) {
+  TempDir dir;
+  const int newest = OpRegistry::builtin().table("")->highest_version();
+  const int newer = newest + 6;
+  const std::string note = fmt::format("note: ai.onnx opset {} is newer than the tables: nodes were checked against ai.onnx opset {}",
+                                       newer, newest);
+  write_file(dir / "m.onnx", serialize(opset_model(newer)));
+  const auto relu = run_cli({"check", (dir / "m.onnx").string()});
+  EXPECT_EQ(relu.exit_code, 0);
+  EXPECT_NE(relu.out.find(note), std::string::npos) << relu.out;
+  // An op the tables don't know may be newer than them: not flagged.
+  write_file(dir / "m.onnx", serialize(opset_model(newer, "SomeFutureOp")));
+  const auto future = run_cli({"check", (dir / "m.onnx").string()});
+  EXPECT_EQ(future.exit_code, 0) << future.out;
+  EXPECT_NE(future.out.find(note), std::string::npos) << future.out;
+  // One removed long ago stays removed.
+  write_file(dir / "m.onnx", serialize(opset_model(newer, "Scatter")));
+  const auto scatter = run_cli({"check", (dir / "m.onnx").string(), "--json"});
+  EXPECT_EQ(scatter.exit_code, 1) << scatter.out;
+  const auto check = parse_json(scatter.out).struct_value().fields().at("result").struct_value().fields();
+  EXPECT_EQ(check.at("unloadable").list_value().values(0).struct_value().fields().at("reason").string_value(),
+            fmt::format("Scatter does not exist (or is deprecated) at ai.onnx opset {}", newer));
+  EXPECT_EQ(check.at("notes").list_value().values_size(), 1) << scatter.out;
+  // Within the tables: no note.
+  write_file(dir / "m.onnx", serialize(opset_model(newest)));
+  EXPECT_EQ(run_cli({"check", (dir / "m.onnx").string()}).out.find("note:"), std::string::npos);
 }
 
 TEST(Check, ContribOpsAreLoadableForOrtOnlyAndFunctionsForOrtOnly) {

@@ -2,6 +2,9 @@
 // data is validated and carried along, writes are atomic.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
+
 #include <google/protobuf/unknown_field_set.h>
 
 #include "onnx_rewrite/error.h"
@@ -151,6 +154,20 @@ std::string external_model(const std::string& location, int64_t offset = 4096, i
   return external_model_text(location, std::to_string(offset), std::to_string(length));
 }
 
+// `bytes` (a model from external_model) with its weight's header changed by `edit`.
+std::string with_weight_header(const std::string& bytes, const std::function<void(onnx::TensorProto&)>& edit) {
+  onnx::ModelProto model;
+  EXPECT_TRUE(model.ParseFromString(bytes));
+  edit(*model.mutable_graph()->mutable_initializer(0));
+  return serialize(model);
+}
+
+void drop_length(onnx::TensorProto& weight) {
+  auto* entries = weight.mutable_external_data();
+  entries->erase(std::remove_if(entries->begin(), entries->end(), [](const auto& entry) { return entry.key() == "length"; }),
+                 entries->end());
+}
+
 std::string load_error(const fs::path& path) {
   try {
     load_model(path);
@@ -193,6 +210,68 @@ TEST(ExternalData, UnsafeOrMissingLocationsAreRefused) {
     EXPECT_NE(error.find(message), std::string::npos) << error;
   }
   write_file(dir / "m.onnx", external_model("w.bin"));
+  EXPECT_EQ(load_error(dir / "m.onnx"), "");
+}
+
+TEST(ExternalData, ALocationWithANulByteIsRefusedAndPrintedReadably) {
+  // open() would stop at the NUL and read w.bin: another file than the one the model names.
+  TempDir dir;
+  write_file(dir / "w.bin", std::string(8192, '\0'));
+  for (const std::string tail : {"x", "/../../etc/passwd"}) {
+    const std::string location = std::string("w.bin") + '\0' + tail;
+    write_file(dir / "m.onnx", external_model(location));
+    const std::string error = load_error(dir / "m.onnx");
+    EXPECT_NE(error.find("location 'w.bin\\x00" + tail + "' holds a NUL byte"), std::string::npos) << error;
+    EXPECT_EQ(error.find('\0'), std::string::npos) << "no raw NUL in the message";
+  }
+}
+
+TEST(ExternalData, ALengthMustMatchTheTensorsTypeAndShape) {
+  // ONNX Runtime refuses a length that disagrees with dims x element size; so do we, at load.
+  TempDir dir;
+  write_file(dir / "w.bin", std::string(8192, '\0'));
+  write_file(dir / "m.onnx", external_model("w.bin", 4096, 12));
+  EXPECT_NE(load_error(dir / "m.onnx").find("tensor 'w' (main graph): external data length 12 does not match the tensor: "
+                                             "float[4] takes 16 bytes"),
+            std::string::npos)
+      << load_error(dir / "m.onnx");
+  write_file(dir / "m.onnx", external_model("w.bin", 4096, 20));
+  EXPECT_NE(load_error(dir / "m.onnx").find("length 20 does not match"), std::string::npos) << load_error(dir / "m.onnx");
+
+  // Sub-byte types are packed, the last byte padded: int4[3] and uint2[5] take 2 bytes.
+  for (const auto& [data_type, dims] : std::vector<std::pair<int32_t, std::vector<int64_t>>>{{22, {3}}, {25, {5}}}) {
+    for (const int64_t length : {1, 2, 3}) {
+      write_file(dir / "m.onnx", with_weight_header(external_model("w.bin", 0, length), [&](onnx::TensorProto& weight) {
+                   weight.set_data_type(data_type);
+                   weight.clear_dims();
+                   for (const int64_t dim : dims) weight.add_dims(dim);
+                 }));
+      EXPECT_EQ(load_error(dir / "m.onnx").empty(), length == 2) << data_type << " " << length << ": " << load_error(dir / "m.onnx");
+    }
+  }
+  // Strings have no fixed size: their length is not checked against the shape.
+  write_file(dir / "m.onnx", with_weight_header(external_model("w.bin", 0, 3), [](onnx::TensorProto& weight) {
+               weight.set_data_type(onnx::TensorProto::STRING);
+             }));
+  EXPECT_EQ(load_error(dir / "m.onnx"), "");
+  // Shapes no file can hold.
+  write_file(dir / "m.onnx", with_weight_header(external_model("w.bin"), [](onnx::TensorProto& weight) { weight.set_dims(0, -4); }));
+  EXPECT_NE(load_error(dir / "m.onnx").find("the tensor float[-4] has a negative dimension"), std::string::npos)
+      << load_error(dir / "m.onnx");
+  write_file(dir / "m.onnx", with_weight_header(external_model("w.bin"), [](onnx::TensorProto& weight) {
+               weight.set_dims(0, int64_t{1} << 40);
+               weight.add_dims(int64_t{1} << 40);
+             }));
+  EXPECT_NE(load_error(dir / "m.onnx").find("is larger than any file"), std::string::npos) << load_error(dir / "m.onnx");
+}
+
+TEST(ExternalData, WithoutALengthTheTensorMustFitInTheFileFromItsOffset) {
+  TempDir dir;
+  write_file(dir / "m.onnx", with_weight_header(external_model("w.bin", 4096), drop_length));
+  write_file(dir / "w.bin", std::string(4096 + 15, '\0'));
+  EXPECT_NE(load_error(dir / "m.onnx").find("external data range [4096, +16) lies outside 'w.bin' (4111 bytes)"), std::string::npos)
+      << load_error(dir / "m.onnx");
+  write_file(dir / "w.bin", std::string(4096 + 16, '\0'));
   EXPECT_EQ(load_error(dir / "m.onnx"), "");
 }
 

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
+#include <string_view>
 
 #include "onnx_rewrite/model.h"
 
@@ -9,7 +11,8 @@ namespace onnx_rewrite {
 
 // Reads a model without touching its weights' payload bytes. Throws InputError naming the file
 // on anything unreadable: not a file, not protobuf, not an ONNX model, external data whose
-// location is absolute, escapes the model's directory, or is missing/too short.
+// location is absolute, escapes the model's directory or holds a NUL byte, whose file is missing
+// or too short, or whose length does not match the tensor's type and shape.
 Model load_model(const std::filesystem::path& path);
 
 // A fresh copy of a model as it was loaded (its source bytes parsed again; cheap: weights stay put).
@@ -32,5 +35,8 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
 
 // The serialized bytes write_model would write (tests; small models).
 std::string serialize_model(const Model& model);
+
+// `text` for a one-line message: control bytes (NUL, newline, ...) written as \xNN.
+std::string printable(std::string_view text);
 
 }  // namespace onnx_rewrite

@@ -1,6 +1,7 @@
 // onnx-rewrite: the command line (docs/cli.md). Parses options and hands over to commands.h.
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -8,6 +9,7 @@
 
 #include "onnx_rewrite/commands.h"
 #include "onnx_rewrite/error.h"
+#include "onnx_rewrite/model_io.h"
 
 namespace {
 
@@ -41,6 +43,20 @@ void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources
       ->capture_default_str()
       ->check(CLI::Range(1, 10000));
   command.add_option("--report", report, "Also write what happened as JSON to FILE");
+}
+
+// CLI11 reads a word that names no subcommand as a stray argument and then says only that a
+// subcommand is required; say which word it was and what the subcommands are.
+std::string parse_error_text(const CLI::App& app, int argc, char** argv, const CLI::ParseError& error) {
+  const std::string first = argc > 1 ? argv[1] : "";
+  std::vector<std::string> names;
+  for (const auto* command : app.get_subcommands({})) names.push_back(command->get_name());
+  if (first.empty() || first.front() == '-' || std::find(names.begin(), names.end(), first) != names.end()) {
+    return error.what();
+  }
+  std::string known;
+  for (const auto& name : names) known += (known.empty() ? "" : ", ") + name;
+  return "unknown subcommand '" + first + "' (known: " + known + ")";
 }
 
 }  // namespace
@@ -100,7 +116,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << kProgram << ": error: " << e.what() << " (see --help)\n";
+    std::cerr << kProgram << ": error: " << printable(parse_error_text(app, argc, argv, e)) << " (see --help)\n";
     return static_cast<int>(ExitCode::kUsage);
   }
 
@@ -118,16 +134,16 @@ int main(int argc, char** argv) {
       return run_batch(batch, std::cout, std::cerr);
     }
   } catch (const InputError& e) {
-    std::cerr << kProgram << ": error: " << e.file() << ": " << e.what() << "\n";
+    std::cerr << kProgram << ": error: " << printable(e.file()) << ": " << printable(e.what()) << "\n";
     return static_cast<int>(ExitCode::kBadInput);
   } catch (const UsageError& e) {
-    std::cerr << kProgram << ": error: " << e.what() << "\n";
+    std::cerr << kProgram << ": error: " << printable(e.what()) << "\n";
     return static_cast<int>(ExitCode::kUsage);
   } catch (const std::bad_alloc&) {
     std::cerr << kProgram << ": error: out of memory\n";
     return static_cast<int>(ExitCode::kBadInput);
   } catch (const std::exception& e) {
-    std::cerr << kProgram << ": error: internal error: " << e.what() << "\n";
+    std::cerr << kProgram << ": error: internal error: " << printable(e.what()) << "\n";
     return static_cast<int>(ExitCode::kBadInput);
   }
   return static_cast<int>(ExitCode::kUsage);
