@@ -165,7 +165,12 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
   for (const auto& function : model.proto.functions()) {
     const std::string place = fmt::format("function {}.{}", function.domain(), function.name());
     const Imports function_imports = import_map(function.opset_import());
-    checker.check_nodes(function.node(), function_imports, place, place);
+    // ONNX Runtime reads a body at the model's import of each domain both import.
+    Imports body_imports = function_imports;
+    for (auto& [domain, version] : body_imports) {
+      if (auto it = model_imports.find(domain); it != model_imports.end()) version = it->second;
+    }
+    checker.check_nodes(function.node(), body_imports, place, place);
     note_newer_than_tables(function_imports, target, notes);
   }
   CheckReport report;

@@ -376,6 +376,40 @@ TEST(Check, OpsetVersionsAreReadWhole) {
   EXPECT_NE(negative.out.find("Relu does not exist (or is deprecated) at ai.onnx opset -5"), std::string::npos) << negative.out;
 }
 
+TEST(Rewrite, AnOpsetVersionBeyondAnyOpsetIsBadInputAndANewerOneANote) {
+  TempDir dir;
+  const auto input = dir / "m.onnx";
+  const auto output = dir / "out.onnx";
+  write_file(input, serialize(opset_model((int64_t{1} << 32) + 13)));
+  const auto wrapped = run_cli({"rewrite", input.string(), "-o", output.string(), "--opset", "13"});
+  EXPECT_EQ(wrapped.exit_code, 3);
+  EXPECT_EQ(wrapped.err, "onnx-rewrite: error: " + input.string() + ": the model imports ai.onnx opset 4294967309, which is no opset version\n");
+  EXPECT_FALSE(fs::exists(output));
+  const int newer = OpRegistry::builtin().table("")->highest_version() + 1;
+  write_file(input, serialize(opset_model(newer)));
+  const auto rewritten = run_cli({"rewrite", input.string(), "-o", output.string()});
+  EXPECT_EQ(rewritten.exit_code, 0) << rewritten.err;
+  EXPECT_NE(rewritten.out.find(fmt::format("note: ai.onnx opset {} is newer than the tables", newer)), std::string::npos)
+      << rewritten.out;
+}
+
+TEST(Check, AFunctionBodyIsCheckedAtTheModelsImport) {
+  // ONNX Runtime reads the body at the model's ai.onnx 10, where Round does not exist.
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 6, opset_import: ["": 10, "local": 1]>
+g (float[8] x) => (float[8] y) {
+  y = local.R (x)
+}
+<domain: "local", opset_import: ["": 11]>
+R (X) => (Y) {
+  Y = Round (X)
+})",
+                                      dir / "m.onnx");
+  const auto check = run_cli({"check", input.string(), "--target", "ort"});
+  EXPECT_EQ(check.exit_code, 1) << check.out << check.err;
+  EXPECT_NE(check.out.find("Round does not exist (or is deprecated) at ai.onnx opset 10"), std::string::npos) << check.out;
+}
+
 TEST(Check, AnImportNewerThanTheTablesIsANoteAndItsNodesAreCheckedAgainstTheNewestTable) {
   TempDir dir;
   const int newest = OpRegistry::builtin().table("")->highest_version();
