@@ -519,19 +519,24 @@ TEST(RulesInside, FunctionBodiesAndControlFlowBodies) {
   }
 }
 
+// A model calling function local.R, whose body is CustomOpTwo (Round, ai.onnx >= 11).
+std::string custom_op_two_in_function(int model_opset, int function_opset) {
+  return fmt::format(R"(<ir_version: 6, opset_import: ["": {}, "local": 1]>
+g (float[8] x) => (float[8] y) {{
+  y = local.R (x)
+}}
+<domain: "local", opset_import: ["": {}, "test.customop": 1]>
+R (X) => (Y) {{
+  Y = test.customop.CustomOpTwo (X)
+}})",
+                     model_opset, function_opset);
+}
+
 TEST(RulesInside, ARaiseInsideAFunctionRaisesTheModelsImportToo) {
   // ONNX Runtime reads a function body at the model's ai.onnx import: Round (opset 11) in a body
   // whose import alone said 11 would not load in a model importing 10.
-  const std::string text = R"(<ir_version: 5, opset_import: ["": 10, "local": 1]>
-g (float[8] x) => (float[8] y) {
-  y = local.R (x)
-}
-<domain: "local", opset_import: ["": 10, "test.customop": 1]>
-R (X) => (Y) {
-  Y = test.customop.CustomOpTwo (X)
-})";
   TempDir dir;
-  const auto input = write_model_text(text, dir / "in.onnx");
+  const auto input = write_model_text(custom_op_two_in_function(10, 10), dir / "in.onnx");
   const auto output = dir / "out.onnx";
   const auto result = run_cli({"rewrite", input.string(), "-o", output.string(), "--target", "ort"});
   ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
@@ -601,16 +606,8 @@ TEST(RulesInside, AFunctionNodeThatWouldChangeMeaningBlocksTheRaiseAndTheNoteSay
 }
 
 TEST(RulesInside, AFunctionImportThatDiffersFromTheModelsIsLeftAlone) {
-  const std::string text = R"(<ir_version: 8, opset_import: ["": 13, "local": 1]>
-g (float[8] x) => (float[8] y) {
-  y = local.R (x)
-}
-<domain: "local", opset_import: ["": 11, "test.customop": 1]>
-R (X) => (Y) {
-  Y = test.customop.CustomOpTwo (X)
-})";
   TempDir dir;
-  const auto input = write_model_text(text, dir / "in.onnx");
+  const auto input = write_model_text(custom_op_two_in_function(13, 11), dir / "in.onnx");
   const auto result = run_cli({"rewrite", input.string(), "--dry-run", "--target", "ort", "--explain", "CustomOpTwo"});
   EXPECT_EQ(result.exit_code, 1) << result.out << result.err;  // the custom op stays
   EXPECT_NE(result.out.find("the function imports ai.onnx 11 and the model ai.onnx 13"), std::string::npos) << result.out;
