@@ -47,6 +47,7 @@ float Match::attribute_float(const std::string& name, float otherwise) const {
 std::vector<int64_t> Match::attribute_ints(const std::string& name, std::vector<int64_t> otherwise) const {
   const auto* found = attribute(name);
   if (!found) return otherwise;
+  if (found->type() == onnx::AttributeProto::INT) return {found->i()};  // a one-value list written as an int
   return std::vector<int64_t>(found->ints().begin(), found->ints().end());
 }
 
@@ -68,6 +69,14 @@ int Match::opset(const std::string& domain) const {
 }
 
 // ---- Attribute helpers -----------------------------------------------------------------------
+
+// Whether a node's attribute of type `actual` may be captured as `declared`: the same type, or
+// one value where a list is declared (mmcv writes `padding = 1` for [1, 1]).
+static bool capturable(onnx::AttributeProto::AttributeType actual, onnx::AttributeProto::AttributeType declared) {
+  using A = onnx::AttributeProto;
+  return declared == A::UNDEFINED || actual == declared || (declared == A::INTS && actual == A::INT) ||
+         (declared == A::FLOATS && actual == A::FLOAT);
+}
 
 bool same_attribute_value(const onnx::AttributeProto& a, const onnx::AttributeProto& b) {
   auto close = [](double x, double y) { return x == y || std::fabs(x - y) <= 1e-6 * std::max(std::fabs(x), std::fabs(y)); };
@@ -349,7 +358,7 @@ class Search {
         }
         continue;
       }
-      if (actual && wanted.capture_type != onnx::AttributeProto::UNDEFINED && actual->type() != wanted.capture_type) {
+      if (actual && !capturable(actual->type(), wanted.capture_type)) {
         fail(depth, fmt::format("node {}: attribute '{}' is {}, the op takes {} (an invalid node)", node_text(node), wanted.name,
                                 onnx::AttributeProto::AttributeType_Name(actual->type()),
                                 onnx::AttributeProto::AttributeType_Name(wanted.capture_type)));

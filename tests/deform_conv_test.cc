@@ -111,9 +111,13 @@ std::string model_text(const Geometry& g, Form form, int opset) {
       const bool modulated = g.mask;
       std::vector<int64_t> padding{g.pads[0], g.pads[1]};
       if (form == Form::kMmdeploy && !modulated) padding = {g.pads[0], g.pads[0], g.pads[1], g.pads[1]};
+      // mmcv's own exports write an (h, w) pair of equal values as one int; mmdeploy's as a list.
+      auto pair = [&](const std::vector<int64_t>& values) {
+        return form == Form::kMmcv && values.size() == 2 && values[0] == values[1] ? std::to_string(values[0]) : ints(values);
+      };
       const std::string attributes =
-          fmt::format("stride = {}, padding = {}, dilation = {}, groups = {}, deform_groups = {}", ints({g.stride[0], g.stride[1]}),
-                      ints(padding), ints({g.dilation[0], g.dilation[1]}), g.groups, g.offset_groups);
+          fmt::format("stride = {}, padding = {}, dilation = {}, groups = {}, deform_groups = {}", pair({g.stride[0], g.stride[1]}),
+                      pair(padding), pair({g.dilation[0], g.dilation[1]}), g.groups, g.offset_groups);
       node = modulated ? fmt::format("y = {}.MMCVModulatedDeformConv2d <{}> {}", domain, attributes,
                                      inputs({"input", "offset", "mask", "weight", bias}))
                        : fmt::format("y = {}.MMCVDeformConv2d <{}, bias = 0, im2col_step = 32> (input, offset, weight)", domain,

@@ -54,18 +54,12 @@ int64_t static_dim(const ValueType& type, size_t axis) {
   return (*type.dims)[axis];
 }
 
-std::vector<int64_t> attribute_values(const onnx::AttributeProto& attribute) {
-  if (attribute.type() == onnx::AttributeProto::INT) return {attribute.i()};
-  return {attribute.ints().begin(), attribute.ints().end()};
-}
-
 // An attribute with one value per spatial axis (h, w): an int, or ints [v] for both axes, or
 // [h, w]. With `doubled_pairs`, also [h, h, w, w] as mmdeploy writes padding (zip(padding, padding)).
 std::string read_pair(const Match& match, const std::string& name, std::array<int64_t, 2>& pair,
                       bool doubled_pairs = false) {
-  const onnx::AttributeProto* attribute = match.attribute(name);
-  if (!attribute) return {};
-  const std::vector<int64_t> values = attribute_values(*attribute);
+  if (!match.attribute(name)) return {};
+  const std::vector<int64_t> values = match.attribute_ints(name);
   if (values.size() == 1) {
     pair = {values[0], values[0]};
   } else if (values.size() == 2) {
@@ -131,9 +125,8 @@ std::string parse_mmcv(const Match& match, DeformConv& conv) {
 // dilations, group, offset_group, kernel_shape.
 std::string parse_onnx(const Match& match, DeformConv& conv) {
   auto read = [&](const std::string& name, auto& into) -> std::string {
-    const onnx::AttributeProto* attribute = match.attribute(name);
-    if (!attribute) return {};
-    const std::vector<int64_t> values = attribute_values(*attribute);
+    if (!match.attribute(name)) return {};
+    const std::vector<int64_t> values = match.attribute_ints(name);
     if (values.size() != into.size()) {
       return fmt::format("attribute {} has {} values, a 2-D DeformConv needs {}", name, values.size(), into.size());
     }
