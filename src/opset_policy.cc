@@ -121,7 +121,7 @@ void OpsetPolicy::for_each_owned_node(Owner owner, const std::function<void(cons
   }
 }
 
-std::optional<std::string> OpsetPolicy::raise_blocker(Owner owner, const std::string& domain, int from, int to) const {
+std::optional<std::string> OpsetPolicy::move_blocker(Owner owner, const std::string& domain, int from, int to) const {
   const OpTable* table = OpRegistry::builtin().table(domain);
   if (!table) return "no version history is known for " + display_domain(domain);
   std::optional<std::string> blocker;
@@ -146,12 +146,16 @@ std::variant<int, std::string> OpsetPolicy::current_version(Owner owner, const s
   if (!owner) return own;
   // Runtimes read a function's body at the model's import (ONNX Runtime inlines it there; ONNX's
   // checker wants the two to agree), so a function follows the model wherever both import a domain.
+  // A body importing another version than the model's is rewritten (and its import moved to the
+  // model's) only if none of its nodes means something else at the model's version.
   const int model = effective(nullptr, domain);
   if (own && model && own != model) {
-    return fmt::format("the function imports {0} {1} and the model {0} {2}: runtimes differ on which one its body means",
-                       display_domain(domain), own, model);
+    if (auto blocker = move_blocker(owner, domain, own, model)) {
+      return fmt::format("the function imports {0} {1} and the model {0} {2}, and its body would mean something else at {2}: {3}",
+                         display_domain(domain), own, model, *blocker);
+    }
   }
-  return own ? own : model;
+  return model ? model : own;
 }
 
 std::optional<std::string> OpsetPolicy::model_wide_raise_blocker(const std::string& domain, int to) const {
@@ -159,7 +163,7 @@ std::optional<std::string> OpsetPolicy::model_wide_raise_blocker(const std::stri
     const int from = effective(owner, domain);
     if (from >= to) continue;
     if (rewritten_owners_.count(owner)) return fmt::format("needs {} raised to {}; retried next round", display_domain(domain), to);
-    if (auto blocker = raise_blocker(owner, domain, from, to)) {
+    if (auto blocker = move_blocker(owner, domain, from, to)) {
       return fmt::format("needs {} {}, and raising it from {} would change the model: {}", display_domain(domain), to, from,
                          *blocker);
     }

@@ -51,7 +51,7 @@ class OpsetPolicy {
   using Owner = const void*;  // the model's graph (nullptr) or a FunctionProto
   static Owner owner_of(const Scope& scope);
   int effective(Owner owner, const std::string& domain) const;
-  std::optional<std::string> raise_blocker(Owner owner, const std::string& domain, int from, int to) const;
+  std::optional<std::string> move_blocker(Owner owner, const std::string& domain, int from, int to) const;
   std::vector<Owner> owners_importing(const std::string& domain) const;
   // The version a replacement in `owner` is built for now, or why that is ambiguous.
   std::variant<int, std::string> current_version(Owner owner, const std::string& domain) const;

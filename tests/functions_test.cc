@@ -605,12 +605,36 @@ TEST(RulesInside, AFunctionNodeThatWouldChangeMeaningBlocksTheRaiseAndTheNoteSay
       << result.out;
 }
 
-TEST(RulesInside, AFunctionImportThatDiffersFromTheModelsIsLeftAlone) {
+TEST(RulesInside, AFunctionImportingAnotherVersionIsReadAtTheModels) {
+  // Nothing in the body means something else at 13 than at 11: rewritten for 13, import moved.
   TempDir dir;
   const auto input = write_model_text(custom_op_two_in_function(13, 11), dir / "in.onnx");
+  const auto output = dir / "out.onnx";
+  const auto result = run_cli({"rewrite", input.string(), "-o", output.string(), "--target", "ort"});
+  ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
+  onnx::ModelProto rewritten;
+  ASSERT_TRUE(rewritten.ParseFromString(read_file(output)));
+  ASSERT_EQ(rewritten.functions_size(), 1);
+  EXPECT_EQ(op_count(count_ops(rewritten), {"", "Round"}), 1);
+  EXPECT_EQ(rewritten.functions(0).opset_import(0).domain(), "");
+  EXPECT_EQ(rewritten.functions(0).opset_import(0).version(), 13);
+  EXPECT_EQ(run_cli({"check", output.string(), "--target", "ort"}).exit_code, 0);
+}
+
+TEST(RulesInside, AFunctionBodyThatMeansSomethingElseAtTheModelsImportIsLeftAlone) {
+  // Unsqueeze-11 takes its axes as an attribute, Unsqueeze-13 as an input.
+  std::string text = custom_op_two_in_function(13, 11);
+  text.replace(text.find("  Y = test.customop.CustomOpTwo (X)"), std::string("  Y = test.customop.CustomOpTwo (X)").size(),
+               "  u = Unsqueeze <axes = [0]> (X)\n  Y = test.customop.CustomOpTwo (u)");
+  text.replace(text.find("(float[8] y)"), std::string("(float[8] y)").size(), "(float[1, 8] y)");
+  TempDir dir;
+  const auto input = write_model_text(text, dir / "in.onnx");
   const auto result = run_cli({"rewrite", input.string(), "--dry-run", "--target", "ort", "--explain", "CustomOpTwo"});
   EXPECT_EQ(result.exit_code, 1) << result.out << result.err;  // the custom op stays
-  EXPECT_NE(result.out.find("the function imports ai.onnx 11 and the model ai.onnx 13"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("the function imports ai.onnx 11 and the model ai.onnx 13, and its body would mean something else "
+                            "at 13: Unsqueeze-13 changed its meaning"),
+            std::string::npos)
+      << result.out;
 }
 
 TEST(RulesInside, ACallOfALocalFunctionNamedLikeACustomOpMeansTheFunction) {
