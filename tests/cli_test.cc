@@ -364,11 +364,16 @@ TEST(Check, OpsetVersionsAreReadWhole) {
     const auto capped = run_cli({"check", (dir / "m.onnx").string(), "--opset", "13", "--json"});
     EXPECT_EQ(capped.exit_code, 1) << version;
     const auto check = parse_json(capped.out).struct_value().fields().at("result").struct_value().fields();
-    ASSERT_EQ(check.at("opset_problems").list_value().values_size(), 1) << capped.out;
+    ASSERT_EQ(check.at("opset_problems").list_value().values_size(), 2) << capped.out;
     EXPECT_EQ(check.at("opset_problems").list_value().values(0).string_value(),
+              "the model imports ai.onnx opset " + std::to_string(version) + ", which is no opset version");
+    EXPECT_EQ(check.at("opset_problems").list_value().values(1).string_value(),
               "the model imports ai.onnx opset " + std::to_string(version) + ", above --opset 13");
     EXPECT_EQ(check.at("unloadable").list_value().values_size(), 0) << "Relu exists at every opset: " << capped.out;
-    EXPECT_EQ(run_cli({"check", (dir / "m.onnx").string()}).exit_code, 0) << "no --opset: nothing to refuse";
+    // Without --opset too: no runtime loads it.
+    const auto plain = run_cli({"check", (dir / "m.onnx").string()});
+    EXPECT_EQ(plain.exit_code, 1);
+    EXPECT_NE(plain.out.find("which is no opset version"), std::string::npos) << plain.out;
   }
   write_file(dir / "m.onnx", serialize(opset_model(-5)));
   const auto negative = run_cli({"check", (dir / "m.onnx").string()});
