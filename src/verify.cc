@@ -1,5 +1,7 @@
 #include "onnx_rewrite/verify.h"
 
+#include <algorithm>
+#include <functional>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -140,6 +142,50 @@ class Verifier {
   }
 };
 
+void collect_calls(const NodeList& nodes, std::vector<std::string>& calls) {
+  for (const auto& node : nodes) {
+    calls.push_back(node.domain() + "." + node.op_type());
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.has_g()) collect_calls(attribute.g().node(), calls);
+      for (const auto& subgraph : attribute.graphs()) collect_calls(subgraph.node(), calls);
+    }
+  }
+}
+
+// A model-local function that calls itself, directly or through others: no runtime can expand it.
+std::optional<std::string> recursive_function(const onnx::ModelProto& model) {
+  std::unordered_map<std::string, std::vector<std::string>> calls;  // function -> what its body calls
+  for (const auto& function : model.functions()) {
+    collect_calls(function.node(), calls[function.domain() + "." + function.name()]);
+  }
+  enum class State { kVisiting, kDone };
+  std::unordered_map<std::string, State> state;
+  std::vector<std::string> path;
+  std::optional<std::string> found;
+  std::function<void(const std::string&)> visit = [&](const std::string& name) {
+    state[name] = State::kVisiting;
+    path.push_back(name);
+    for (const auto& callee : calls[name]) {
+      if (found || !calls.count(callee)) continue;
+      auto it = state.find(callee);
+      if (it == state.end()) {
+        visit(callee);
+      } else if (it->second == State::kVisiting) {
+        auto start = std::find(path.begin(), path.end(), callee);
+        found = fmt::format("model-local function {} calls itself ({} -> {})", callee,
+                            fmt::join(start, path.end(), " -> "), callee);
+      }
+    }
+    path.pop_back();
+    state[name] = State::kDone;
+  };
+  for (const auto& function : model.functions()) {
+    const std::string name = function.domain() + "." + function.name();
+    if (!found && !state.count(name)) visit(name);
+  }
+  return found;
+}
+
 std::optional<std::string> verify(const onnx::ModelProto& model, bool ordered) {
   Verifier verifier(ordered);
   std::vector<const Names*> outer;
@@ -155,6 +201,9 @@ std::optional<std::string> verify(const onnx::ModelProto& model, bool ordered) {
 
 std::optional<std::string> structural_problem(const onnx::ModelProto& model) { return verify(model, true); }
 
-std::optional<std::string> input_problem(const onnx::ModelProto& model) { return verify(model, false); }
+std::optional<std::string> input_problem(const onnx::ModelProto& model) {
+  if (auto problem = verify(model, false)) return problem;
+  return recursive_function(model);
+}
 
 }  // namespace onnx_rewrite

@@ -95,6 +95,23 @@ TEST(InputProblem, EachBrokenGraphIsNamed) {
   }
 }
 
+TEST(InputProblem, ARecursiveFunctionIsNamedWithItsCycle) {
+  const auto problem = input_problem(parse_model_text(R"(<ir_version: 8, opset_import: ["": 17, "local": 1]>
+g (float[4] x) => (float[4] y) {
+  y = local.F (x)
+}
+<domain: "local", opset_import: ["": 17, "local": 1]>
+F (X) => (Y) {
+  Y = local.G (X)
+}
+<domain: "local", opset_import: ["": 17, "local": 1]>
+G (X) => (Y) {
+  Y = local.F (X)
+})"));
+  ASSERT_TRUE(problem.has_value());
+  EXPECT_EQ(*problem, "model-local function local.F calls itself (local.F -> local.G -> local.F)");
+}
+
 TEST(InputProblem, RewriteAndCheckRefuseTheModelAndWriteNothing) {
   // Two contrib ops feeding each other: rules would otherwise chase the cycle.
   TempDir dir;
