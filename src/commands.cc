@@ -118,7 +118,7 @@ void print_unmet(const std::string& target, const CheckReport& report, const Rul
   for (const auto& entry : report.unloadable) {
     err << fmt::format("  {} x{} ({}): {}", op_text(entry), entry.count, entry.place, entry.reason);
     const auto hints = rules_for_other_targets(rules, entry, target);
-    if (!hints.empty()) err << fmt::format("; a rule covers it for another target: {}", fmt::join(hints, ", "));
+    if (!hints.empty()) err << fmt::format("; rules for this op serve another target: {}", fmt::join(hints, ", "));
     err << "\n";
   }
   for (const auto& problem : report.opset_problems) err << "  " << problem << "\n";
