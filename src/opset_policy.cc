@@ -199,7 +199,9 @@ std::variant<OpsetPolicy::Plan, std::string> OpsetPolicy::plan(const Scope& scop
       if (raise == Raise::kNever) {
         return fmt::format("needs {} {} (the model uses {}), tried only when no other rule fits", name, wanted, current);
       }
-      if (auto blocker = model_wide_raise_blocker(range.domain, wanted); blocker && raise == Raise::kIfSafe) return *blocker;
+      if (raise == Raise::kIfSafe) {
+        if (auto blocker = model_wide_raise_blocker(range.domain, wanted)) return *blocker;
+      }
       plan.raises = true;
     }
     plan.versions[range.domain] = wanted;
@@ -211,10 +213,14 @@ void OpsetPolicy::commit(const Scope& scope, const Plan& plan) {
   const Owner owner = owner_of(scope);
   for (const auto& [domain, version] : plan.versions) {
     if (version == 0) continue;
-    // A raise moves every import of the domain along (see current_version); plan() checked them all.
-    for (Owner importer : owners_importing(domain)) {
-      int& decided = decided_[{importer, domain}];
-      if (decided < version) decided = version;
+    const int model = effective(nullptr, domain);
+    if (model && version > model) {
+      // A raise of the model's import moves every import of the domain along (function bodies are
+      // read at the model's); plan() checked the nodes of them all.
+      for (Owner importer : owners_importing(domain)) {
+        int& decided = decided_[{importer, domain}];
+        if (decided < version) decided = version;
+      }
     }
     decided_[{owner, domain}] = version;
   }

@@ -621,6 +621,28 @@ TEST(RulesInside, AFunctionImportingAnotherVersionIsReadAtTheModels) {
   EXPECT_EQ(run_cli({"check", output.string(), "--target", "ort"}).exit_code, 0);
 }
 
+TEST(RulesInside, ARewriteInTheMainGraphWithoutARaiseLeavesFunctionImportsAlone) {
+  const std::string text = R"(<ir_version: 8, opset_import: ["": 13, "local": 1, "test.customop": 1]>
+g (float[8] x) => (float[8] y, float[1, 8] z) {
+  y = test.customop.CustomOpTwo (x)
+  z = local.F (x)
+}
+<domain: "local", opset_import: ["": 11]>
+F (X) => (Y) {
+  Y = Unsqueeze <axes = [0]> (X)
+})";
+  TempDir dir;
+  const auto input = write_model_text(text, dir / "in.onnx");
+  const auto output = dir / "out.onnx";
+  const auto result = run_cli({"rewrite", input.string(), "-o", output.string(), "--target", "ort"});
+  ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
+  onnx::ModelProto rewritten;
+  ASSERT_TRUE(rewritten.ParseFromString(read_file(output)));
+  EXPECT_EQ(op_count(count_ops(rewritten), {"", "Round"}), 1);
+  ASSERT_EQ(rewritten.functions_size(), 1);
+  EXPECT_EQ(rewritten.functions(0).opset_import(0).version(), 11);  // Unsqueeze-11 would mean something else at 13
+}
+
 TEST(RulesInside, AFunctionBodyThatMeansSomethingElseAtTheModelsImportIsLeftAlone) {
   // Unsqueeze-11 takes its axes as an attribute, Unsqueeze-13 as an input.
   std::string text = custom_op_two_in_function(13, 11);
