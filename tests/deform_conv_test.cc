@@ -572,13 +572,11 @@ struct Explained {
 };
 
 Explained rewrite_explained(const std::string& text, const std::string& op, std::optional<int> opset = std::nullopt) {
-  std::ostringstream explanation;
   RewriteOptions options;
   options.max_opset = opset;
   options.explain = op;
-  options.explain_out = &explanation;
   const Rewritten rewritten = rewrite_text(text, builtin_rules(), options);
-  Explained result{{}, explanation.str()};
+  Explained result{{}, rewritten.explain};
   for (const auto& node : rewritten.model.graph().node()) {
     result.ops.insert((node.domain().empty() ? "" : node.domain() + ".") + node.op_type());
   }

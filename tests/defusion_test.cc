@@ -25,26 +25,13 @@ using namespace testing;
 
 std::string model(int opset, const std::string& graph) { return contrib_model_text(opset, graph); }
 
-struct Defused {
-  onnx::ModelProto model;
-  RewriteResult result;
-  std::string bytes;  // the model as onnx-rewrite writes it
-  std::string explain;
-};
+using Defused = Rewritten;
 
 Defused defuse(const onnx::ModelProto& proto, const std::string& explain_op = "") {
-  std::ostringstream explain;
   RewriteOptions options;
   options.target = "onnx";
   options.explain = explain_op;
-  options.explain_out = &explain;
-  Model model = parse_model(serialize(proto), "test.onnx");
-  Defused defused;
-  defused.result = rewrite_model(model, builtin_rules(), options);
-  defused.model = model.proto;
-  defused.bytes = serialize_model(model);
-  defused.explain = explain.str();
-  return defused;
+  return rewrite_proto(proto, builtin_rules(), options);
 }
 
 // Nodes ONNX Runtime's optimizer writes that standard ONNX lacks: com.microsoft*, and its own

@@ -34,28 +34,15 @@ std::string numbers(int count, double center = 0.0, double spread = 1.0, uint32_
   return fmt::format("{{{}}}", fmt::join(out, ", "));
 }
 
-struct Fused {
-  onnx::ModelProto model;  // initializers as headers (their payload is in `bytes`)
-  RewriteResult result;
-  std::string bytes;       // the model as onnx-rewrite writes it
-  std::string explain;
-};
+using Fused = Rewritten;
 
 // Rewrites a model for ONNX Runtime with the built-in rules; `explain_op` collects --explain.
 Fused fuse(const onnx::ModelProto& proto, std::optional<int> max_opset = std::nullopt, const std::string& explain_op = "") {
-  std::ostringstream explain;
   RewriteOptions options;
   options.target = "ort";
   options.max_opset = max_opset;
   options.explain = explain_op;
-  options.explain_out = &explain;
-  Model model = parse_model(serialize(proto), "test.onnx");
-  Fused fused;
-  fused.result = rewrite_model(model, builtin_rules(), options);
-  fused.model = model.proto;
-  fused.bytes = serialize_model(model);
-  fused.explain = explain.str();
-  return fused;
+  return rewrite_proto(proto, builtin_rules(), options);
 }
 
 Fused fuse(const std::string& text, std::optional<int> max_opset = std::nullopt, const std::string& explain_op = "") {

@@ -20,21 +20,11 @@ namespace {
 
 using namespace testing;
 
-struct Defused {
-  onnx::ModelProto model;
-  std::string bytes;
-  std::string explain;
-};
-
-Defused defuse(const std::string& text, const std::string& explain_op = "") {
-  std::ostringstream explain;
+Rewritten defuse(const std::string& text, const std::string& explain_op = "") {
   RewriteOptions options;
   options.target = "onnx";
   options.explain = explain_op;
-  options.explain_out = &explain;
-  Model model = parse_model(serialize(parse_model_text(text)), "nchwc.onnx");
-  rewrite_model(model, builtin_rules(), options);
-  return {model.proto, serialize_model(model), explain.str()};
+  return rewrite_text(text, builtin_rules(), options);
 }
 
 int nchwc_ops(const onnx::ModelProto& model) {

@@ -119,12 +119,20 @@ RuleSet rules_from_text(const std::string& text, bool with_builtin) {
   return rules;
 }
 
-Rewritten rewrite_text(const std::string& model_text, const RuleSet& rules, RewriteOptions options) {
-  Model model = model_from_text(model_text);
+Rewritten rewrite_proto(const onnx::ModelProto& proto, const RuleSet& rules, RewriteOptions options) {
+  std::ostringstream explain;
+  options.explain_out = &explain;
+  Model model = parse_model(serialize(proto), "test.onnx");
   Rewritten rewritten;
   rewritten.result = rewrite_model(model, rules, options);
   rewritten.model = model.proto;
+  rewritten.bytes = serialize_model(model);
+  rewritten.explain = explain.str();
   return rewritten;
+}
+
+Rewritten rewrite_text(const std::string& model_text, const RuleSet& rules, RewriteOptions options) {
+  return rewrite_proto(parse_model_text(model_text), rules, std::move(options));
 }
 
 std::set<std::string> interface_names(const onnx::ModelProto& model) {

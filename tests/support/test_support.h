@@ -60,11 +60,16 @@ CommandResult run_cli(const std::vector<std::string>& args);
 // Rules from text (with the builtin rules unless `with_builtin` is false).
 RuleSet rules_from_text(const std::string& text, bool with_builtin = false);
 
-// Rewrites a model given as ONNX text with the given rules; returns the rewritten proto.
+// Rewrites a model in process, as `rewrite` does: the rewritten proto (initializers as headers,
+// their payload is in `bytes`), the result, the bytes
+// onnx-rewrite writes, and what --explain printed for `options.explain`.
 struct Rewritten {
   onnx::ModelProto model;
   RewriteResult result;
+  std::string bytes;
+  std::string explain;
 };
+Rewritten rewrite_proto(const onnx::ModelProto& proto, const RuleSet& rules, RewriteOptions options = {});
 Rewritten rewrite_text(const std::string& model_text, const RuleSet& rules, RewriteOptions options = {});
 
 // The main graph's nodes as ONNX text with every name that is not in `kept` (graph inputs,
