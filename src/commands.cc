@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -243,22 +242,6 @@ void refuse_invalid(const Model& model) {
   if (auto problem = input_problem(model.proto)) throw InputError(model.path.string(), *problem);
 }
 
-// Opset versions are small numbers; one beyond int's range can only be damage, and rewriting
-// (which raises and lowers imports) would misread it. `check` reports such imports instead.
-void refuse_absurd_opsets(const Model& model) {
-  auto refuse = [&](const auto& imports, const std::string& owner) {
-    for (const auto& import : imports) {
-      if (import.version() < 0 || import.version() > std::numeric_limits<int32_t>::max()) {
-        throw InputError(model.path.string(), fmt::format("{} imports {} opset {}, which is no opset version", owner,
-                                                          display_domain(import.domain()), import.version()));
-      }
-    }
-  };
-  refuse(model.proto.opset_import(), "the model");
-  for (const auto& function : model.proto.functions()) {
-    refuse(function.opset_import(), fmt::format("function {}.{}", function.domain(), function.name()));
-  }
-}
 
 // Loads, rewrites, checks and (unless dry) writes one model.
 ModelOutcome process(const std::string& input, const std::string& output, const RuleSet& rules,
@@ -269,7 +252,7 @@ ModelOutcome process(const std::string& input, const std::string& output, const 
   LoadedModel loaded(input, !in_batch);
   Model& model = *loaded;
   refuse_invalid(model);
-  refuse_absurd_opsets(model);
+  if (const auto opsets = impossible_opset_imports(model.proto); !opsets.empty()) throw InputError(input, opsets.front());
   outcome.result = rewrite_model(model, rules, options);
   outcome.check = check_model(model, target, options.max_opset);
   if (!dry_run) {

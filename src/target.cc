@@ -1,7 +1,6 @@
 #include "onnx_rewrite/target.h"
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -11,6 +10,7 @@
 
 #include "onnx_rewrite/embedded.h"
 #include "onnx_rewrite/error.h"
+#include "onnx_rewrite/verify.h"
 #include "onnx_rewrite/opset.h"
 
 namespace onnx_rewrite {
@@ -176,19 +176,7 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
   }
   CheckReport report;
   for (auto& [key, entry] : checker.tally.entries) report.unloadable.push_back(std::move(entry));
-  // No runtime loads an import that isn't an opset version at all (damage, not a newer opset).
-  auto check_range = [&](const Imports& imports, const std::string& owner) {
-    for (const auto& [domain, version] : imports) {
-      if (version > std::numeric_limits<int32_t>::max()) {
-        report.opset_problems.push_back(fmt::format("{} imports {} opset {}, which is no opset version", owner,
-                                                    display_domain(domain), version));
-      }
-    }
-  };
-  check_range(model_imports, "the model");
-  for (const auto& function : model.proto.functions()) {
-    check_range(import_map(function.opset_import()), fmt::format("function {}.{}", function.domain(), function.name()));
-  }
+  report.opset_problems = impossible_opset_imports(model.proto);  // no runtime loads those
   report.notes.assign(notes.begin(), notes.end());
   if (max_opset) {
     auto check_import = [&](const Imports& imports, const std::string& owner) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -200,6 +201,23 @@ std::optional<std::string> verify(const onnx::ModelProto& model, bool ordered) {
 }  // namespace
 
 std::optional<std::string> structural_problem(const onnx::ModelProto& model) { return verify(model, true); }
+
+std::vector<std::string> impossible_opset_imports(const onnx::ModelProto& model) {
+  std::vector<std::string> problems;
+  auto check = [&](const auto& imports, const std::string& owner) {
+    for (const auto& import : imports) {
+      if (import.version() < 0 || import.version() > std::numeric_limits<int32_t>::max()) {
+        const std::string domain = import.domain().empty() ? "ai.onnx" : import.domain();
+        problems.push_back(fmt::format("{} imports {} opset {}, which is no opset version", owner, domain, import.version()));
+      }
+    }
+  };
+  check(model.opset_import(), "the model");
+  for (const auto& function : model.functions()) {
+    check(function.opset_import(), fmt::format("function {}.{}", function.domain(), function.name()));
+  }
+  return problems;
+}
 
 std::optional<std::string> input_problem(const onnx::ModelProto& model) {
   if (auto problem = verify(model, false)) return problem;

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <onnx/onnx_pb.h>
 
@@ -16,5 +17,9 @@ std::optional<std::string> structural_problem(const onnx::ModelProto& model);
 // The first problem of an input model, whose nodes may come in any order (as ONNX Runtime
 // takes them); a model with one is refused before any work.
 std::optional<std::string> input_problem(const onnx::ModelProto& model);
+
+// Opset imports (of the model and its functions) outside 0..2^31-1: damage, not a newer opset.
+// `check` reports them, `rewrite` refuses the model (imports are raised and lowered as ints).
+std::vector<std::string> impossible_opset_imports(const onnx::ModelProto& model);
 
 }  // namespace onnx_rewrite
