@@ -123,9 +123,40 @@ class GraphBuilder {
   std::vector<std::string> notes_;
 };
 
-// C++ replacements referenced by name from rule files (`replace with NAME`).
-using BuilderFunction = std::function<std::string(const Match& match, GraphBuilder& builder)>;
-const BuilderFunction* find_builder(const std::string& name);
-std::vector<std::string> builder_names();
+// C++ replacements named in rule files (`replace with NAME`), one registry for all families.
+//
+// A builder declares what it reads from a match, so that a rule naming it is checked when its
+// file loads (file:line:col) rather than silently declining at match time; reading a name it
+// did not declare is a bug in the builder, reported as such (never a silent decline).
+struct BuilderSignature {
+  std::vector<std::string> values;               // pattern values every pattern of the rule binds
+  std::vector<std::string> optional_values;      // pattern values some patterns bind (read after has_value)
+  std::vector<std::string> attributes;           // captures, defaults or lets the rule defines
+  std::vector<std::string> optional_attributes;  // captures, defaults or lets a rule may define
+  bool declares_value(const std::string& name) const;
+  bool declares_attribute(const std::string& name) const;
+};
+
+using BuildFunction = std::function<std::string(const Match& match, GraphBuilder& builder)>;
+
+struct Builder {
+  std::string name;
+  BuilderSignature signature;
+  BuildFunction build;
+};
+
+class BuilderRegistry {
+ public:
+  // Throws std::logic_error for a name registered twice (two families disagreeing).
+  void add(std::string name, BuilderSignature signature, BuildFunction build);
+  const Builder* find(const std::string& name) const;
+  std::vector<std::string> names() const;
+
+  // Every family's builders (families/*/; the list is generated at build time).
+  static const BuilderRegistry& builtin();
+
+ private:
+  std::map<std::string, Builder> builders_;
+};
 
 }  // namespace onnx_rewrite

@@ -4,12 +4,14 @@
 
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
 
+#include "onnx_rewrite/builder.h"
 #include "onnx_rewrite/rule.h"
 #include "onnx_rewrite/scope.h"
 
@@ -18,6 +20,9 @@ namespace onnx_rewrite {
 class Match {
  public:
   const Scope* scope = nullptr;
+  // While a C++ builder runs: what it declared it reads. Reading anything else is a bug in the
+  // builder, thrown as BuilderContractError.
+  const BuilderSignature* signature = nullptr;
   const Rule* rule = nullptr;
   const Pattern* pattern = nullptr;
   onnx::NodeProto* anchor = nullptr;
@@ -34,10 +39,20 @@ class Match {
   float attribute_float(const std::string& name, float otherwise) const;
   std::vector<int64_t> attribute_ints(const std::string& name, std::vector<int64_t> otherwise = {}) const;
   std::string attribute_string(const std::string& name, std::string otherwise = {}) const;
-  ValueType type_of(const std::string& pattern_name) const;
   const ShapeFacts& facts(const std::string& pattern_name) const { return scope->facts(value(pattern_name)); }
   std::optional<TensorValues> constant(const std::string& pattern_name) const;
   int opset(const std::string& domain = "") const;
+
+ private:
+  void require_value(const std::string& name) const;
+  void require_attribute(const std::string& name) const;
+};
+
+// A builder read a name its signature does not declare: a bug in the builder, not a reason to
+// decline (the engine reports it as an internal error of the rule).
+class BuilderContractError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
 };
 
 class Matcher {

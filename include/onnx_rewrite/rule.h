@@ -16,6 +16,7 @@ namespace onnx_rewrite {
 
 class GraphBuilder;
 class Match;
+struct BuilderSignature;
 
 // A domain's opset import must lie in [min, max].
 struct VersionRange {
@@ -105,6 +106,8 @@ class Replacement {
   // (e.g. a shape it needs is unknown), or "" on success.
   virtual std::string build(const Match& match, GraphBuilder& builder) const = 0;
   virtual std::string describe() const = 0;
+  // What a C++ builder declared it reads (null for ONNX text, checked when the file loads).
+  virtual const BuilderSignature* signature() const { return nullptr; }
 };
 
 // The checked example of a rule: a model and the main graph nodes expected after the rewrite.

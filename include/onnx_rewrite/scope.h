@@ -9,13 +9,10 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
 
-#include "onnx_rewrite/flat_map.h"
 #include "onnx_rewrite/model.h"
 #include "onnx_rewrite/shapes.h"
 #include "onnx_rewrite/tensor.h"
@@ -29,13 +26,6 @@ struct Use {
   int input = 0;  // index into node->input(), or -1 when a subgraph of `node` refers to the value
 };
 
-// What is statically known about a value: element type and dims (-1 where unknown).
-struct ValueType {
-  int32_t elem_type = 0;          // 0 = unknown
-  std::optional<std::vector<int64_t>> dims;  // nullopt = rank unknown
-  std::optional<size_t> rank() const { return dims ? std::optional<size_t>(dims->size()) : std::nullopt; }
-};
-
 class ShapeInference;
 
 class Scope {
@@ -44,6 +34,8 @@ class Scope {
 
   Scope(Kind kind, std::string where, const Model& model, const Scope* parent, onnx::GraphProto* graph,
         onnx::FunctionProto* function);
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
   ~Scope();
 
   Kind kind() const { return kind_; }
@@ -65,13 +57,13 @@ class Scope {
   const Producer* producer(std::string_view value) const;
   std::span<const Use> uses(std::string_view value) const;
   // Graph or function outputs of this scope.
-  bool is_output(std::string_view value) const { return outputs_.count(value) != 0; }
+  bool is_output(std::string_view value) const;
   // Defined here or in an enclosing graph by a graph input or an initializer.
   bool is_graph_input(std::string_view value) const;
   // An initializer / a graph input of this very graph.
-  bool owns_initializer(std::string_view value) const { return initializers_.contains(value); }
-  bool is_graph_input_here(std::string_view value) const { return graph_inputs_.count(value) != 0; }
-  int position(const onnx::NodeProto* node) const { return *positions_.find(node); }
+  bool owns_initializer(std::string_view value) const;
+  bool is_graph_input_here(std::string_view value) const;
+  int position(const onnx::NodeProto* node) const;
 
   // The tensor a value is bound to when it is constant: an initializer (header; payload may be
   // deferred) or a Constant node's tensor, here or in an enclosing graph.
@@ -80,47 +72,34 @@ class Scope {
   bool is_constant(std::string_view value) const;
   // Its values, decoded (small tensors only: at most `max_elements`).
   std::optional<TensorValues> constant_values(std::string_view value, size_t max_elements = 4096) const;
-  // What the graph declares (graph inputs/outputs, value_info, initializers, Constant nodes).
-  ValueType declared_type(std::string_view value) const;
-  // What is known: declared, completed by shape inference through the producers.
-  ValueType type_of(std::string_view value) const;
-  // Shapes with symbols for run-time sizes (shapes.h), worked out once per scope.
-  const ShapeFacts& facts(const std::string& value) const;
+  // What is known of a value's type and shape: what the graph declares (graph inputs and
+  // outputs, value_info, initializers, Constant nodes), completed by shape inference through
+  // the producers; worked out once per scope (shapes.h). The one shape API of the engine.
+  const ShapeFacts& facts(std::string_view value) const;
 
  private:
-  void index();
-  void add_type(const onnx::ValueInfoProto& info);
+  friend class ShapeInference;
+  struct Declared {
+    int32_t elem_type = 0;
+    std::optional<std::vector<int64_t>> dims;  // -1 where unknown; nullopt: rank unknown
+  };
+  // What the graph itself says of a value, here or in an enclosing graph.
+  Declared declared(std::string_view value) const;
 
+  struct Index;  // producers, uses, positions, declared types: flat tables built once (scope.cc)
   Kind kind_;
   std::string where_;
   const Model& model_;
   const Scope* parent_;
   onnx::GraphProto* graph_;
   onnx::FunctionProto* function_;
-
-  // Keys view names owned by the model's protos, which don't change while a scope is in use.
-  FlatMap<std::string_view, Producer> producers_;
-  struct UseRange {
-    uint32_t begin = 0;
-    uint32_t count = 0;
-  };
-  FlatMap<std::string_view, UseRange> use_ranges_;  // into uses_, in node order
-  std::vector<Use> uses_;
-  std::unordered_set<std::string_view> outputs_;
-  std::unordered_set<std::string_view> graph_inputs_;
-  FlatMap<std::string_view, const onnx::TensorProto*> initializers_;
-  FlatMap<std::string_view, ValueType> types_;
-  FlatMap<const onnx::NodeProto*, int> positions_;
-  std::map<std::string, int, std::less<>> opsets_;
+  std::unique_ptr<Index> index_;
   mutable std::unique_ptr<ShapeInference> inference_;  // on first use
 };
 
 // All scopes of a model, parents before children. Pointers into the model stay valid until the
 // model's node lists change.
 std::vector<std::unique_ptr<Scope>> collect_scopes(Model& model);
-
-// Names a node's subgraphs read from enclosing scopes (views into the subgraphs' protos).
-std::vector<std::string_view> implicit_inputs(const onnx::NodeProto& node);
 
 // The constant a Constant node holds, as a tensor (value, value_float(s), value_int(s)).
 std::optional<onnx::TensorProto> constant_node_tensor(const onnx::NodeProto& node);

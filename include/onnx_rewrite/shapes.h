@@ -45,6 +45,15 @@ struct ShapeFacts {
   std::optional<Dims> shape;    // nullopt = rank unknown
   std::optional<Dims> values;   // the elements of a small integer tensor (a shape being computed)
   std::optional<size_t> rank() const { return shape ? std::optional<size_t>(shape->size()) : std::nullopt; }
+  // The dims as numbers, -1 where a size is known only at run time; nullopt when the rank is unknown.
+  std::optional<std::vector<int64_t>> static_dims() const {
+    if (!shape) return std::nullopt;
+    std::vector<int64_t> dims;
+    for (const Dim& dim : *shape) dims.push_back(dim.known() ? *dim.number : -1);
+    return dims;
+  }
+  // One dim as a number; -1 when unknown (or the rank is unknown or too small).
+  int64_t dim(size_t axis) const { return shape && axis < shape->size() && (*shape)[axis].known() ? *(*shape)[axis].number : -1; }
 };
 
 }  // namespace onnx_rewrite

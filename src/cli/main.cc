@@ -7,7 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <google/protobuf/stubs/logging.h>
 
-#include "onnx_rewrite/commands.h"
+#include "cli/commands.h"
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/model_io.h"
 

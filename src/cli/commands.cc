@@ -1,0 +1,651 @@
+#include "cli/commands.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "onnx_rewrite/error.h"
+#include "cli/json.h"
+#include "onnx_rewrite/model_io.h"
+#include "onnx_rewrite/opset.h"
+#include "onnx_rewrite/target.h"
+#include "onnx_rewrite/tensor.h"
+#include "onnx_rewrite/verify.h"
+
+namespace onnx_rewrite {
+namespace fs = std::filesystem;
+
+namespace {
+
+bool g_leave_models_to_exit = false;
+
+// A loaded model that lives until the command ends. When the process exits right after (the
+// CLI), it is left to the operating system: freeing millions of protobuf objects one by one
+// costs seconds on huge graphs and buys nothing.
+class LoadedModel {
+ public:
+  explicit LoadedModel(const std::string& path, bool may_leave = true)
+      : model_(std::make_unique<Model>(load_model(path))), leave_(may_leave && g_leave_models_to_exit) {}
+  ~LoadedModel() {
+    if (leave_) (void)model_.release();
+  }
+  LoadedModel(const LoadedModel&) = delete;
+  LoadedModel& operator=(const LoadedModel&) = delete;
+  Model& operator*() { return *model_; }
+
+ private:
+  std::unique_ptr<Model> model_;
+  bool leave_;
+};
+
+}  // namespace
+
+void leave_models_to_process_exit() { g_leave_models_to_exit = true; }
+
+RuleSet RuleSources::load() const {
+  RuleSet rules;
+  if (builtin) rules.load_builtin();
+  for (const auto& path : paths) rules.load_path(path);
+  return rules;
+}
+
+namespace {
+
+std::string op_name(const OpKey& key) { return display_domain(key.first) + "." + key.second; }
+
+// ---- Reports -------------------------------------------------------------------------------
+
+void write_check_json(JsonWriter& json, const CheckReport& report) {
+  json.begin_object();
+  json.key("ok").value(report.ok());
+  json.key("unloadable").begin_array();
+  for (const auto& entry : report.unloadable) {
+    json.begin_object();
+    json.key("domain").value(display_domain(entry.domain));
+    json.key("op_type").value(entry.op_type);
+    if (!entry.aten_operator.empty()) json.key("aten_operator").value(entry.aten_operator);
+    json.key("count").value(entry.count);
+    json.key("where").value(entry.place);
+    json.key("reason").value(entry.reason);
+    json.end_object();
+  }
+  json.end_array();
+  json.key("opset_problems").strings(report.opset_problems);
+  json.key("notes").strings(report.notes);
+  json.end_object();
+}
+
+std::string op_text(const Unloadable& entry) {
+  std::string text = display_domain(entry.domain) + "." + entry.op_type;
+  if (!entry.aten_operator.empty()) text += " (operator " + entry.aten_operator + ")";
+  return text;
+}
+
+// Rules for other targets anchored at an op that this target can't load: a hint where to go.
+std::vector<std::string> rules_for_other_targets(const RuleSet& rules, const Unloadable& entry, const std::string& target) {
+  std::vector<std::string> hints;
+  for (const auto& rule : rules.rules) {
+    if (rule->serves(target)) continue;
+    for (const auto& pattern : rule->patterns) {
+      const auto& anchor = pattern.anchor();
+      if (anchor.domain != normalize_domain(entry.domain) || anchor.op_type != entry.op_type) continue;
+      bool other_operator = false;
+      for (const auto& attribute : anchor.attributes) {
+        if (attribute.name == "operator" && attribute.literal) other_operator = attribute.literal->s() != entry.aten_operator;
+      }
+      if (other_operator) continue;
+      hints.push_back(fmt::format("{} (--target {})", rule->id, fmt::join(rule->targets, "|")));
+      break;
+    }
+  }
+  return hints;
+}
+
+void print_unmet(const std::string& target, const CheckReport& report, const RuleSet& rules, std::ostream& err) {
+  int kinds = static_cast<int>(report.unloadable.size());
+  err << fmt::format("onnx-rewrite: target {} not met", target);
+  if (kinds) err << fmt::format(": {} kind{} of node it can't load", kinds, kinds == 1 ? "" : "s");
+  err << "\n";
+  for (const auto& entry : report.unloadable) {
+    err << fmt::format("  {} x{} ({}): {}", op_text(entry), entry.count, entry.place, entry.reason);
+    const auto hints = rules_for_other_targets(rules, entry, target);
+    if (!hints.empty()) err << fmt::format("; rules for this op serve another target: {}", fmt::join(hints, ", "));
+    err << "\n";
+  }
+  for (const auto& problem : report.opset_problems) err << "  " << problem << "\n";
+}
+
+struct ModelOutcome {
+  std::string input;
+  std::string output;
+  std::string status;  // rewritten, unchanged, target-not-met, failed
+  std::string error;
+  RewriteResult result;
+  CheckReport check;
+};
+
+void write_outcome_json(JsonWriter& json, const ModelOutcome& outcome, const std::string& target) {
+  json.begin_object();
+  json.key("model").value(outcome.input);
+  json.key("output").value(outcome.output);
+  json.key("target").value(target);
+  json.key("status").value(outcome.status);
+  if (!outcome.error.empty()) {
+    json.key("error").value(outcome.error);
+    json.end_object();
+    return;
+  }
+  json.key("changed").value(outcome.result.changed());
+  json.key("rounds").value(outcome.result.rounds);
+  json.key("functions_inlined").value(outcome.result.functions_inlined);
+  json.key("rules").begin_array();
+  for (const auto& [id, stats] : outcome.result.rules) {
+    json.begin_object();
+    json.key("id").value(id);
+    json.key("matches").value(stats.matches);
+    json.key("nodes_removed").value(stats.nodes_removed);
+    json.key("nodes_added").value(stats.nodes_added);
+    json.end_object();
+  }
+  json.end_array();
+  json.key("ops").begin_array();
+  std::set<OpKey> keys;
+  for (const auto& [key, count] : outcome.result.before) keys.insert(key);
+  for (const auto& [key, count] : outcome.result.after) keys.insert(key);
+  for (const auto& key : keys) {
+    auto before = outcome.result.before.find(key);
+    auto after = outcome.result.after.find(key);
+    json.begin_object();
+    json.key("domain").value(display_domain(key.first));
+    json.key("op_type").value(key.second);
+    json.key("before").value(before == outcome.result.before.end() ? 0 : before->second);
+    json.key("after").value(after == outcome.result.after.end() ? 0 : after->second);
+    json.end_object();
+  }
+  json.end_array();
+  json.key("opset_changes").begin_array();
+  for (const auto& [domain, change] : outcome.result.opset_changes) {
+    json.begin_object();
+    json.key("domain").value(display_domain(domain));
+    json.key("before").value(change.first);
+    json.key("after").value(change.second);
+    json.end_object();
+  }
+  json.end_array();
+  json.key("notes").strings(outcome.result.notes);
+  json.key("check");
+  write_check_json(json, outcome.check);
+  json.end_object();
+}
+
+void print_summary(const ModelOutcome& outcome, const std::string& target, bool dry_run, std::ostream& out) {
+  const RewriteResult& result = outcome.result;
+  const std::string destination = dry_run ? "(dry run, nothing written)" : outcome.output;
+  if (!result.changed()) {
+    out << fmt::format("{} -> {}: no rule applies; the output is an exact copy\n", outcome.input, destination);
+  } else {
+    out << fmt::format("{} -> {}\n", outcome.input, destination);
+    if (result.functions_inlined) out << fmt::format("  inlined {} call(s) to model-local functions\n", result.functions_inlined);
+    for (const auto& [id, stats] : result.rules) {
+      out << fmt::format("  rule {}: {} match{} ({} node{} replaced by {})\n", id, stats.matches, stats.matches == 1 ? "" : "es",
+                         stats.nodes_removed, stats.nodes_removed == 1 ? "" : "s", stats.nodes_added);
+    }
+    std::vector<std::string> lines;
+    std::set<OpKey> keys;
+    for (const auto& [key, count] : result.before) keys.insert(key);
+    for (const auto& [key, count] : result.after) keys.insert(key);
+    size_t width = 0;
+    for (const auto& key : keys) width = std::max(width, op_name(key).size());
+    for (const auto& key : keys) {
+      auto before = result.before.find(key);
+      auto after = result.after.find(key);
+      const int b = before == result.before.end() ? 0 : before->second;
+      const int a = after == result.after.end() ? 0 : after->second;
+      if (a != b) lines.push_back(fmt::format("    {:<{}}  {:>5} -> {}", op_name(key), width, b, a));
+    }
+    if (!lines.empty()) out << "  ops (before -> after):\n" << fmt::format("{}\n", fmt::join(lines, "\n"));
+    for (const auto& [domain, change] : result.opset_changes) {
+      const auto text = [](int version) { return version ? std::to_string(version) : std::string("(none)"); };
+      out << fmt::format("  opset import {}: {} -> {}\n", display_domain(domain), text(change.first), text(change.second));
+    }
+  }
+  for (const auto& note : result.notes) out << "  note: " << note << "\n";
+  for (const auto& note : outcome.check.notes) out << "  note: " << note << "\n";
+  out << fmt::format("  target {}: {}\n", target, outcome.check.ok() ? "met" : "NOT met (see stderr)");
+}
+
+// Checked before any work, so that a mistyped path costs nothing and leaves nothing half done.
+void require_directory_of(const std::string& path, const std::string& what) {
+  const fs::path parent = fs::path(path).parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(parent.empty() ? fs::path(".") : parent, ec)) {
+    throw UsageError(path + ": " + what + " directory '" + parent.string() + "' does not exist");
+  }
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  require_directory_of(path, "report");
+  write_file_atomically(path, text);
+}
+
+// A graph ONNX Runtime would refuse (a cycle, a value computed twice or by nothing) is bad input:
+// rewriting or checking it would only hide that.
+void refuse_invalid(const Model& model) {
+  if (auto problem = input_problem(model.proto)) throw InputError(model.path.string(), *problem);
+}
+
+
+// Loads, rewrites, checks and (unless dry) writes one model.
+ModelOutcome process(const std::string& input, const std::string& output, const RuleSet& rules,
+                     const RewriteOptions& options, const Target& target, bool dry_run, bool in_place, bool in_batch) {
+  ModelOutcome outcome;
+  outcome.input = input;
+  outcome.output = output;
+  LoadedModel loaded(input, !in_batch);
+  Model& model = *loaded;
+  refuse_invalid(model);
+  if (const auto opsets = impossible_opset_imports(model.proto); !opsets.empty()) throw InputError(input, opsets.front());
+  outcome.result = rewrite_model(model, rules, options);
+  outcome.check = check_model(model, target, options.max_opset);
+  if (!dry_run) {
+    WriteOptions write;
+    write.allow_overwrite_input = in_place;
+    write_model(model, output, write);
+  }
+  outcome.status = !outcome.check.ok() ? "target-not-met" : outcome.result.changed() ? "rewritten" : "unchanged";
+  return outcome;
+}
+
+RewriteOptions effective_options(RewriteOptions options, std::optional<bool> inline_functions) {
+  options.inline_functions = inline_functions.value_or(!find_target(options.target).local_functions);
+  return options;
+}
+
+}  // namespace
+
+int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& err) {
+  if (command.in_place && !command.output.empty()) throw UsageError("--in-place and -o exclude each other");
+  if (!command.in_place && !command.dry_run && command.output.empty()) throw UsageError("rewrite needs -o OUT.onnx (or --in-place, --dry-run)");
+  const Target& target = find_target(command.options.target);
+  const RuleSet rules = command.rules.load();
+  const RewriteOptions options = effective_options(command.options, command.inline_functions);
+  active_rules(rules, options);  // unknown --only/--skip ids are usage errors, before any work
+  const std::string output = command.in_place ? command.input : command.output;
+  if (!command.dry_run) require_directory_of(output, "output");
+  if (!command.report.empty()) require_directory_of(command.report, "report");
+  const ModelOutcome outcome = process(command.input, output, rules, options, target, command.dry_run, command.in_place, false);
+  print_summary(outcome, target.name, command.dry_run, out);
+  if (!command.report.empty()) {
+    JsonWriter json;
+    write_outcome_json(json, outcome, target.name);
+    write_text_file(command.report, json.str());
+  }
+  if (!outcome.check.ok()) {
+    print_unmet(target.name, outcome.check, rules, err);
+    return static_cast<int>(ExitCode::kTargetNotMet);
+  }
+  return 0;
+}
+
+int run_check(const std::string& input, const std::string& target_name, std::optional<int> max_opset, bool json,
+              std::ostream& out, std::ostream& err) {
+  const Target& target = find_target(target_name);
+  LoadedModel loaded(input);
+  const Model& model = *loaded;
+  refuse_invalid(model);
+  const CheckReport report = check_model(model, target, max_opset);
+  if (json) {
+    JsonWriter writer;
+    writer.begin_object();
+    writer.key("model").value(input);
+    writer.key("target").value(target.name);
+    writer.key("max_opset");
+    if (max_opset) writer.value(*max_opset);
+    else writer.null();
+    writer.key("result");
+    write_check_json(writer, report);
+    writer.end_object();
+    out << writer.str();
+  } else if (report.ok()) {
+    out << fmt::format("{}: target {}: every node is loadable\n", input, target.name);
+  } else {
+    out << fmt::format("{}: target {}: NOT loadable\n", input, target.name);
+    for (const auto& entry : report.unloadable) {
+      out << fmt::format("  {} x{} ({}): {}\n", op_text(entry), entry.count, entry.place, entry.reason);
+    }
+    for (const auto& problem : report.opset_problems) out << "  " << problem << "\n";
+  }
+  if (!json) {
+    for (const auto& note : report.notes) out << "  note: " << note << "\n";
+  }
+  (void)err;
+  return report.ok() ? 0 : static_cast<int>(ExitCode::kTargetNotMet);
+}
+
+namespace {
+
+struct InitializerStats {
+  int64_t count = 0;
+  uint64_t inline_bytes = 0;
+  uint64_t external_bytes = 0;
+  std::map<std::string, uint64_t> external_files;
+};
+
+InitializerStats initializer_stats(const Model& model) {
+  InitializerStats stats;
+  for (const auto& tensor : model.proto.graph().initializer()) {
+    ++stats.count;
+    if (tensor.data_location() == onnx::TensorProto::EXTERNAL) {
+      std::string location;
+      uint64_t length = 0;
+      for (const auto& entry : tensor.external_data()) {
+        if (entry.key() == "location") location = entry.value();
+        if (entry.key() == "length") length = std::strtoull(entry.value().c_str(), nullptr, 10);
+      }
+      std::error_code ec;
+      if (!stats.external_files.count(location)) stats.external_files[location] = fs::file_size(model.directory() / location, ec);
+      stats.external_bytes += length;
+    } else if (const FileRange* range = model.deferred_field(tensor)) {
+      stats.inline_bytes += range->size();
+    } else {
+      stats.inline_bytes += tensor.ByteSizeLong();
+    }
+  }
+  return stats;
+}
+
+std::string bytes_text(uint64_t bytes) {
+  if (bytes >= (1ull << 30)) return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1ull << 30));
+  if (bytes >= (1ull << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1ull << 20));
+  if (bytes >= (1ull << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / (1ull << 10));
+  return fmt::format("{} B", bytes);
+}
+
+bool is_standard_domain(const std::string& domain) { return domain.empty() || domain == "ai.onnx.ml"; }
+
+// Rules with a pattern node of this op, per target.
+std::vector<std::string> covering_rules(const RuleSet& rules, const OpKey& key) {
+  std::vector<std::string> ids;
+  for (const auto& rule : rules.rules) {
+    bool covers = false;
+    for (const auto& pattern : rule->patterns) {
+      for (const auto& node : pattern.nodes) covers = covers || (node.domain == key.first && node.op_type == key.second);
+    }
+    if (covers) ids.push_back(fmt::format("{} [{}]", rule->id, fmt::join(rule->targets, ", ")));
+  }
+  return ids;
+}
+
+}  // namespace
+
+int run_inspect(const std::string& input, const RuleSources& sources, bool json, std::ostream& out) {
+  const RuleSet rules = sources.load();
+  LoadedModel loaded(input);
+  const Model& model = *loaded;
+  const onnx::ModelProto& proto = model.proto;
+  const OpCounts ops = count_ops(proto);
+  const InitializerStats initializers = initializer_stats(model);
+  std::set<std::pair<std::string, std::string>> functions;
+  for (const auto& function : proto.functions()) functions.insert({normalize_domain(function.domain()), function.name()});
+
+  if (json) {
+    JsonWriter writer;
+    writer.begin_object();
+    writer.key("model").value(input);
+    writer.key("ir_version").value(static_cast<int64_t>(proto.ir_version()));
+    writer.key("producer_name").value(proto.producer_name());
+    writer.key("producer_version").value(proto.producer_version());
+    writer.key("opset_imports").begin_array();
+    for (const auto& import : proto.opset_import()) {
+      writer.begin_object().key("domain").value(display_domain(normalize_domain(import.domain())));
+      writer.key("version").value(static_cast<int64_t>(import.version())).end_object();
+    }
+    writer.end_array();
+    writer.key("ops").begin_array();
+    for (const auto& [key, count] : ops) {
+      writer.begin_object().key("domain").value(display_domain(key.first)).key("op_type").value(key.second);
+      writer.key("count").value(count);
+      const bool custom = !is_standard_domain(key.first);
+      writer.key("custom").value(custom);
+      writer.key("local_function").value(functions.count(key) != 0);
+      if (custom) writer.key("rules").strings(covering_rules(rules, key));
+      writer.end_object();
+    }
+    writer.end_array();
+    writer.key("functions").begin_array();
+    for (const auto& [domain, name] : functions) writer.value(display_domain(domain) + "." + name);
+    writer.end_array();
+    writer.key("initializers").begin_object();
+    writer.key("count").value(initializers.count);
+    writer.key("inline_bytes").value(initializers.inline_bytes);
+    writer.key("external_bytes").value(initializers.external_bytes);
+    writer.key("external_files").begin_array();
+    for (const auto& [file, size] : initializers.external_files) {
+      writer.begin_object().key("location").value(file).key("bytes").value(size).end_object();
+    }
+    writer.end_array().end_object();
+    writer.end_object();
+    out << writer.str();
+    return 0;
+  }
+
+  out << fmt::format("{}\n", input);
+  out << fmt::format("  IR version {}, producer {} {}\n", proto.ir_version(),
+                     proto.producer_name().empty() ? "(none)" : proto.producer_name(), proto.producer_version());
+  std::vector<std::string> imports;
+  for (const auto& import : proto.opset_import()) imports.push_back(fmt::format("{} {}", display_domain(normalize_domain(import.domain())), import.version()));
+  out << fmt::format("  opset imports: {}\n", fmt::join(imports, ", "));
+  size_t width = 0;
+  for (const auto& [key, count] : ops) width = std::max(width, op_name(key).size());
+  out << "  nodes per op (graphs, subgraphs and functions):\n";
+  for (const auto& [key, count] : ops) out << fmt::format("    {:<{}}  {}\n", op_name(key), width, count);
+  std::vector<std::string> custom;
+  for (const auto& [key, count] : ops) {
+    if (is_standard_domain(key.first)) continue;
+    const auto covering = covering_rules(rules, key);
+    custom.push_back(fmt::format("    {} x{}{}: {}", op_name(key), count, functions.count(key) ? " (model-local function)" : "",
+                                 covering.empty() ? "no rule" : fmt::format("{}", fmt::join(covering, ", "))));
+  }
+  if (!custom.empty()) out << "  custom ops and the rules that cover them:\n" << fmt::format("{}\n", fmt::join(custom, "\n"));
+  if (!functions.empty()) {
+    std::vector<std::string> names;
+    for (const auto& [domain, name] : functions) names.push_back(display_domain(domain) + "." + name);
+    out << fmt::format("  model-local functions: {}\n", fmt::join(names, ", "));
+  }
+  out << fmt::format("  initializers: {}, {} inline, {} external\n", initializers.count, bytes_text(initializers.inline_bytes),
+                     bytes_text(initializers.external_bytes));
+  for (const auto& [file, size] : initializers.external_files) out << fmt::format("  external data: {} ({})\n", file, bytes_text(size));
+  return 0;
+}
+
+int run_rules(const RuleSources& sources, bool json, std::ostream& out) {
+  const RuleSet rules = sources.load();
+  auto anchors = [](const Rule& rule) {
+    std::set<std::string> names;
+    for (const auto& pattern : rule.patterns) names.insert(display_domain(pattern.anchor().domain) + "." + pattern.anchor().op_type);
+    return std::vector<std::string>(names.begin(), names.end());
+  };
+  auto needs = [](const Rule& rule) {
+    std::vector<std::string> texts;
+    for (const auto& range : rule.requires_opsets) texts.push_back(range.describe());
+    return texts;
+  };
+  if (json) {
+    JsonWriter writer;
+    writer.begin_array();
+    for (const auto& rule : rules.rules) {
+      writer.begin_object();
+      writer.key("id").value(rule->id);
+      writer.key("description").value(rule->description);
+      writer.key("targets").strings(rule->targets);
+      writer.key("priority").value(rule->priority);
+      writer.key("matches").strings(anchors(*rule));
+      writer.key("requires").strings(needs(*rule));
+      writer.key("replacement").value(rule->replacement->describe());
+      writer.key("file").value(rule->file);
+      writer.end_object();
+    }
+    writer.end_array();
+    out << writer.str();
+    return 0;
+  }
+  for (const auto& rule : rules.rules) {
+    out << fmt::format("{}  [{}]\n    {}\n    matches {}", rule->id, fmt::join(rule->targets, ", "), rule->description,
+                       fmt::join(anchors(*rule), ", "));
+    const auto required = needs(*rule);
+    if (!required.empty()) out << fmt::format("; needs {}", fmt::join(required, ", "));
+    out << fmt::format("; {} ({})\n", rule->replacement->describe(), rule->file);
+  }
+  out << fmt::format("{} rules\n", rules.rules.size());
+  return 0;
+}
+
+// ---- batch ---------------------------------------------------------------------------------
+
+namespace {
+
+struct BatchItem {
+  std::string input;
+  std::string output;
+  std::string error;  // the entry could not even be read (a dangling or looping link, ...)
+};
+
+std::vector<BatchItem> collect_batch(const BatchCommand& command) {
+  std::vector<BatchItem> items;
+  std::vector<BatchItem> unreadable;
+  std::set<std::string> outputs;
+  std::error_code ec;
+  const fs::path out_dir = fs::weakly_canonical(command.output_dir, ec);
+  for (const auto& input : command.inputs) {
+    if (!fs::exists(input, ec)) throw InputError(input, "no such file or directory");
+    std::vector<std::pair<fs::path, fs::path>> found;  // file, path relative to the input
+    if (fs::is_directory(input, ec)) {
+      for (auto it = fs::recursive_directory_iterator(input, fs::directory_options::skip_permission_denied, ec);
+           it != fs::recursive_directory_iterator(); it.increment(ec)) {
+        if (ec) {
+          unreadable.push_back({it->path().string(), {}, "cannot list: " + ec.message()});
+          ec.clear();
+          continue;
+        }
+        std::error_code status_error;
+        if (it->is_directory(status_error) && fs::weakly_canonical(it->path(), ec) == out_dir) {
+          it.disable_recursion_pending();  // never read our own outputs
+          continue;
+        }
+        if (it->path().extension() != ".onnx") continue;
+        if (it->is_regular_file(status_error)) {
+          found.emplace_back(it->path(), fs::relative(it->path(), input));
+        } else if (status_error) {
+          unreadable.push_back({it->path().string(), {}, "cannot read: " + status_error.message()});
+        }
+      }
+    } else {
+      found.emplace_back(input, fs::path(input).filename());
+    }
+    std::sort(found.begin(), found.end());
+    for (const auto& [file, relative] : found) {
+      BatchItem item{file.string(), (fs::path(command.output_dir) / relative).string(), {}};
+      if (!outputs.insert(item.output).second) {
+        throw UsageError("two inputs would both be written to " + item.output);
+      }
+      items.push_back(std::move(item));
+    }
+  }
+  items.insert(items.end(), unreadable.begin(), unreadable.end());
+  return items;
+}
+
+}  // namespace
+
+int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err) {
+  if (command.output_dir.empty()) throw UsageError("batch needs -o OUT_DIR");
+  if (!command.report.empty()) require_directory_of(command.report, "report");
+  const Target& target = find_target(command.options.target);
+  const RuleSet rules = command.rules.load();
+  const RewriteOptions options = effective_options(command.options, command.inline_functions);
+  active_rules(rules, options);
+  const auto items = collect_batch(command);
+  std::error_code ec;
+  fs::create_directories(command.output_dir, ec);
+  if (!fs::is_directory(command.output_dir)) {
+    throw UsageError(command.output_dir + ": cannot create the output directory" + (ec ? ": " + ec.message() : ""));
+  }
+
+  std::vector<ModelOutcome> outcomes(items.size());
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> done{0};
+  std::mutex print;
+  auto work = [&] {
+    for (size_t i = next++; i < items.size(); i = next++) {
+      ModelOutcome& outcome = outcomes[i];
+      try {
+        if (!items[i].error.empty()) throw InputError(items[i].input, items[i].error);
+        fs::create_directories(fs::path(items[i].output).parent_path());
+        outcome = process(items[i].input, items[i].output, rules, options, target, false, false, true);
+      } catch (const InputError& e) {
+        outcome.input = items[i].input;
+        outcome.output = items[i].output;
+        outcome.status = "failed";
+        outcome.error = e.file() == items[i].input ? e.what() : e.file() + ": " + e.what();  // the line names the input
+      } catch (const std::exception& e) {
+        outcome.input = items[i].input;
+        outcome.output = items[i].output;
+        outcome.status = "failed";
+        outcome.error = e.what();
+      }
+      std::lock_guard lock(print);
+      const size_t finished = ++done;
+      if (command.progress_line) {
+        err << fmt::format("\r\033[K[{}/{}] {}", finished, items.size(), items[i].input) << std::flush;
+      } else {
+        err << fmt::format("[{}/{}] {} {}{}\n", finished, items.size(), outcome.status, items[i].input,
+                           outcome.error.empty() ? "" : ": " + outcome.error);
+      }
+    }
+  };
+  const int jobs = command.jobs > 0 ? command.jobs : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < std::min<int>(jobs, static_cast<int>(std::max<size_t>(items.size(), 1))); ++t) threads.emplace_back(work);
+  for (auto& thread : threads) thread.join();
+  if (command.progress_line && !items.empty()) err << "\n";
+
+  std::map<std::string, int> counts;
+  for (const auto& outcome : outcomes) ++counts[outcome.status];
+  out << fmt::format("batch: {} model(s): {} rewritten, {} unchanged, {} target not met, {} failed\n", items.size(),
+                     counts["rewritten"], counts["unchanged"], counts["target-not-met"], counts["failed"]);
+  for (const auto& outcome : outcomes) {
+    if (outcome.status == "failed") out << fmt::format("  failed: {}: {}\n", outcome.input, outcome.error);
+  }
+  for (const auto& outcome : outcomes) {
+    if (outcome.status != "target-not-met") continue;
+    std::vector<std::string> kinds;
+    for (const auto& entry : outcome.check.unloadable) kinds.push_back(op_text(entry));
+    kinds.insert(kinds.end(), outcome.check.opset_problems.begin(), outcome.check.opset_problems.end());
+    out << fmt::format("  target {} not met: {}: {}\n", target.name, outcome.input, fmt::join(kinds, ", "));
+  }
+  if (!command.report.empty()) {
+    JsonWriter json;
+    json.begin_object();
+    json.key("target").value(target.name);
+    json.key("summary").begin_object();
+    json.key("models").value(static_cast<int64_t>(items.size()));
+    for (const char* status : {"rewritten", "unchanged", "target-not-met", "failed"}) json.key(status).value(counts[status]);
+    json.end_object();
+    json.key("models").begin_array();
+    for (const auto& outcome : outcomes) write_outcome_json(json, outcome, target.name);
+    json.end_array();
+    json.end_object();
+    write_text_file(command.report, json.str());
+  }
+  return counts["failed"] + counts["target-not-met"] > 0 ? static_cast<int>(ExitCode::kTargetNotMet) : 0;
+}
+
+}  // namespace onnx_rewrite

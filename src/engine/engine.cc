@@ -1,0 +1,350 @@
+#include "onnx_rewrite/engine.h"
+#include "onnx_rewrite/toolkit.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "onnx_rewrite/error.h"
+#include "onnx_rewrite/inline.h"
+#include "onnx_rewrite/matcher.h"
+#include "onnx_rewrite/model_io.h"
+#include "onnx_rewrite/opset.h"
+#include "engine/rewriter.h"
+#include "onnx_rewrite/scope.h"
+#include "onnx_rewrite/verify.h"
+#include "graph/imports.h"
+#include "graph/walk.h"
+#include "engine/opset_policy.h"
+#include "rules/text_replacement.h"
+
+namespace onnx_rewrite {
+
+OpCounts count_ops(const onnx::ModelProto& model) {
+  std::unordered_map<OpView, int, OpViewHash> seen;
+  for_each_node(model, [&](const onnx::NodeProto& node, const Place&) { ++seen[OpView::of(node)]; });
+  OpCounts counts;
+  for (const auto& [key, count] : seen) counts[{std::string(key.domain), std::string(key.op_type)}] = count;
+  return counts;
+}
+
+std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions& options) {
+  for (const auto& id : options.only) {
+    if (!rules.find(id)) throw UsageError("--only " + id + ": no rule has that id");
+  }
+  for (const auto& id : options.skip) {
+    if (!rules.find(id)) throw UsageError("--skip " + id + ": no rule has that id");
+  }
+  std::vector<const Rule*> active;
+  for (const auto& rule : rules.rules) {
+    if (!rule->serves(options.target)) continue;
+    if (!options.only.empty() && !options.only.count(rule->id)) continue;
+    if (options.skip.count(rule->id)) continue;
+    active.push_back(rule.get());
+  }
+  return active;
+}
+
+namespace {
+
+struct Candidate {
+  const Rule* rule;
+  const Pattern* pattern;
+};
+
+// Rules by the (domain, op_type) of their anchors, best first: priority, then id. Keys view
+// the rules' own strings.
+using CandidateIndex = std::unordered_map<OpView, std::vector<Candidate>, OpViewHash>;
+
+CandidateIndex index_by_anchor(const std::vector<const Rule*>& rules) {
+  std::vector<const Rule*> sorted = rules;
+  std::stable_sort(sorted.begin(), sorted.end(), [](const Rule* a, const Rule* b) {
+    return a->priority != b->priority ? a->priority > b->priority : a->id < b->id;
+  });
+  CandidateIndex index;
+  for (const Rule* rule : sorted) {
+    for (const auto& pattern : rule->patterns) {
+      index[{pattern.anchor().domain, pattern.anchor().op_type}].push_back({rule, &pattern});
+    }
+  }
+  return index;
+}
+
+// The lowest ai.onnx version a rule's replacement needs (0: none stated).
+int required_opset(const Rule& rule) {
+  for (const auto& range : rule.requires_opsets) {
+    if (range.domain.empty()) return range.min;
+  }
+  return 0;
+}
+
+bool explains(const RewriteOptions& options, const onnx::NodeProto& node) {
+  if (options.explain.empty() || !options.explain_out) return false;
+  return options.explain == node.op_type() || options.explain == node.name() ||
+         options.explain == node.domain() + "." + node.op_type();
+}
+
+using Raise = OpsetPolicy::Raise;
+
+class Run {
+ public:
+  Run(Model& model, const std::vector<const Rule*>& rules, const RewriteOptions& options, bool lower,
+      const std::set<std::pair<ImportOwner, std::string>>& domains_before, RewriteResult& result)
+      : model_(model), options_(options), domains_before_(domains_before), candidates_(index_by_anchor(rules)),
+        policy_(model, options.max_opset, lower), names_(model.proto), rewriter_(model), result_(result) {}
+
+  // Returns why the requested opset can't be reached, if it can't.
+  std::optional<std::string> execute() {
+    if (!any_candidate()) return policy_.apply(rewriter_.created(), domains_before_);
+    // A model that was already inconsistent can't tell our mistakes from its own.
+    verify_ = !structural_problem(model_.proto);
+    std::set<std::string> firing;
+    std::map<std::string, int> last_fired;  // rule id -> round
+    for (int round = 1;; ++round) {
+      if (round > options_.max_rounds) {
+        // Rules in a cycle take turns: name every rule that fired in the second half of the rounds.
+        std::vector<std::string> cycling;
+        for (const auto& [id, last] : last_fired) {
+          if (last > options_.max_rounds / 2) cycling.push_back(id);
+        }
+        throw InputError(model_.path.string(), fmt::format("rules still fire after {} rounds (no fixed point): {}",
+                                                           options_.max_rounds, fmt::join(cycling, ", ")));
+      }
+      firing.clear();
+      claimed_.clear();  // node addresses of swept nodes may be reused by new ones
+      policy_.new_round();
+      auto scopes = collect_scopes(model_);
+      for (const auto& scope : scopes) rewrite_scope(*scope, round, firing);
+      if (firing.empty()) break;
+      for (const auto& id : firing) last_fired[id] = round;
+      rewriter_.commit(scopes);
+      model_.changed = true;
+      result_.rounds = round;
+      if (verify_) {
+        if (auto problem = structural_problem(model_.proto)) {
+          throw std::logic_error(fmt::format("rules {} left an invalid graph: {}", fmt::join(firing, ", "), *problem));
+        }
+      }
+    }
+    return policy_.apply(rewriter_.created(), domains_before_);
+  }
+
+ private:
+  // Whether any node anywhere has an op some active rule is anchored at (or is explained).
+  bool any_candidate() {
+    bool found = !options_.explain.empty();
+    for_each_node(std::as_const(model_.proto), [&](const onnx::NodeProto& node, const Place&) {
+      found = found || candidates_.count(OpView::of(node));
+    });
+    return found;
+  }
+
+  void rewrite_scope(const Scope& scope, int round, std::set<std::string>& firing) {
+    Matcher matcher(scope, claimed_);
+    for (auto& node : scope.nodes()) {
+      if (claimed_.count(&node)) continue;
+      const bool explain = explains(options_, node);
+      auto found = candidates_.find(OpView::of(node));
+      // A call of a model-local function means what the function says, whatever its name.
+      const bool local_function = found != candidates_.end() && calls_local_function(node);
+      if (explain) {
+        *options_.explain_out << fmt::format("node '{}' ({}.{}) in {}, round {}:\n", describe_node(node),
+                                             display_domain(node.domain()), node.op_type(), scope.where(), round);
+        if (local_function) *options_.explain_out << "  it calls a function the model defines: no rule replaces it\n";
+        else if (found == candidates_.end()) *options_.explain_out << "  no active rule matches this op\n";
+      }
+      if (local_function) continue;
+      if (found == candidates_.end()) continue;
+      if (const Rule* fired = rewrite_at(scope, matcher, node, found->second, explain)) firing.insert(fired->id);
+    }
+  }
+
+  // Tries the rules anchored at this op, best first; those needing a raised opset import only
+  // when no other fits. Returns the rule that rewrote the node.
+  const Rule* rewrite_at(const Scope& scope, const Matcher& matcher, onnx::NodeProto& node,
+                         const std::vector<Candidate>& candidates, bool explain) {
+    std::vector<std::pair<Candidate, Match>> need_raise;
+    std::vector<std::string> refused_raises;  // notes, if no rule rewrites the node
+    for (const auto& candidate : candidates) {
+      std::string why;
+      auto match = matcher.match(*candidate.rule, *candidate.pattern, &node, explain ? &why : nullptr);
+      if (!match) {
+        if (explain) say(candidate, "no: " + why);
+        continue;
+      }
+      if (apply(scope, candidate, *match, Raise::kNever, explain)) return candidate.rule;
+      const auto& requires_opsets = candidate.rule->requires_opsets;
+      if (std::holds_alternative<OpsetPolicy::Plan>(policy_.plan(scope, requires_opsets, Raise::kNever))) continue;  // declined
+      auto raise = policy_.plan(scope, requires_opsets, Raise::kIfSafe);
+      if (std::holds_alternative<OpsetPolicy::Plan>(raise)) {
+        need_raise.emplace_back(candidate, std::move(*match));
+      } else if (!policy_.deferred(scope) && builds(candidate, *match, Raise::kAssumeSafe)) {
+        // A rewrite the import alone prevents: say what blocks the raise.
+        const std::string& reason = std::get<std::string>(raise);
+        if (explain) say(candidate, "matched, but " + reason);
+        refused_raises.push_back(fmt::format("{}: matched, but {}", candidate.rule->id, reason));
+      }
+    }
+    // Raise as little as possible: the rule needing the lowest ai.onnx version first.
+    std::stable_sort(need_raise.begin(), need_raise.end(), [](const auto& a, const auto& b) {
+      return required_opset(*a.first.rule) < required_opset(*b.first.rule);
+    });
+    for (auto& [candidate, match] : need_raise) {
+      if (apply(scope, candidate, match, Raise::kIfSafe, explain)) return candidate.rule;
+    }
+    for (const auto& note : refused_raises) add_note(note);
+    return nullptr;
+  }
+
+  bool calls_local_function(const onnx::NodeProto& node) const {
+    for (const auto& function : model_.proto.functions()) {
+      if (function.name() == node.op_type() && normalize_domain(function.domain()) == normalize_domain(node.domain())) return true;
+    }
+    return false;
+  }
+
+  void add_note(const std::string& text) {
+    if (std::find(result_.notes.begin(), result_.notes.end(), text) == result_.notes.end()) result_.notes.push_back(text);
+  }
+
+  // Builds the replacement for `match` at the versions in match.opsets; returns why it declined.
+  // A replacement that throws has a bug: the node stays as it was, and the notes say so.
+  std::string build(const Rule& rule, Match& match, GraphBuilder& builder) {
+    std::string reason = evaluate_lets(rule, match);
+    if (reason.empty()) {
+      match.signature = rule.replacement->signature();
+      try {
+        reason = rule.replacement->build(match, builder);
+      } catch (const std::exception& e) {
+        reason = std::string("internal error in the replacement: ") + e.what();
+        add_note(fmt::format("{}: internal error at node '{}', left as it was (a bug in the rule): {}", rule.id,
+                             describe_node(*match.anchor), e.what()));
+      }
+      match.signature = nullptr;
+    }
+    if (reason.empty()) reason = missing_output(match, builder);
+    return reason;
+  }
+
+  static std::string base_name(const Match& match) {
+    return match.anchor->name().empty() ? match.anchor->output(0) : match.anchor->name();
+  }
+
+  // Whether the rule would build a replacement under `raise`, changing nothing.
+  bool builds(const Candidate& candidate, Match match, Raise raise) {
+    auto plan = policy_.plan(*match.scope, candidate.rule->requires_opsets, raise);
+    if (!std::holds_alternative<OpsetPolicy::Plan>(plan)) return false;
+    match.opsets = std::get<OpsetPolicy::Plan>(plan).versions;
+    GraphBuilder trial(base_name(match), candidate.rule->id, match.opsets, [](const std::string& hint) { return hint; });
+    return build(*candidate.rule, match, trial).empty();
+  }
+
+  bool apply(const Scope& scope, const Candidate& candidate, Match& match, Raise raise, bool explain) {
+    const Rule& rule = *candidate.rule;
+    auto plan = policy_.plan(scope, rule.requires_opsets, raise);
+    if (auto* reason = std::get_if<std::string>(&plan)) {
+      if (explain) say(candidate, "matched, but " + *reason);
+      return false;
+    }
+    match.opsets = std::get<OpsetPolicy::Plan>(plan).versions;
+    GraphBuilder builder(base_name(match), rule.id, match.opsets, [this](const std::string& hint) { return names_.fresh(hint); });
+    const std::string reason = build(rule, match, builder);
+    if (!reason.empty()) {
+      if (explain) say(candidate, "matched, but declined: " + reason);
+      return false;
+    }
+    builder.prune();
+    if (explain) say(candidate, "matched: rewritten");
+    policy_.commit(scope, std::get<OpsetPolicy::Plan>(plan));
+    rewriter_.replace(match, builder);
+    for (auto* node : match.nodes) claimed_.insert(node);
+    for (const auto& note : builder.notes()) add_note(rule.id + ": " + note);
+    RuleStats& stats = result_.rules[rule.id];
+    ++stats.matches;
+    stats.nodes_removed += static_cast<int>(match.nodes.size());
+    stats.nodes_added += static_cast<int>(builder.nodes().size());
+    return true;
+  }
+
+  // Every output of the pattern that something outside the match reads must be computed by the
+  // replacement.
+  static std::string missing_output(const Match& match, const GraphBuilder& builder) {
+    for (const auto& name : match.pattern->outputs) {
+      const std::string& value = match.value(name);
+      if (value.empty()) continue;
+      const auto uses = match.scope->uses(value);
+      const bool read_outside = match.scope->is_output(value) || std::any_of(uses.begin(), uses.end(), [&](const Use& use) {
+        return std::find(match.nodes.begin(), match.nodes.end(), use.node) == match.nodes.end();
+      });
+      if (!read_outside) continue;
+      const bool computed = std::any_of(builder.nodes().begin(), builder.nodes().end(), [&](const onnx::NodeProto& node) {
+        return std::find(node.output().begin(), node.output().end(), value) != node.output().end();
+      });
+      if (!computed) return fmt::format("the replacement does not compute '{}' ({})", value, name);
+    }
+    return {};
+  }
+
+  void say(const Candidate& candidate, const std::string& what) {
+    *options_.explain_out << fmt::format("  {} ({}:{}): {}\n", candidate.rule->id, candidate.rule->file,
+                                         candidate.pattern->line, what);
+  }
+
+  Model& model_;
+  const RewriteOptions& options_;
+  const std::set<std::pair<ImportOwner, std::string>>& domains_before_;
+  CandidateIndex candidates_;
+  OpsetPolicy policy_;
+  NameRegistry names_;
+  Rewriter rewriter_;
+  RewriteResult& result_;
+  std::unordered_set<const onnx::NodeProto*> claimed_;
+  bool verify_ = false;
+};
+
+std::map<std::string, int> imports(const onnx::ModelProto& model) {
+  std::map<std::string, int> versions;
+  for (const auto& [domain, version] : import_map(model.opset_import())) versions[domain] = static_cast<int>(version);
+  return versions;
+}
+
+}  // namespace
+
+RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOptions& options) {
+  const auto active = active_rules(rules, options);
+  RewriteResult result;
+  result.before = count_ops(model.proto);
+  const auto imports_before = imports(model.proto);
+
+  auto attempt = [&](bool lower) {
+    result.rules.clear();
+    result.notes.clear();
+    const auto domains_before = domains_in_use(model.proto);
+    result.functions_inlined = options.inline_functions ? inline_local_functions(model, &result.notes) : 0;
+    if (result.functions_inlined > 0) model.changed = true;
+    return Run(model, active, options, lower, domains_before, result).execute();
+  };
+  if (auto problem = attempt(true)) {
+    // The requested opset can't be reached: rewrite again at the model's own opset.
+    model = reload_model(model);
+    auto again = attempt(false);
+    result.notes.push_back(*problem);
+    if (again) result.notes.push_back(*again);
+  }
+
+  const auto imports_after = imports(model.proto);
+  for (const auto& [domain, version] : imports_before) {
+    auto it = imports_after.find(domain);
+    const int after = it == imports_after.end() ? 0 : it->second;
+    if (after != version) result.opset_changes[domain] = {version, after};
+  }
+  for (const auto& [domain, version] : imports_after) {
+    if (!imports_before.count(domain)) result.opset_changes[domain] = {0, version};
+  }
+  if (!result.opset_changes.empty()) model.changed = true;
+  result.after = count_ops(model.proto);
+  return result;
+}
+
+}  // namespace onnx_rewrite

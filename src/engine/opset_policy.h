@@ -1,0 +1,68 @@
+// Which opset version each replacement is built for, and what the model imports afterwards
+// (it edits the model's and the functions' imports, and its IR version when a raise needs it).
+// The model's own import is kept unless `--opset` caps it lower (then we aim for the cap) or a
+// rule can only work at a higher version and raising is safe for every node already there.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_set>
+#include <variant>
+#include <vector>
+
+#include "graph/imports.h"
+#include "onnx_rewrite/model.h"
+#include "onnx_rewrite/rule.h"
+#include "onnx_rewrite/scope.h"
+
+namespace onnx_rewrite {
+
+class OpsetPolicy {
+ public:
+  // `lower`: aim for max_opset even where the model imports a higher version.
+  OpsetPolicy(Model& model, std::optional<int> max_opset, bool lower);
+
+  struct Plan {
+    std::map<std::string, int> versions;  // domain -> version to build for
+    bool raises = false;
+  };
+  enum class Raise {
+    kNever,
+    kIfSafe,
+    kAssumeSafe,  // what a replacement would be built for if the raise were safe (to say why not)
+  };
+  // The versions a replacement in `scope` needing `requires_opsets` is built for, or why it can't be.
+  std::variant<Plan, std::string> plan(const Scope& scope, const std::vector<VersionRange>& requires_opsets, Raise raise) const;
+  void commit(const Scope& scope, const Plan& plan);
+  // Call at the start of a round: raising is only checked against nodes already in the graph.
+  void new_round() { rewritten_owners_.clear(); }
+  // Whether a raise in `scope` waits for the next round (its graph or function changed in this one).
+  bool deferred(const Scope& scope) const { return rewritten_owners_.count(owner_of(scope)) != 0; }
+
+  // Writes the decided versions into the imports and drops imports of custom domains that no
+  // node uses any more. Returns why a lowering is impossible (then nothing was written).
+  std::optional<std::string> apply(const std::unordered_set<const onnx::NodeProto*>& created,
+                                   const std::set<std::pair<ImportOwner, std::string>>& domains_used_before);
+
+ private:
+  using Owner = ImportOwner;
+  static Owner owner_of(const Scope& scope);
+  int effective(Owner owner, const std::string& domain) const;
+  std::optional<std::string> move_blocker(Owner owner, const std::string& domain, int from, int to) const;
+  std::vector<Owner> owners_importing(const std::string& domain) const;
+  // The version a replacement in `owner` is built for now, or why that is ambiguous.
+  std::variant<int, std::string> current_version(Owner owner, const std::string& domain) const;
+  // Why raising `domain` to `to` in the model and every function importing it is unsafe, if it is.
+  std::optional<std::string> model_wide_raise_blocker(const std::string& domain, int to) const;
+
+  Model& model_;
+  std::optional<int> max_opset_;
+  std::map<std::pair<Owner, std::string>, int> original_;
+  std::map<std::pair<Owner, std::string>, int> decided_;
+  std::set<int32_t> model_types_;
+  std::set<Owner> rewritten_owners_;
+};
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,259 @@
+#include "engine/rewriter.h"
+
+#include <algorithm>
+#include <queue>
+#include <stdexcept>
+#include <utility>
+
+#include "onnx_rewrite/opset.h"
+#include "graph/walk.h"
+
+namespace onnx_rewrite {
+namespace {
+
+// Takes every element out of a repeated field (keeping the objects alive) so that the field can
+// be refilled in a new order without copying.
+template <typename T>
+std::vector<T*> take_all(google::protobuf::RepeatedPtrField<T>& field) {
+  std::vector<T*> elements(static_cast<size_t>(field.size()));
+  if (!elements.empty()) field.ExtractSubrange(0, field.size(), elements.data());
+  return elements;
+}
+
+void collect_graph_names(const onnx::GraphProto& graph, std::vector<size_t>& hashes) {
+  const std::hash<std::string_view> hash;
+  hashes.push_back(hash(graph.name()));
+  for (const auto& info : graph.input()) hashes.push_back(hash(info.name()));
+  for (const auto& info : graph.output()) hashes.push_back(hash(info.name()));
+  for (const auto& info : graph.value_info()) hashes.push_back(hash(info.name()));
+  for (const auto& tensor : graph.initializer()) hashes.push_back(hash(tensor.name()));
+  for (const auto& sparse : graph.sparse_initializer()) hashes.push_back(hash(sparse.values().name()));
+}
+
+// All inputs a node reads, explicit and through its subgraphs (views into the node's protos).
+std::vector<std::string_view> read_values(const onnx::NodeProto& node) {
+  std::vector<std::string_view> values(node.input().begin(), node.input().end());
+  for (const auto name : implicit_inputs(node)) values.push_back(name);
+  return values;
+}
+
+// Stable topological order: a node moves only as far as its inputs force it to.
+void repair_order(NodeList& nodes, const std::string& where) {
+  std::unordered_map<std::string_view, int> producer;
+  for (int i = 0; i < nodes.size(); ++i) {
+    for (const auto& output : nodes.Get(i).output()) {
+      if (!output.empty()) producer[output] = i;
+    }
+  }
+  bool ordered = true;
+  std::vector<std::vector<int>> consumers(static_cast<size_t>(nodes.size()));
+  std::vector<int> waiting(static_cast<size_t>(nodes.size()), 0);
+  for (int i = 0; i < nodes.size(); ++i) {
+    for (const auto& input : read_values(nodes.Get(i))) {
+      auto it = producer.find(input);
+      if (it == producer.end()) continue;
+      if (it->second >= i) ordered = false;
+      consumers[static_cast<size_t>(it->second)].push_back(i);
+      ++waiting[static_cast<size_t>(i)];
+    }
+  }
+  if (ordered) return;
+  std::priority_queue<int, std::vector<int>, std::greater<>> ready;
+  for (int i = 0; i < nodes.size(); ++i) {
+    if (waiting[static_cast<size_t>(i)] == 0) ready.push(i);
+  }
+  std::vector<onnx::NodeProto*> elements = take_all(nodes);
+  std::vector<onnx::NodeProto*> sorted;
+  while (!ready.empty()) {
+    const int i = ready.top();
+    ready.pop();
+    sorted.push_back(elements[static_cast<size_t>(i)]);
+    for (int consumer : consumers[static_cast<size_t>(i)]) {
+      if (--waiting[static_cast<size_t>(consumer)] == 0) ready.push(consumer);
+    }
+  }
+  if (sorted.size() != elements.size()) {
+    for (auto* node : elements) nodes.AddAllocated(node);
+    throw std::logic_error("a rewrite created a cycle in the " + where);
+  }
+  for (auto* node : sorted) nodes.AddAllocated(node);
+}
+
+}  // namespace
+
+void NameRegistry::collect() {
+  collected_ = true;
+  const std::hash<std::string_view> hash;
+  for_each_graph(std::as_const(model_), [&](const GraphView<true>& view) {
+    if (view.graph) collect_graph_names(*view.graph, existing_);
+    if (view.function) {
+      for (const auto& name : view.function->input()) existing_.push_back(hash(name));
+      for (const auto& name : view.function->output()) existing_.push_back(hash(name));
+    }
+    for (const auto& node : *view.nodes) {
+      existing_.push_back(hash(node.name()));
+      for (const auto& name : node.input()) existing_.push_back(hash(name));
+      for (const auto& name : node.output()) existing_.push_back(hash(name));
+    }
+  });
+  std::sort(existing_.begin(), existing_.end());
+  existing_.erase(std::unique(existing_.begin(), existing_.end()), existing_.end());
+}
+
+bool NameRegistry::taken(const std::string& name) const {
+  return handed_out_.count(name) || std::binary_search(existing_.begin(), existing_.end(), std::hash<std::string_view>()(name));
+}
+
+std::string NameRegistry::fresh(const std::string& hint) {
+  if (!collected_) collect();
+  std::string candidate = hint;
+  int& suffix = next_suffix_[hint];
+  while (taken(candidate)) candidate = hint + "_" + std::to_string(++suffix);
+  handed_out_.insert(candidate);
+  return candidate;
+}
+
+void Rewriter::replace(const Match& match, const GraphBuilder& builder) {
+  const Scope& scope = *match.scope;
+  Pending& pending = pending_[&scope];
+  const onnx::NodeProto* last = match.nodes.front();
+  for (const auto* node : match.nodes) {
+    pending.removed.insert(node);
+    if (scope.position(node) > scope.position(last)) last = node;
+  }
+  std::vector<onnx::NodeProto> nodes = builder.nodes();
+  std::vector<onnx::NodeProto> constant_nodes;
+  std::map<std::string, std::string> renamed;  // a constant equal to one made earlier is reused
+  // New constants are initializers of the main graph; below IR 4 every initializer must also be
+  // a graph input (an overridable one), so there, as in subgraphs and functions, Constant nodes.
+  const bool as_initializers = scope.kind() == Scope::Kind::kMainGraph && model_.proto.ir_version() >= 4;
+  for (const auto& [name, tensor] : builder.constants()) {
+    if (as_initializers) {
+      onnx::TensorProto unnamed = tensor;
+      unnamed.clear_name();
+      auto [it, fresh] = pending.constant_names.emplace(unnamed.SerializeAsString(), name);
+      if (fresh) pending.initializers.push_back(tensor);
+      else renamed[name] = it->second;
+    } else {
+      onnx::NodeProto& constant = constant_nodes.emplace_back();
+      constant.set_op_type("Constant");
+      constant.set_name(name);
+      constant.add_output(name);
+      onnx::TensorProto value = tensor;
+      value.clear_name();
+      *constant.add_attribute() = onnx::MakeAttribute("value", value);
+    }
+  }
+  for (auto& node : nodes) {
+    for (auto& input : *node.mutable_input()) {
+      if (auto it = renamed.find(input); it != renamed.end()) input = it->second;
+    }
+  }
+  auto& inserted = pending.insert_before[last];
+  inserted.insert(inserted.end(), constant_nodes.begin(), constant_nodes.end());
+  inserted.insert(inserted.end(), nodes.begin(), nodes.end());
+}
+
+void Rewriter::commit(const std::vector<std::unique_ptr<Scope>>& scopes) {
+  for (auto it = scopes.rbegin(); it != scopes.rend(); ++it) {
+    auto found = pending_.find(it->get());
+    if (found != pending_.end()) commit_scope(**it, found->second);
+  }
+  pending_.clear();
+}
+
+void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
+  // What the new nodes read and compute (views into the pending nodes, which stay put until
+  // the rebuild below).
+  std::unordered_set<std::string_view> read_by_new, computed_by_new;
+  for (const auto& [anchor, built] : pending.insert_before) {
+    for (const auto& node : built) {
+      for (const auto name : read_values(node)) read_by_new.insert(name);
+      computed_by_new.insert(node.output().begin(), node.output().end());
+    }
+  }
+
+  // Producers and initializers the removals leave without any use (and only those), found with
+  // the round's index before anything changes.
+  std::unordered_set<const onnx::NodeProto*> gone = pending.removed;
+  std::vector<std::string_view> maybe_dead;
+  for (const auto* node : pending.removed) {
+    for (const auto name : read_values(*node)) maybe_dead.push_back(name);
+  }
+  auto unused = [&](std::string_view name) {
+    if (name.empty() || scope.is_output(name) || read_by_new.count(name)) return false;
+    const auto& uses = scope.uses(name);
+    return std::all_of(uses.begin(), uses.end(), [&](const Use& use) { return gone.count(use.node) != 0; });
+  };
+  std::unordered_set<std::string> dead_initializers;
+  while (!maybe_dead.empty()) {
+    const std::string_view name = maybe_dead.back();
+    maybe_dead.pop_back();
+    if (!unused(name)) continue;
+    if (const auto* produced = scope.producer(name)) {
+      onnx::NodeProto* node = produced->node;
+      if (gone.count(node) || !std::all_of(node->output().begin(), node->output().end(), [&](const std::string& output) {
+            return output.empty() || unused(output);
+          })) {
+        continue;
+      }
+      gone.insert(node);
+      for (const auto input : read_values(*node)) maybe_dead.push_back(input);
+    } else if (scope.owns_initializer(name) && !scope.is_graph_input_here(name)) {
+      dead_initializers.emplace(name);
+    }
+  }
+
+  // value_info of values that no longer exist.
+  if (scope.graph()) {
+    std::unordered_set<std::string> vanished;
+    for (const auto* node : gone) {
+      for (const auto& output : node->output()) {
+        if (!computed_by_new.count(output)) vanished.insert(output);
+      }
+    }
+    vanished.insert(dead_initializers.begin(), dead_initializers.end());
+    auto& infos = *scope.graph()->mutable_value_info();
+    for (auto* info : take_all(infos)) {
+      if (vanished.count(info->name())) delete info;
+      else infos.AddAllocated(info);
+    }
+  }
+
+  NodeList& nodes = scope.nodes();
+  for (auto* node : take_all(nodes)) {
+    if (auto it = pending.insert_before.find(node); it != pending.insert_before.end()) {
+      for (auto& built : it->second) {
+        auto* added = new onnx::NodeProto(std::move(built));
+        nodes.AddAllocated(added);
+        created_.insert(added);
+      }
+    }
+    if (gone.count(node)) {
+      created_.erase(node);
+      delete node;
+      ++nodes_removed_;
+    } else {
+      nodes.AddAllocated(node);
+    }
+  }
+  if (scope.graph()) {
+    auto& initializers = *scope.graph()->mutable_initializer();
+    if (!dead_initializers.empty()) {
+      for (auto* tensor : take_all(initializers)) {
+        if (dead_initializers.count(tensor->name())) {
+          model_.forget(*tensor);
+          delete tensor;
+        } else {
+          initializers.AddAllocated(tensor);
+        }
+      }
+    }
+    for (auto& tensor : pending.initializers) *initializers.Add() = std::move(tensor);
+  }
+  // Another replacement of this round may read an output this one now computes further down:
+  // checking the order is one pass, so it is always done.
+  repair_order(nodes, scope.where());
+}
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,267 @@
+#include "onnx_rewrite/scope.h"
+
+#include <map>
+#include <unordered_set>
+
+#include "graph/flat_map.h"
+#include "graph/shape_inference.h"
+#include "graph/walk.h"
+#include "onnx_rewrite/opset.h"
+
+namespace onnx_rewrite {
+
+// Keys view names owned by the model's protos, which don't change while a scope is in use.
+struct Scope::Index {
+  FlatMap<std::string_view, Producer> producers;
+  struct UseRange {
+    uint32_t begin = 0;
+    uint32_t count = 0;
+  };
+  FlatMap<std::string_view, UseRange> use_ranges;  // into uses, in node order
+  std::vector<Use> uses;
+  std::unordered_set<std::string_view> outputs;
+  std::unordered_set<std::string_view> graph_inputs;
+  FlatMap<std::string_view, const onnx::TensorProto*> initializers;
+  FlatMap<std::string_view, Declared> types;
+  FlatMap<const onnx::NodeProto*, int> positions;
+  std::map<std::string, int, std::less<>> opsets;
+
+  void add_type(const onnx::ValueInfoProto& info);
+  void build(const Scope& scope);
+};
+std::optional<onnx::TensorProto> constant_node_tensor(const onnx::NodeProto& node) {
+  if (node.op_type() != "Constant" || !normalize_domain(node.domain()).empty()) return std::nullopt;
+  for (const auto& attribute : node.attribute()) {
+    const std::string& name = attribute.name();
+    if (name == "value" && attribute.has_t()) return attribute.t();
+    if (name == "value_float") return make_tensor(onnx::TensorProto::FLOAT, {}, {attribute.f()});
+    if (name == "value_int") return make_tensor(onnx::TensorProto::INT64, {}, {static_cast<double>(attribute.i())});
+    if (name == "value_floats") {
+      std::vector<double> numbers(attribute.floats().begin(), attribute.floats().end());
+      return make_tensor(onnx::TensorProto::FLOAT, {static_cast<int64_t>(numbers.size())}, numbers);
+    }
+    if (name == "value" && attribute.type() == onnx::AttributeProto::STRING) {
+      // torch writes a str constant as a STRING attribute named value.
+      onnx::TensorProto tensor;
+      tensor.set_data_type(onnx::TensorProto::STRING);
+      tensor.add_string_data(attribute.s());
+      return tensor;
+    }
+    if (name == "value_string" || name == "value_strings") {
+      onnx::TensorProto tensor;
+      tensor.set_data_type(onnx::TensorProto::STRING);
+      if (name == "value_string") tensor.add_string_data(attribute.s());
+      else tensor.add_dims(attribute.strings_size());
+      for (const auto& text : attribute.strings()) tensor.add_string_data(text);
+      return tensor;
+    }
+    if (name == "value_ints") {
+      std::vector<double> numbers(attribute.ints().begin(), attribute.ints().end());
+      return make_tensor(onnx::TensorProto::INT64, {static_cast<int64_t>(numbers.size())}, numbers);
+    }
+  }
+  return std::nullopt;
+}
+
+Scope::Scope(Kind kind, std::string where, const Model& model, const Scope* parent, onnx::GraphProto* graph,
+             onnx::FunctionProto* function)
+    : kind_(kind), where_(std::move(where)), model_(model), parent_(parent), graph_(graph), function_(function),
+      index_(std::make_unique<Index>()) {
+  index_->build(*this);
+}
+
+NodeList& Scope::nodes() const { return graph_ ? *graph_->mutable_node() : *function_->mutable_node(); }
+
+void Scope::Index::add_type(const onnx::ValueInfoProto& info) {
+  if (!info.type().has_tensor_type()) return;
+  const auto& tensor = info.type().tensor_type();
+  Declared type;
+  type.elem_type = tensor.elem_type();
+  if (tensor.has_shape()) {
+    std::vector<int64_t> dims;
+    for (const auto& dim : tensor.shape().dim()) dims.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
+    type.dims = std::move(dims);
+  }
+  types[info.name()] = std::move(type);
+}
+
+void Scope::Index::build(const Scope& scope) {
+  onnx::GraphProto* graph = scope.graph_;
+  if (scope.kind_ != Kind::kSubgraph) {  // subgraphs use the imports of the graph or function holding them
+    const auto& imports = scope.function_ ? scope.function_->opset_import() : scope.model_.proto.opset_import();
+    for (const auto& import : imports) opsets[normalize_domain(import.domain())] = static_cast<int>(import.version());
+  }
+
+  if (graph) {
+    for (const auto& input : graph->input()) {
+      graph_inputs.insert(input.name());
+      add_type(input);
+    }
+    for (const auto& output : graph->output()) {
+      outputs.insert(output.name());
+      add_type(output);
+    }
+    if (scope.kind_ == Kind::kMainGraph) {
+      // Training graphs read the main graph's values: what they read must stay as it is.
+      std::vector<const onnx::GraphProto*> training_graphs;
+      for (const auto& training : scope.model_.proto.training_info()) {
+        if (training.has_initialization()) training_graphs.push_back(&training.initialization());
+        if (training.has_algorithm()) training_graphs.push_back(&training.algorithm());
+      }
+      for (const auto name : free_names(training_graphs)) outputs.insert(name);
+    }
+    types.reserve(static_cast<size_t>(graph->value_info_size() + graph->initializer_size()));
+    for (const auto& info : graph->value_info()) add_type(info);
+    initializers.reserve(static_cast<size_t>(graph->initializer_size()));
+    for (const auto& initializer : graph->initializer()) {
+      initializers[initializer.name()] = &initializer;
+      Declared type;
+      type.elem_type = initializer.data_type();
+      type.dims = std::vector<int64_t>(initializer.dims().begin(), initializer.dims().end());
+      types[initializer.name()] = std::move(type);
+    }
+  } else {
+    for (const auto& output : scope.function_->output()) outputs.insert(output);
+  }
+
+  // Uses are stored flat, grouped by value: count, place, then fill in node order.
+  NodeList& nodes = scope.nodes();
+  const size_t count = static_cast<size_t>(nodes.size());
+  positions.reserve(count);
+  producers.reserve(count + count / 2);
+  use_ranges.reserve(count + count / 2);
+  auto for_each_use = [&](auto&& visit) {
+    for (auto& node : nodes) {
+      for (int i = 0; i < node.input_size(); ++i) {
+        if (!node.input(i).empty()) visit(std::string_view(node.input(i)), Use{&node, i});
+      }
+      for (const auto name : implicit_inputs(node)) visit(name, Use{&node, -1});
+    }
+  };
+  for_each_use([&](std::string_view name, const Use&) { ++use_ranges[name].count; });
+  uint32_t next = 0;
+  use_ranges.for_each([&](std::string_view, UseRange& range) {
+    range.begin = next;
+    next += range.count;
+    range.count = 0;
+  });
+  uses.resize(next);
+  for_each_use([&](std::string_view name, const Use& use) {
+    UseRange& range = use_ranges[name];
+    uses[range.begin + range.count++] = use;
+  });
+
+  int position = 0;
+  for (auto& node : nodes) {
+    positions[&node] = position++;
+    for (int i = 0; i < node.output_size(); ++i) {
+      if (!node.output(i).empty()) producers[node.output(i)] = {&node, i};
+    }
+  }
+}
+
+int Scope::opset(std::string_view domain) const {
+  if (kind_ == Kind::kSubgraph) return parent_->opset(domain);
+  auto it = index_->opsets.find(normalize_domain(domain));
+  return it == index_->opsets.end() ? 0 : it->second;
+}
+
+const Scope::Producer* Scope::producer(std::string_view value) const { return index_->producers.find(value); }
+
+std::span<const Use> Scope::uses(std::string_view value) const {
+  const Index::UseRange* range = index_->use_ranges.find(value);
+  if (!range) return {};
+  return std::span<const Use>(index_->uses).subspan(range->begin, range->count);
+}
+
+bool Scope::is_output(std::string_view value) const { return index_->outputs.count(value) != 0; }
+bool Scope::owns_initializer(std::string_view value) const { return index_->initializers.contains(value); }
+bool Scope::is_graph_input_here(std::string_view value) const { return index_->graph_inputs.count(value) != 0; }
+int Scope::position(const onnx::NodeProto* node) const { return *index_->positions.find(node); }
+
+bool Scope::is_graph_input(std::string_view value) const {
+  if (index_->graph_inputs.count(value) || index_->initializers.contains(value)) return true;
+  if (index_->producers.contains(value)) return false;
+  return parent_ && parent_->is_graph_input(value);
+}
+
+const onnx::TensorProto* Scope::constant_tensor(std::string_view value) const {
+  if (const auto* initializer = index_->initializers.find(value)) {
+    // An initializer that is also a graph input can be overridden at run time (IR >= 4).
+    if (index_->graph_inputs.count(value) && model_.proto.ir_version() >= 4) return nullptr;
+    return *initializer;
+  }
+  if (const Producer* produced = producer(value)) {
+    const onnx::NodeProto& node = *produced->node;
+    if (node.op_type() != "Constant" || !normalize_domain(node.domain()).empty()) return nullptr;
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == "value" && attribute.has_t()) return &attribute.t();
+    }
+    return nullptr;  // value_float & co are read by constant_values
+  }
+  if (index_->graph_inputs.count(value)) return nullptr;
+  return parent_ ? parent_->constant_tensor(value) : nullptr;
+}
+
+bool Scope::is_constant(std::string_view value) const {
+  if (constant_tensor(value)) return true;
+  const Producer* produced = producer(value);
+  return produced && produced->node->op_type() == "Constant" && normalize_domain(produced->node->domain()).empty();
+}
+
+std::optional<TensorValues> Scope::constant_values(std::string_view value, size_t max_elements) const {
+  const onnx::TensorProto* tensor = constant_tensor(value);
+  if (!tensor) {
+    const Producer* produced = producer(value);
+    if (!produced) return std::nullopt;
+    auto made = constant_node_tensor(*produced->node);
+    return made ? decode_tensor(*made) : std::nullopt;
+  }
+  size_t elements = 1;
+  for (int64_t dim : tensor->dims()) {
+    if (dim < 0) return std::nullopt;
+    if (dim > 0 && elements > max_elements / static_cast<size_t>(dim)) return std::nullopt;
+    elements *= static_cast<size_t>(dim);
+  }
+  if (elements > max_elements) return std::nullopt;
+  return decode_tensor(model_.tensor_with_data(*tensor));
+}
+
+Scope::~Scope() = default;
+
+const ShapeFacts& Scope::facts(std::string_view value) const {
+  if (!inference_) inference_ = std::make_unique<ShapeInference>(*this);
+  return (*inference_)(value);
+}
+
+Scope::Declared Scope::declared(std::string_view value) const {
+  if (const Declared* type = index_->types.find(value)) return *type;
+  if (const Producer* produced = producer(value)) {
+    if (auto tensor = constant_node_tensor(*produced->node)) {
+      Declared type;
+      type.elem_type = tensor->data_type();
+      type.dims = std::vector<int64_t>(tensor->dims().begin(), tensor->dims().end());
+      return type;
+    }
+    return {};
+  }
+  return parent_ ? parent_->declared(value) : Declared{};
+}
+
+std::vector<std::unique_ptr<Scope>> collect_scopes(Model& model) {
+  std::vector<std::unique_ptr<Scope>> scopes;
+  std::unordered_map<const Place*, const Scope*> scope_at;  // the walk gives parents first
+  for_each_graph(
+      model.proto,
+      [&](const GraphView<false>& view) {
+        const Place& place = *view.place;
+        const Scope* parent = place.parent() ? scope_at.at(place.parent()) : nullptr;
+        const Scope::Kind kind = view.function ? Scope::Kind::kFunction : parent ? Scope::Kind::kSubgraph : Scope::Kind::kMainGraph;
+        scopes.push_back(std::make_unique<Scope>(kind, place.text(), model, parent, view.graph, view.function));
+        scope_at[&place] = scopes.back().get();
+      },
+      /*with_training=*/false);
+  return scopes;
+}
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,764 @@
+// Shape inference for the engine's own needs (Scope::facts): the standard ops and the contrib
+// ops ONNX Runtime writes, with symbols for sizes known only at run time (shapes.h).
+#include "graph/shape_inference.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "onnx_rewrite/opset.h"
+#include "onnx_rewrite/scope.h"
+#include "onnx_rewrite/shapes.h"
+
+namespace onnx_rewrite {
+
+class ShapeInference::Worker {
+ public:
+  explicit Worker(const Scope& scope) : scope_(scope) {
+    for (const Scope* s = &scope; s; s = s->parent()) {
+      if (!s->graph()) continue;
+      for (const auto& info : s->graph()->input()) inputs_.emplace(info.name(), &info);
+    }
+  }
+
+  // What is known about `value`, working back through its producers as far as needed.
+  const ShapeFacts& operator()(const std::string& value) {
+    if (const ShapeFacts* known = cached(value)) return *known;
+    std::vector<std::string> pending{value};
+    std::unordered_set<const onnx::NodeProto*> waiting;  // nodes whose inputs are being worked out
+    while (!pending.empty()) {
+      const std::string current = pending.back();
+      if (cached(current)) {
+        pending.pop_back();
+        continue;
+      }
+      const auto* produced = scope_.producer(current);
+      if (!produced) {
+        entries_[current] = declared(current);
+        pending.pop_back();
+        continue;
+      }
+      const onnx::NodeProto& node = *produced->node;
+      const bool seen = !waiting.insert(&node).second;
+      bool ready = true;
+      for (const auto& input : node.input()) {
+        if (!input.empty() && !cached(input)) {
+          if (!seen) pending.push_back(input);
+          ready = false;
+        }
+      }
+      if (ready) {
+        visit(node);
+        pending.pop_back();
+      } else if (seen) {  // its inputs wait for it: a cycle (invalid input); it gets no facts
+        for (const auto& output : node.output()) {
+          if (!output.empty()) entries_[output] = ShapeFacts{};
+        }
+        pending.pop_back();
+      }
+    }
+    return *cached(value);
+  }
+
+ private:
+  static constexpr size_t kMaxValues = 64;  // larger integer tensors are data, not shapes
+
+  const ShapeFacts* cached(const std::string& value) const {
+    auto it = entries_.find(value);
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+
+  // Graph inputs (with their dim_params), initializers, values of enclosing graphs.
+  ShapeFacts declared(const std::string& value) const {
+    ShapeFacts facts;
+    const auto type = ShapeInference::declared(scope_, value);
+    facts.elem_type = type.elem_type;
+    if (auto it = inputs_.find(value); it != inputs_.end() && it->second->type().has_tensor_type() &&
+                                       it->second->type().tensor_type().has_shape()) {
+      Dims dims;
+      const auto& shape = it->second->type().tensor_type().shape();
+      for (int axis = 0; axis < shape.dim_size(); ++axis) {
+        const auto& dim = shape.dim(axis);
+        if (dim.has_dim_value()) dims.push_back(Dim::of(dim.dim_value()));
+        else if (!dim.dim_param().empty()) dims.push_back(Dim::named(dim.dim_param()));
+        else dims.push_back(fresh(value, static_cast<size_t>(axis)));
+      }
+      facts.shape = std::move(dims);
+    } else if (type.dims) {
+      facts.shape = numeric(*type.dims, value);
+    }
+    add_constant_values(value, facts);
+    return facts;
+  }
+
+  void add_constant_values(const std::string& value, ShapeFacts& facts) const {
+    if (!is_integer(facts.elem_type) || !facts.shape || facts.shape->size() > 1) return;
+    if (auto values = scope_.constant_values(value, kMaxValues)) {
+      Dims elements;
+      for (int64_t number : values->ints()) elements.push_back(Dim::of(number));
+      facts.values = std::move(elements);
+    }
+  }
+
+  static bool is_integer(int32_t type) {
+    return type == onnx::TensorProto::INT64 || type == onnx::TensorProto::INT32;
+  }
+
+  static Dims numeric(const std::vector<int64_t>& dims, const std::string& value) {
+    Dims out;
+    for (size_t axis = 0; axis < dims.size(); ++axis) {
+      out.push_back(dims[axis] >= 0 ? Dim::of(dims[axis]) : Dim::named(fmt::format("{}#{}", value, axis)));
+    }
+    return out;
+  }
+
+  static Dim fresh(const std::string& value, size_t axis) { return Dim::named(fmt::format("{}#{}", value, axis)); }
+
+  // Numpy broadcasting; a size that can't be decided becomes a symbol of the result.
+  static std::optional<Dims> broadcast(const std::vector<const ShapeFacts*>& operands, const std::string& out) {
+    size_t rank = 0;
+    for (const ShapeFacts* operand : operands) {
+      if (!operand->shape) return std::nullopt;
+      rank = std::max(rank, operand->shape->size());
+    }
+    Dims dims(rank);
+    for (size_t axis = 0; axis < rank; ++axis) {
+      std::vector<Dim> sizes;  // the operands' sizes along this axis that are not 1
+      for (const ShapeFacts* operand : operands) {
+        const Dims& shape = *operand->shape;
+        const size_t offset = rank - shape.size();
+        if (axis >= offset && shape[axis - offset].number != 1) sizes.push_back(shape[axis - offset]);
+      }
+      const auto number = std::find_if(sizes.begin(), sizes.end(), [](const Dim& dim) { return dim.known(); });
+      const bool same = std::all_of(sizes.begin(), sizes.end(), [&](const Dim& dim) { return dim == sizes.front(); });
+      if (sizes.empty()) dims[axis] = Dim::of(1);
+      else if (number != sizes.end()) dims[axis] = *number;  // the others are equal to it (or 1) at run time
+      else if (same) dims[axis] = sizes.front();
+      else dims[axis] = fresh(out, axis);
+    }
+    return dims;
+  }
+
+  static std::optional<std::vector<int64_t>> ints(const std::optional<Dims>& values) {
+    if (!values) return std::nullopt;
+    std::vector<int64_t> out;
+    for (const Dim& dim : *values) {
+      if (!dim.known()) return std::nullopt;
+      out.push_back(*dim.number);
+    }
+    return out;
+  }
+
+  static std::optional<int64_t> int_attribute(const onnx::NodeProto& node, const std::string& name) {
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == name && attribute.type() == onnx::AttributeProto::INT) return attribute.i();
+    }
+    return std::nullopt;
+  }
+
+  static std::optional<std::vector<int64_t>> ints_attribute(const onnx::NodeProto& node, const std::string& name) {
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == name) return std::vector<int64_t>(attribute.ints().begin(), attribute.ints().end());
+    }
+    return std::nullopt;
+  }
+
+  const ShapeFacts& input(const onnx::NodeProto& node, int index) {
+    static const ShapeFacts kNothing;
+    if (index >= node.input_size() || node.input(index).empty()) return kNothing;
+    return (*this)(node.input(index));
+  }
+
+  // Axes given as an attribute (older opsets) or as a constant input.
+  std::optional<std::vector<int64_t>> axes_of(const onnx::NodeProto& node, int input_index) {
+    if (auto attribute = ints_attribute(node, "axes")) return attribute;
+    if (input_index < node.input_size() && !node.input(input_index).empty()) return ints(input(node, input_index).values);
+    return std::vector<int64_t>{};
+  }
+
+  void visit(const onnx::NodeProto& node) {
+    std::vector<ShapeFacts> outputs(static_cast<size_t>(node.output_size()));
+    if (!outputs.empty()) infer(node, outputs);
+    for (int i = 0; i < node.output_size(); ++i) {
+      const std::string& name = node.output(i);
+      if (name.empty()) continue;
+      ShapeFacts& facts = outputs[static_cast<size_t>(i)];
+      merge_declared(name, facts);
+      entries_[name] = std::move(facts);
+    }
+  }
+
+  // A declared type (value_info) fills what inference left open; its numbers win over symbols.
+  void merge_declared(const std::string& name, ShapeFacts& facts) const {
+    const auto type = ShapeInference::declared(scope_, name);
+    if (!facts.elem_type) facts.elem_type = type.elem_type;
+    if (!type.dims) return;
+    if (!facts.shape) {
+      facts.shape = numeric(*type.dims, name);
+    } else if (type.dims->size() == facts.shape->size()) {
+      for (size_t axis = 0; axis < facts.shape->size(); ++axis) {
+        if ((*type.dims)[axis] >= 0) (*facts.shape)[axis] = Dim::of((*type.dims)[axis]);
+      }
+    }
+  }
+
+  void infer(const onnx::NodeProto& node, std::vector<ShapeFacts>& outputs) {
+    const std::string domain = normalize_domain(node.domain());
+    const std::string& op = node.op_type();
+    const std::string& out = node.output(0);
+    ShapeFacts& result = outputs[0];
+    if (domain == "com.microsoft") return infer_contrib(node, outputs);
+    if (domain == "com.microsoft.nchwc") return infer_spatial(node, input(node, 0), result);
+    if (!domain.empty()) return;
+
+    static const std::set<std::string> kSameShape = {
+        "Identity", "Abs", "Neg", "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "Tanh",
+        "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Softplus",
+        "Softsign", "Softmax", "LogSoftmax", "Hardmax", "Dropout", "Clip", "Gelu", "Swish", "Mish", "HardSwish",
+        "ThresholdedRelu", "Shrink", "LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
+        "BatchNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization",
+        "MeanVarianceNormalization", "CumSum", "Cast", "CastLike", "Not", "IsNaN", "IsInf", "Trilu"};
+    static const std::set<std::string> kBroadcast = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum",
+                                                     "Mean", "Mod", "PRelu", "And", "Or", "Xor", "Equal", "Less",
+                                                     "Greater", "LessOrEqual", "GreaterOrEqual", "Where",
+                                                     "BitwiseAnd", "BitwiseOr", "BitwiseXor"};
+    static const std::set<std::string> kBoolean = {"And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual",
+                                                   "GreaterOrEqual", "Not", "IsNaN", "IsInf"};
+    const ShapeFacts& first = input(node, 0);
+
+    if (op == "Constant") {
+      result = declared(out);  // the tensor's type and values
+      return;
+    }
+    if (kSameShape.count(op)) {
+      result.shape = first.shape;
+      result.elem_type = first.elem_type;
+      if (op == "Cast") result.elem_type = static_cast<int32_t>(int_attribute(node, "to").value_or(0));
+      if (op == "CastLike") result.elem_type = input(node, 1).elem_type;
+      if (op == "Identity" || (op == "Cast" && is_integer(result.elem_type))) result.values = first.values;
+    } else if (kBroadcast.count(op)) {
+      std::vector<const ShapeFacts*> operands;
+      for (int i = 0; i < node.input_size(); ++i) operands.push_back(&input(node, i));
+      result.shape = broadcast(operands, out);
+      result.elem_type = op == "Where" ? input(node, 1).elem_type : first.elem_type;
+    } else if (op == "MatMul") {
+      infer_matmul(first, input(node, 1), out, result);
+    } else if (op == "Gather") {
+      infer_gather(node, first, input(node, 1), result);
+    } else if (op == "Shape") {
+      result.elem_type = onnx::TensorProto::INT64;
+      if (first.shape) {
+        const auto rank = static_cast<int64_t>(first.shape->size());
+        auto clamp = [&](int64_t at) { return std::clamp(at < 0 ? at + rank : at, int64_t{0}, rank); };
+        const int64_t start = clamp(int_attribute(node, "start").value_or(0));
+        const int64_t end = clamp(int_attribute(node, "end").value_or(rank));
+        result.values = Dims(first.shape->begin() + start, first.shape->begin() + std::max(start, end));
+        result.shape = Dims{Dim::of(static_cast<int64_t>(result.values->size()))};
+      } else {
+        result.shape = Dims{fresh(out, 0)};
+      }
+    } else if (op == "Size") {
+      result.elem_type = onnx::TensorProto::INT64;
+      result.shape = Dims{};
+    } else if (op == "Unsqueeze" || op == "Squeeze") {
+      infer_squeeze(node, first, op == "Unsqueeze", result);
+    } else if (op == "Concat") {
+      infer_concat(node, out, result);
+    } else if (op == "Reshape") {
+      infer_reshape(node, first, input(node, 1), out, result);
+    } else if (op == "Transpose") {
+      result.elem_type = first.elem_type;
+      if (first.shape) {
+        std::vector<int64_t> perm = ints_attribute(node, "perm").value_or(std::vector<int64_t>{});
+        if (perm.empty()) {
+          for (size_t i = first.shape->size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+        }
+        if (is_permutation_of_axes(perm, first.shape->size())) {
+          Dims dims;
+          for (int64_t axis : perm) dims.push_back((*first.shape)[static_cast<size_t>(axis)]);
+          result.shape = std::move(dims);
+        }
+      }
+    } else if (op == "Slice") {
+      infer_slice(node, first, out, result);
+    } else if (op == "Expand") {
+      result.elem_type = first.elem_type;
+      if (const auto& shape = input(node, 1).values) {
+        ShapeFacts target;
+        target.shape = shape;
+        result.shape = broadcast({&first, &target}, out);
+      }
+    } else if (op.starts_with("Reduce")) {
+      infer_reduce(node, first, result);
+    } else if (op == "Gemm") {
+      infer_gemm(node, first, input(node, 1), out, result);
+    } else if (op == "Flatten") {
+      result.elem_type = first.elem_type;
+      result.shape = Dims{fresh(out, 0), fresh(out, 1)};
+    } else if (kSpatial.count(op)) {
+      infer_spatial(node, first, result);
+    } else if (op == "Split" || op == "Pad" || op == "Resize" || op == "Upsample" || op == "Tile" || op == "DepthToSpace" ||
+               op == "SpaceToDepth") {
+      for (auto& output : outputs) {
+        output.elem_type = first.elem_type;
+        if (first.shape) output.shape = fresh_dims(first.shape->size(), out);
+      }
+    } else if (op == "ArgMax" || op == "ArgMin") {
+      result.elem_type = onnx::TensorProto::INT64;
+      if (first.shape) {  // one axis (attribute `axis`, default 0), kept as 1 or dropped
+        const auto rank = static_cast<int64_t>(first.shape->size());
+        int64_t axis = int_attribute(node, "axis").value_or(0);
+        if (axis < 0) axis += rank;
+        if (axis >= 0 && axis < rank) {
+          Dims dims = *first.shape;
+          if (int_attribute(node, "keepdims").value_or(1)) dims[static_cast<size_t>(axis)] = Dim::of(1);
+          else dims.erase(dims.begin() + axis);
+          result.shape = std::move(dims);
+        }
+      }
+    } else if (op == "Range") {  // 1-D; its length when start, limit and delta are known integers
+      result.elem_type = first.elem_type;
+      result.shape = Dims{fresh(out, 0)};
+      const auto& start = first.values;
+      const auto& limit = input(node, 1).values;
+      const auto& delta = input(node, 2).values;
+      if (start && limit && delta && start->size() == 1 && limit->size() == 1 && delta->size() == 1 &&
+          (*start)[0].known() && (*limit)[0].known() && (*delta)[0].known() && *(*delta)[0].number != 0) {
+        const int64_t span = *(*limit)[0].number - *(*start)[0].number;
+        const int64_t step = *(*delta)[0].number;
+        const int64_t count = span / step + (span % step != 0 && (span < 0) == (step < 0) ? 1 : 0);
+        result.shape = Dims{Dim::of(std::max<int64_t>(count, 0))};
+      }
+    } else if (op == "ConstantOfShape") {
+      result.elem_type = onnx::TensorProto::FLOAT;
+      for (const auto& attribute : node.attribute()) {
+        if (attribute.name() == "value") result.elem_type = attribute.t().data_type();
+      }
+      result.shape = input(node, 0).values;
+    }
+    if (kBoolean.count(op)) result.elem_type = onnx::TensorProto::BOOL;
+    if (result.elem_type == 0 && kSameType.count(op)) result.elem_type = any_input_type(node);
+    if (op == "LayerNormalization" || op == "SimplifiedLayerNormalization") {
+      infer_statistics(node, first, int_attribute(node, "axis").value_or(-1), outputs);
+    }
+  }
+
+  // Ops whose tensor inputs and first output share one element type: any typed input tells it
+  // (ONNX Runtime saves graphs without value_info; a weight's type is often the only one known).
+  inline static const std::set<std::string> kSameType = {
+      "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "MatMul", "Gemm", "Conv", "ConvTranspose",
+      "Concat", "PRelu", "BatchNormalization", "InstanceNormalization", "LayerNormalization", "GroupNormalization",
+      "RMSNormalization", "SimplifiedLayerNormalization", "FusedMatMul", "TransposeMatMul", "FusedGemm", "FusedConv",
+      "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu", "FastGelu", "BiasAdd", "BiasSoftmax"};
+
+  int32_t any_input_type(const onnx::NodeProto& node) {
+    for (int i = 0; i < node.input_size(); ++i) {
+      if (int32_t type = input(node, i).elem_type) return type;
+    }
+    return 0;
+  }
+
+  // Ops whose output keeps the input's rank and batch: convolutions and pools (NCHWc ones too).
+  inline static const std::set<std::string> kSpatial = {"Conv", "ConvTranspose", "ConvInteger", "MaxPool", "AveragePool",
+                                                        "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool",
+                                                        "FusedConv", "ReorderInput", "ReorderOutput", "Upsample"};
+
+  static bool is_permutation_of_axes(const std::vector<int64_t>& perm, size_t rank) {
+    if (perm.size() != rank) return false;
+    std::vector<bool> seen(rank, false);
+    for (int64_t axis : perm) {
+      if (axis < 0 || axis >= static_cast<int64_t>(rank) || seen[static_cast<size_t>(axis)]) return false;
+      seen[static_cast<size_t>(axis)] = true;
+    }
+    return true;
+  }
+
+  static Dims fresh_dims(size_t rank, const std::string& out) {
+    Dims dims;
+    for (size_t axis = 0; axis < rank; ++axis) dims.push_back(fresh(out, axis));
+    return dims;
+  }
+
+  // [N, C', spatial...]: N kept, C' the weight's first dim for convolutions, 1s for global pools.
+  void infer_spatial(const onnx::NodeProto& node, const ShapeFacts& x, ShapeFacts& result) {
+    const std::string& op = node.op_type();
+    result.elem_type = x.elem_type;
+    if (!x.shape || x.shape->size() < 2) return;
+    Dims dims = fresh_dims(x.shape->size(), node.output(0));
+    dims[0] = (*x.shape)[0];
+    const bool convolution = op == "Conv" || op == "FusedConv" || op == "ConvInteger";
+    if (convolution && node.input_size() > 1) {
+      const ShapeFacts& weight = input(node, 1);
+      if (weight.shape && !weight.shape->empty()) dims[1] = (*weight.shape)[0];
+    } else if (!convolution && op != "ConvTranspose" && op != "ReorderInput" && op != "ReorderOutput") {
+      dims[1] = (*x.shape)[1];  // pools and resizes keep the channels
+    }
+    if (op.starts_with("Global")) {
+      for (size_t axis = 2; axis < dims.size(); ++axis) dims[axis] = Dim::of(1);
+    }
+    if (op == "ConvInteger") result.elem_type = onnx::TensorProto::INT32;
+    result.shape = std::move(dims);
+  }
+
+  static void infer_gemm(const onnx::NodeProto& node, const ShapeFacts& a, const ShapeFacts& b, const std::string& out,
+                         ShapeFacts& result) {
+    result.elem_type = a.elem_type;
+    Dims dims{fresh(out, 0), fresh(out, 1)};
+    if (a.shape && a.shape->size() == 2) dims[0] = (*a.shape)[int_attribute(node, "transA").value_or(0) ? 1 : 0];
+    if (b.shape && b.shape->size() == 2) dims[1] = (*b.shape)[int_attribute(node, "transB").value_or(0) ? 0 : 1];
+    result.shape = std::move(dims);
+  }
+
+  // Mean / inverse standard deviation outputs of a normalization over the axes from `axis` on:
+  // the input's shape with those axes 1, in float (double for double input).
+  static void infer_statistics(const onnx::NodeProto& node, const ShapeFacts& x, int64_t axis,
+                               std::vector<ShapeFacts>& outputs) {
+    for (size_t i = 1; i < outputs.size() && i < 3; ++i) {
+      ShapeFacts& statistics = outputs[i];
+      statistics.elem_type = x.elem_type == onnx::TensorProto::DOUBLE ? onnx::TensorProto::DOUBLE
+                                                                       : static_cast<int32_t>(int_attribute(node, "stash_type").value_or(1));
+      if (!x.shape) continue;
+      const auto rank = static_cast<int64_t>(x.shape->size());
+      const int64_t first = axis < 0 ? axis + rank : axis;
+      if (first < 0 || first > rank) continue;
+      Dims dims = *x.shape;
+      for (int64_t a = first; a < rank; ++a) dims[static_cast<size_t>(a)] = Dim::of(1);
+      statistics.shape = std::move(dims);
+    }
+  }
+
+  // ONNX Runtime's contrib ops that its optimizer writes (what de-fusion rules must know).
+  void infer_contrib(const onnx::NodeProto& node, std::vector<ShapeFacts>& outputs) {
+    const std::string& op = node.op_type();
+    const std::string& out = node.output(0);
+    ShapeFacts& result = outputs[0];
+    const ShapeFacts& first = input(node, 0);
+    static const std::set<std::string> kSameShape = {"Gelu", "FastGelu", "BiasGelu", "QuickGelu", "BiasSoftmax",
+                                                     "SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
+                                                     "LayerNormalization", "SimplifiedLayerNormalization"};
+    if (kSameShape.count(op)) {
+      result.elem_type = first.elem_type;
+      result.shape = first.shape;
+      if (op.starts_with("Skip") && outputs.size() > 3) outputs[3] = result;
+      infer_statistics(node, first, op.starts_with("Skip") ? -1 : int_attribute(node, "axis").value_or(-1), outputs);
+    } else if (op == "BiasAdd") {
+      std::vector<const ShapeFacts*> operands;
+      for (int i = 0; i < node.input_size(); ++i) operands.push_back(&input(node, i));
+      result.elem_type = first.elem_type;
+      result.shape = broadcast(operands, out);
+    } else if (op == "FusedMatMul" || op == "TransposeMatMul") {
+      // Batch transposes move the first axis behind the batch axes; plain ones swap the last two.
+      auto transposed = [&](const ShapeFacts& facts, bool batch, bool trans) {
+        ShapeFacts moved = facts;
+        if (!moved.shape || moved.shape->size() < 2) return moved;
+        Dims& dims = *moved.shape;
+        if (batch && dims.size() >= 3) std::rotate(dims.begin(), dims.begin() + 1, dims.end() - 1);
+        if (trans) std::swap(dims[dims.size() - 2], dims[dims.size() - 1]);
+        return moved;
+      };
+      const ShapeFacts a = transposed(first, int_attribute(node, "transBatchA").value_or(0), int_attribute(node, "transA").value_or(0));
+      const ShapeFacts b =
+          transposed(input(node, 1), int_attribute(node, "transBatchB").value_or(0), int_attribute(node, "transB").value_or(0));
+      infer_matmul(a, b, out, result);
+    } else if (op == "FusedGemm") {
+      infer_gemm(node, first, input(node, 1), out, result);
+    } else if (op == "FusedConv") {
+      infer_spatial(node, first, result);
+    } else if (op == "Attention") {
+      infer_attention(node, first, outputs);
+    } else if (op == "EmbedLayerNormalization") {
+      // (input_ids [B, S], ..., word_embedding [V, H], ...) => ([B, S, H], mask_index [B] int32, sum [B, S, H])
+      const ShapeFacts& words = input(node, 2);
+      result.elem_type = words.elem_type;
+      if (first.shape && first.shape->size() == 2 && words.shape && words.shape->size() == 2) {
+        result.shape = Dims{(*first.shape)[0], (*first.shape)[1], (*words.shape)[1]};
+      }
+      if (outputs.size() > 1) {
+        outputs[1].elem_type = onnx::TensorProto::INT32;
+        if (first.shape && !first.shape->empty()) outputs[1].shape = Dims{(*first.shape)[0]};
+      }
+      if (outputs.size() > 2) outputs[2] = result;
+    }
+    if (result.elem_type == 0 && kSameType.count(op)) result.elem_type = any_input_type(node);
+  }
+
+  // com.microsoft Attention (input [B, S, Di], weights [Di, 2D + Dv], bias [2D + Dv], mask, past
+  // [2, B, N, P, H], ...) => (output [B, S, Dv], present [2, B, N, P + S, H]).
+  void infer_attention(const onnx::NodeProto& node, const ShapeFacts& x, std::vector<ShapeFacts>& outputs) {
+    const std::string& out = node.output(0);
+    std::optional<int64_t> qk_hidden, v_hidden;
+    if (auto sizes = ints_attribute(node, "qkv_hidden_sizes"); sizes && sizes->size() == 3) {
+      qk_hidden = (*sizes)[0], v_hidden = (*sizes)[2];
+    } else {
+      for (const auto& [index, axis] : {std::pair{2, size_t{0}}, std::pair{1, size_t{1}}}) {  // bias, else weights
+        const ShapeFacts& merged = input(node, index);
+        if (qk_hidden || !merged.shape || merged.shape->size() <= axis || !(*merged.shape)[axis].known()) continue;
+        qk_hidden = v_hidden = *(*merged.shape)[axis].number / 3;
+      }
+    }
+    for (auto& output : outputs) output.elem_type = x.elem_type ? x.elem_type : any_input_type(node);
+    if (!x.shape || x.shape->size() != 3) return;
+    const Dim& batch = (*x.shape)[0];
+    const Dim& sequence = (*x.shape)[1];
+    outputs[0].shape = Dims{batch, sequence, v_hidden ? Dim::of(*v_hidden) : fresh(out, 2)};
+    if (outputs.size() < 2) return;
+    const auto heads = int_attribute(node, "num_heads");
+    const ShapeFacts& past = input(node, 4);
+    Dim total = sequence;
+    if (past.shape && past.shape->size() == 5) {
+      const Dim& past_length = (*past.shape)[3];
+      total = past_length.known() && sequence.known() ? Dim::of(*past_length.number + *sequence.number)
+                                                      : fresh(node.output(1), 3);
+    }
+    const Dim head_size = heads && *heads > 0 && qk_hidden ? Dim::of(*qk_hidden / *heads) : fresh(node.output(1), 4);
+    outputs[1].shape = Dims{Dim::of(2), batch, heads ? Dim::of(*heads) : fresh(node.output(1), 2), total, head_size};
+  }
+
+  static void infer_matmul(const ShapeFacts& a, const ShapeFacts& b, const std::string& out, ShapeFacts& result) {
+    result.elem_type = a.elem_type;
+    if (!a.shape || !b.shape || a.shape->empty() || b.shape->empty()) return;
+    Dims left = *a.shape, right = *b.shape;
+    const bool vector_left = left.size() == 1, vector_right = right.size() == 1;
+    if (vector_left) left.insert(left.begin(), Dim::of(1));
+    if (vector_right) right.push_back(Dim::of(1));
+    ShapeFacts left_batch, right_batch;
+    left_batch.shape = Dims(left.begin(), left.end() - 2);
+    right_batch.shape = Dims(right.begin(), right.end() - 2);
+    Dims dims = *broadcast({&left_batch, &right_batch}, out);
+    if (!vector_left) dims.push_back(left[left.size() - 2]);
+    if (!vector_right) dims.push_back(right.back());
+    result.shape = std::move(dims);
+  }
+
+  static void infer_gather(const onnx::NodeProto& node, const ShapeFacts& data, const ShapeFacts& indices, ShapeFacts& result) {
+    result.elem_type = data.elem_type;
+    if (!data.shape || !indices.shape || data.shape->empty()) return;
+    const auto rank = static_cast<int64_t>(data.shape->size());
+    int64_t axis = int_attribute(node, "axis").value_or(0);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return;
+    Dims dims(data.shape->begin(), data.shape->begin() + axis);
+    dims.insert(dims.end(), indices.shape->begin(), indices.shape->end());
+    dims.insert(dims.end(), data.shape->begin() + axis + 1, data.shape->end());
+    result.shape = std::move(dims);
+    if (data.values && axis == 0) {
+      if (auto picked = ints(indices.values)) {
+        Dims elements;
+        for (int64_t index : *picked) {
+          if (index < 0) index += static_cast<int64_t>(data.values->size());
+          if (index < 0 || index >= static_cast<int64_t>(data.values->size())) return;
+          elements.push_back((*data.values)[static_cast<size_t>(index)]);
+        }
+        result.values = std::move(elements);
+      }
+    }
+  }
+
+  void infer_squeeze(const onnx::NodeProto& node, const ShapeFacts& x, bool unsqueeze, ShapeFacts& result) {
+    result.elem_type = x.elem_type;
+    const auto axes = axes_of(node, 1);
+    if (!x.shape || !axes) return;
+    Dims dims = *x.shape;
+    if (unsqueeze) {
+      const auto rank = static_cast<int64_t>(dims.size() + axes->size());
+      std::vector<int64_t> sorted;
+      for (int64_t axis : *axes) sorted.push_back(axis < 0 ? axis + rank : axis);
+      std::sort(sorted.begin(), sorted.end());
+      for (int64_t axis : sorted) {
+        if (axis < 0 || axis > static_cast<int64_t>(dims.size())) return;
+        dims.insert(dims.begin() + axis, Dim::of(1));
+      }
+    } else {
+      const auto rank = static_cast<int64_t>(dims.size());
+      std::vector<bool> drop(dims.size(), false);
+      for (size_t axis = 0; axis < dims.size(); ++axis) {
+        if (axes->empty() && dims[axis].number == 1) drop[axis] = true;
+        if (axes->empty() && !dims[axis].known()) return;  // might be 1
+      }
+      for (int64_t axis : *axes) {
+        if (axis < 0) axis += rank;
+        if (axis < 0 || axis >= rank) return;
+        drop[static_cast<size_t>(axis)] = true;
+      }
+      Dims kept;
+      for (size_t axis = 0; axis < dims.size(); ++axis) {
+        if (!drop[axis]) kept.push_back(dims[axis]);
+      }
+      dims = std::move(kept);
+    }
+    result.shape = std::move(dims);
+    if (x.values && result.shape->size() <= 1) result.values = x.values;
+  }
+
+  void infer_concat(const onnx::NodeProto& node, const std::string& out, ShapeFacts& result) {
+    std::vector<const ShapeFacts*> parts;
+    for (int i = 0; i < node.input_size(); ++i) parts.push_back(&input(node, i));
+    if (parts.empty()) return;
+    result.elem_type = parts.front()->elem_type;
+    for (const ShapeFacts* part : parts) {
+      if (!part->shape || part->shape->size() != parts.front()->shape->size()) return;
+    }
+    const auto rank = static_cast<int64_t>(parts.front()->shape->size());
+    int64_t axis = int_attribute(node, "axis").value_or(0);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return;
+    Dims dims = *parts.front()->shape;
+    int64_t total = 0;
+    for (const ShapeFacts* part : parts) {
+      const Dim& dim = (*part->shape)[static_cast<size_t>(axis)];
+      total = total >= 0 && dim.known() ? total + *dim.number : -1;
+    }
+    dims[static_cast<size_t>(axis)] = total >= 0 ? Dim::of(total) : fresh(out, static_cast<size_t>(axis));
+    result.shape = std::move(dims);
+    if (rank == 1) {
+      Dims elements;
+      for (const ShapeFacts* part : parts) {
+        if (!part->values) return;
+        elements.insert(elements.end(), part->values->begin(), part->values->end());
+      }
+      result.values = std::move(elements);
+    }
+  }
+
+  static void infer_reshape(const onnx::NodeProto& node, const ShapeFacts& data, const ShapeFacts& shape, const std::string& out,
+                            ShapeFacts& result) {
+    result.elem_type = data.elem_type;
+    if (!shape.values) {
+      if (shape.shape && shape.shape->size() == 1 && (*shape.shape)[0].known()) {
+        Dims dims;
+        for (int64_t axis = 0; axis < *(*shape.shape)[0].number; ++axis) dims.push_back(fresh(out, static_cast<size_t>(axis)));
+        result.shape = std::move(dims);
+      }
+      return;
+    }
+    const bool allow_zero = int_attribute(node, "allowzero").value_or(0) != 0;
+    Dims dims = *shape.values;
+    std::optional<size_t> inferred;
+    for (size_t axis = 0; axis < dims.size(); ++axis) {
+      if (dims[axis].number == 0 && !allow_zero) {
+        if (!data.shape || axis >= data.shape->size()) return;
+        dims[axis] = (*data.shape)[axis];
+      } else if (dims[axis].number == -1) {
+        inferred = axis;
+      }
+    }
+    if (inferred) {
+      // The -1 axis: the input's size over the product of the others, when all are numbers.
+      int64_t total = 1, known = 1;
+      bool numeric = data.shape.has_value();
+      for (const Dim& dim : data.shape.value_or(Dims{})) numeric = numeric && dim.known() && (total *= *dim.number, true);
+      for (size_t axis = 0; axis < dims.size(); ++axis) {
+        if (axis != *inferred) numeric = numeric && dims[axis].known() && (known *= *dims[axis].number, true);
+      }
+      dims[*inferred] = numeric && known > 0 ? Dim::of(total / known) : fresh(out, *inferred);
+    }
+    result.shape = std::move(dims);
+  }
+
+  void infer_slice(const onnx::NodeProto& node, const ShapeFacts& x, const std::string& out, ShapeFacts& result) {
+    result.elem_type = x.elem_type;
+    if (!x.shape) return;
+    const auto rank = static_cast<int64_t>(x.shape->size());
+    const bool legacy = node.input_size() < 3;  // opset < 10: attributes
+    auto param = [&](int index, const char* attribute) -> std::optional<std::vector<int64_t>> {
+      if (legacy) return ints_attribute(node, attribute);
+      if (index >= node.input_size() || node.input(index).empty()) return std::nullopt;
+      return ints(input(node, index).values);
+    };
+    const auto starts = param(1, "starts"), ends = param(2, "ends");
+    auto axes = param(3, "axes");
+    auto steps = param(4, "steps");
+    Dims dims = *x.shape;
+    if (!starts || !ends) {
+      // Unknown bounds: the axes that are sliced lose their size.
+      if (!axes) {
+        for (size_t axis = 0; axis < dims.size(); ++axis) dims[axis] = fresh(out, axis);
+      } else {
+        for (int64_t axis : *axes) {
+          if (axis < 0) axis += rank;
+          if (axis < 0 || axis >= rank) return;
+          dims[static_cast<size_t>(axis)] = fresh(out, static_cast<size_t>(axis));
+        }
+      }
+      result.shape = std::move(dims);
+      return;
+    }
+    if (!axes) {
+      axes.emplace();
+      for (size_t i = 0; i < starts->size(); ++i) axes->push_back(static_cast<int64_t>(i));
+    }
+    if (!steps) steps = std::vector<int64_t>(starts->size(), 1);
+    if (axes->size() != starts->size() || ends->size() != starts->size() || steps->size() != starts->size()) return;
+    std::optional<Dims> values = x.values;
+    for (size_t i = 0; i < axes->size(); ++i) {
+      int64_t axis = (*axes)[i] < 0 ? (*axes)[i] + rank : (*axes)[i];
+      if (axis < 0 || axis >= rank || (*steps)[i] == 0) return;
+      const Dim& size = dims[static_cast<size_t>(axis)];
+      if (!size.known()) {
+        dims[static_cast<size_t>(axis)] = fresh(out, static_cast<size_t>(axis));
+        values.reset();
+        continue;
+      }
+      // ONNX's clamping: starts to [0, n] (step > 0) or [0, n-1] (step < 0), ends to [0, n] or [-1, n-1].
+      const int64_t n = *size.number, step = (*steps)[i];
+      auto clamp = [&](int64_t at, int64_t low, int64_t high) { return std::clamp(at < 0 ? at + n : at, low, high); };
+      const int64_t begin = step > 0 ? clamp((*starts)[i], 0, n) : clamp((*starts)[i], 0, n - 1);
+      const int64_t end = step > 0 ? clamp((*ends)[i], 0, n) : clamp((*ends)[i], -1, n - 1);
+      const int64_t span = step > 0 ? end - begin : begin - end;
+      const int64_t stride = step > 0 ? step : -step;
+      const int64_t count = span > 0 ? (span + stride - 1) / stride : 0;
+      dims[static_cast<size_t>(axis)] = Dim::of(count);
+      if (values && rank == 1 && count <= static_cast<int64_t>(kMaxValues)) {
+        Dims elements;
+        for (int64_t k = 0, at = begin; k < count; ++k, at += step) {
+          if (at < 0 || at >= static_cast<int64_t>(values->size())) {  // declared dims disagree with the data
+            values.reset();
+            break;
+          }
+          elements.push_back((*values)[static_cast<size_t>(at)]);
+        }
+        if (values) values = std::move(elements);
+      } else {
+        values.reset();
+      }
+    }
+    result.shape = std::move(dims);
+    if (rank == 1) result.values = std::move(values);
+  }
+
+  void infer_reduce(const onnx::NodeProto& node, const ShapeFacts& x, ShapeFacts& result) {
+    result.elem_type = x.elem_type;
+    if (!x.shape) return;
+    const bool keepdims = int_attribute(node, "keepdims").value_or(1) != 0;
+    auto axes = axes_of(node, 1);
+    if (!axes) return;
+    const auto rank = static_cast<int64_t>(x.shape->size());
+    std::vector<bool> reduced(x.shape->size(), axes->empty() && int_attribute(node, "noop_with_empty_axes").value_or(0) == 0);
+    for (int64_t axis : *axes) {
+      if (axis < 0) axis += rank;
+      if (axis < 0 || axis >= rank) return;
+      reduced[static_cast<size_t>(axis)] = true;
+    }
+    Dims dims;
+    for (size_t axis = 0; axis < x.shape->size(); ++axis) {
+      if (!reduced[axis]) dims.push_back((*x.shape)[axis]);
+      else if (keepdims) dims.push_back(Dim::of(1));
+    }
+    result.shape = std::move(dims);
+  }
+
+  const Scope& scope_;
+  std::unordered_map<std::string, ShapeFacts> entries_;  // for the scope's lifetime: one round
+  std::unordered_map<std::string, const onnx::ValueInfoProto*> inputs_;  // graph inputs, with dim_params
+};
+
+ShapeInference::ShapeInference(const Scope& scope) : worker_(std::make_unique<Worker>(scope)) {}
+ShapeInference::~ShapeInference() = default;
+const ShapeFacts& ShapeInference::operator()(std::string_view value) { return (*worker_)(std::string(value)); }
+
+}  // namespace onnx_rewrite

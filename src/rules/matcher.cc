@@ -1,0 +1,601 @@
+#include "onnx_rewrite/matcher.h"
+#include "onnx_rewrite/toolkit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <onnx/defs/schema.h>
+
+#include "onnx_rewrite/opset.h"
+#include "graph/walk.h"
+
+namespace onnx_rewrite {
+
+// ---- Match accessors -------------------------------------------------------------------------
+
+void Match::require_value(const std::string& name) const {
+  if (signature && !signature->declares_value(name)) {
+    throw BuilderContractError(fmt::format("the builder of rule {} reads pattern value '{}', which it does not declare", rule->id, name));
+  }
+}
+
+void Match::require_attribute(const std::string& name) const {
+  if (signature && !signature->declares_attribute(name)) {
+    throw BuilderContractError(fmt::format("the builder of rule {} reads '{}', which it does not declare", rule->id, name));
+  }
+}
+
+const std::string& Match::value(const std::string& pattern_name) const {
+  require_value(pattern_name);
+  auto it = values.find(pattern_name);
+  if (it == values.end()) throw std::logic_error("rule " + rule->id + " has no value named '" + pattern_name + "'");
+  return it->second;
+}
+
+bool Match::has_value(const std::string& pattern_name) const {
+  require_value(pattern_name);
+  auto it = values.find(pattern_name);
+  return it != values.end() && !it->second.empty();
+}
+
+const onnx::AttributeProto* Match::attribute(const std::string& name) const {
+  require_attribute(name);
+  auto it = attributes.find(name);
+  return it == attributes.end() ? nullptr : &it->second;
+}
+
+int64_t Match::attribute_int(const std::string& name, int64_t otherwise) const {
+  const auto* found = attribute(name);
+  if (!found) return otherwise;
+  return found->type() == onnx::AttributeProto::FLOAT ? static_cast<int64_t>(found->f()) : found->i();
+}
+
+float Match::attribute_float(const std::string& name, float otherwise) const {
+  const auto* found = attribute(name);
+  if (!found) return otherwise;
+  return found->type() == onnx::AttributeProto::INT ? static_cast<float>(found->i()) : found->f();
+}
+
+std::vector<int64_t> Match::attribute_ints(const std::string& name, std::vector<int64_t> otherwise) const {
+  const auto* found = attribute(name);
+  if (!found) return otherwise;
+  if (found->type() == onnx::AttributeProto::INT) return {found->i()};  // a one-value list written as an int
+  return std::vector<int64_t>(found->ints().begin(), found->ints().end());
+}
+
+std::string Match::attribute_string(const std::string& name, std::string otherwise) const {
+  const auto* found = attribute(name);
+  return found ? found->s() : otherwise;
+}
+
+std::optional<TensorValues> Match::constant(const std::string& pattern_name) const {
+  const std::string& name = value(pattern_name);
+  return name.empty() ? std::nullopt : scope->constant_values(name);
+}
+
+int Match::opset(const std::string& domain) const {
+  auto it = opsets.find(normalize_domain(domain));
+  return it != opsets.end() ? it->second : scope->opset(domain);
+}
+
+// ---- Attribute helpers -----------------------------------------------------------------------
+
+// Whether a node's attribute of type `actual` may be captured as `declared`: the same type, or
+// one value where a list is declared (mmcv writes `padding = 1` for [1, 1]).
+static bool capturable(onnx::AttributeProto::AttributeType actual, onnx::AttributeProto::AttributeType declared) {
+  using A = onnx::AttributeProto;
+  return declared == A::UNDEFINED || actual == declared || (declared == A::INTS && actual == A::INT) ||
+         (declared == A::FLOATS && actual == A::FLOAT);
+}
+
+bool same_attribute_value(const onnx::AttributeProto& a, const onnx::AttributeProto& b) {
+  auto close = [](double x, double y) { return x == y || std::fabs(x - y) <= 1e-6 * std::max(std::fabs(x), std::fabs(y)); };
+  using A = onnx::AttributeProto;
+  const bool a_number = a.type() == A::INT || a.type() == A::FLOAT;
+  const bool b_number = b.type() == A::INT || b.type() == A::FLOAT;
+  if (a_number && b_number) {
+    const double x = a.type() == A::INT ? static_cast<double>(a.i()) : a.f();
+    const double y = b.type() == A::INT ? static_cast<double>(b.i()) : b.f();
+    return close(x, y);
+  }
+  if (a.type() != b.type()) return false;
+  switch (a.type()) {
+    case A::STRING: return a.s() == b.s();
+    case A::INTS: return std::equal(a.ints().begin(), a.ints().end(), b.ints().begin(), b.ints().end());
+    case A::FLOATS:
+      return std::equal(a.floats().begin(), a.floats().end(), b.floats().begin(), b.floats().end(), close);
+    case A::STRINGS: return std::equal(a.strings().begin(), a.strings().end(), b.strings().begin(), b.strings().end());
+    default: return a.SerializeAsString() == b.SerializeAsString();
+  }
+}
+
+std::string attribute_value_text(const onnx::AttributeProto& attribute) {
+  using A = onnx::AttributeProto;
+  switch (attribute.type()) {
+    case A::INT: return std::to_string(attribute.i());
+    case A::FLOAT: return fmt::format("{}", attribute.f());
+    case A::STRING: return "\"" + attribute.s() + "\"";
+    case A::INTS: return fmt::format("[{}]", fmt::join(attribute.ints(), ", "));
+    case A::FLOATS: return fmt::format("[{}]", fmt::join(attribute.floats(), ", "));
+    case A::STRINGS: return fmt::format("[\"{}\"]", fmt::join(attribute.strings(), "\", \""));
+    default: return "<" + A::AttributeType_Name(attribute.type()) + ">";
+  }
+}
+
+std::optional<onnx::AttributeProto> schema_default(const std::string& domain, const std::string& op_type, int opset,
+                                                   const std::string& attribute) {
+  // ONNX 1.12 knows opsets up to 17; defaults of attributes that exist there rarely change later.
+  const int known = std::min(opset, 17);
+  const auto* schema = onnx::OpSchemaRegistry::Schema(op_type, known, domain.empty() ? "" : domain);
+  if (!schema) return std::nullopt;
+  auto it = schema->attributes().find(attribute);
+  if (it == schema->attributes().end() || !it->second.default_value.has_type()) return std::nullopt;
+  return it->second.default_value;
+}
+
+// ---- The search ------------------------------------------------------------------------------
+
+namespace {
+
+// Everything a partial match has bound; copied to backtrack (patterns are small).
+struct Bindings {
+  std::map<std::string, std::string> values;
+  std::map<std::string, onnx::AttributeProto> attributes;
+  std::vector<onnx::NodeProto*> nodes;
+  std::unordered_set<const onnx::NodeProto*> used;
+};
+
+std::string input_at(const onnx::NodeProto& node, size_t index) {
+  return index < static_cast<size_t>(node.input_size()) ? node.input(static_cast<int>(index)) : std::string();
+}
+
+class Search {
+ public:
+  Search(const Scope& scope, const Rule& rule, const Pattern& pattern,
+         const std::unordered_set<const onnx::NodeProto*>& claimed)
+      : scope_(scope), rule_(rule), pattern_(pattern), claimed_(claimed) {}
+
+  std::optional<Match> run(onnx::NodeProto* anchor) {
+    for (const auto& range : pattern_.opsets) {
+      const int version = scope_.opset(range.domain);
+      if (!range.contains(version)) {
+        fail(0, fmt::format("the model imports {} {}, the pattern is for {}", display_domain(range.domain),
+                            version, range.describe()));
+        return std::nullopt;
+      }
+    }
+    if (!try_node(pattern_.order.front(), anchor, 0)) return std::nullopt;
+    Match match;
+    match.scope = &scope_;
+    match.rule = &rule_;
+    match.pattern = &pattern_;
+    match.anchor = anchor;
+    match.nodes = found_.nodes;
+    match.values = found_.values;
+    match.attributes = found_.attributes;
+    return match;
+  }
+
+  const std::string& reason() const { return best_reason_; }
+
+ private:
+  void fail(size_t depth, std::string reason) {
+    if (best_reason_.empty() || depth > best_depth_) {
+      best_depth_ = depth;
+      best_reason_ = std::move(reason);
+    }
+  }
+
+  std::string node_text(const onnx::NodeProto& node) const { return "'" + describe_node(node) + "'"; }
+
+  bool may_be_absent(const std::string& name) const {
+    return std::any_of(pattern_.constraints.begin(), pattern_.constraints.end(), [&](const Constraint& constraint) {
+      return !constraint.on_attribute && constraint.subject == name &&
+             (constraint.kind == Constraint::Kind::kOptional || constraint.kind == Constraint::Kind::kAbsent);
+    });
+  }
+
+  // Binds a pattern value to a graph value, checking consistency and the value's constraints.
+  bool bind(const std::string& name, const std::string& graph_value, size_t depth) {
+    if (name.empty() || name == "_") return true;
+    auto [it, inserted] = state_.values.emplace(name, graph_value);
+    if (!inserted) {
+      if (it->second == graph_value) return true;
+      fail(depth, fmt::format("'{}' would be both '{}' and '{}'", name, it->second, graph_value));
+      return false;
+    }
+    for (const auto& constraint : pattern_.constraints) {
+      if (!constraint.on_attribute && constraint.subject == name && !check(constraint, graph_value, depth)) return false;
+    }
+    if (graph_value.empty() && !may_be_absent(name)) {
+      fail(depth, fmt::format("'{}' is absent", name));
+      return false;
+    }
+    return true;
+  }
+
+  bool check(const Constraint& constraint, const std::string& value, size_t depth) {
+    using K = Constraint::Kind;
+    auto reject = [&](const std::string& why) {
+      fail(depth, fmt::format("'{}' ({}) {}", constraint.subject, value.empty() ? "absent" : value, why));
+      return false;
+    };
+    switch (constraint.kind) {
+      case K::kOptional: return true;
+      case K::kAbsent: return value.empty() ? true : reject("is present, the rule needs it absent");
+      case K::kPresent: return value.empty() ? reject("is absent, the rule needs it") : true;
+      default: break;
+    }
+    if (value.empty()) return true;  // an absent optional input satisfies constraints on its contents
+    switch (constraint.kind) {
+      case K::kConstant:
+        return scope_.is_constant(value) ? true : reject("is not a constant");
+      case K::kScalar: {
+        auto values = scope_.constant_values(value, 1);
+        return values && values->numbers.size() == 1 ? true : reject("is not a constant scalar");
+      }
+      case K::kApprox: {
+        auto values = scope_.constant_values(value);
+        if (!values || values->numbers.empty()) return reject("is not a small numeric constant");
+        for (double number : values->numbers) {
+          if (std::fabs(number - constraint.number) > constraint.tolerance) {
+            return reject(fmt::format("holds {}, not {}", number, constraint.describe()));
+          }
+        }
+        return true;
+      }
+      case K::kEquals:
+      case K::kIn: {
+        // Every element of a small constant (numbers or strings) is one of the values.
+        auto values = scope_.constant_values(value);
+        if (!values || (values->numbers.empty() && values->strings.empty())) return reject("is not a small constant");
+        auto allowed = [&](const onnx::AttributeProto& actual) {
+          return std::any_of(constraint.values.begin(), constraint.values.end(),
+                             [&](const onnx::AttributeProto& wanted) { return same_attribute_value(actual, wanted); });
+        };
+        for (double number : values->numbers) {
+          onnx::AttributeProto actual;
+          actual.set_type(onnx::AttributeProto::FLOAT);
+          actual.set_f(static_cast<float>(number));
+          if (!allowed(actual)) return reject(fmt::format("holds {}, not {}", number, constraint.describe()));
+        }
+        for (const auto& text : values->strings) {
+          onnx::AttributeProto actual;
+          actual.set_type(onnx::AttributeProto::STRING);
+          actual.set_s(text);
+          if (!allowed(actual)) return reject(fmt::format("holds \"{}\", not {}", text, constraint.describe()));
+        }
+        return true;
+      }
+      case K::kDtype: {
+        const int32_t type = scope_.facts(value).elem_type;
+        if (type == 0) return reject("has an unknown element type");
+        if (std::find(constraint.dtypes.begin(), constraint.dtypes.end(), type) == constraint.dtypes.end()) {
+          return reject("has element type " + data_type_name(type));
+        }
+        return true;
+      }
+      case K::kRank: {
+        auto rank = scope_.facts(value).rank();
+        if (!rank) return reject("has an unknown rank");
+        if (static_cast<int>(*rank) < constraint.min_rank || static_cast<int>(*rank) > constraint.max_rank) {
+          return reject(fmt::format("has rank {}", *rank));
+        }
+        return true;
+      }
+      default: return reject("has a constraint that only applies to attributes");
+    }
+  }
+
+  bool check_attribute(const Constraint& constraint, const onnx::AttributeProto* value, bool present, size_t depth) {
+    using K = Constraint::Kind;
+    auto reject = [&](const std::string& why) {
+      fail(depth, fmt::format("attribute '{}' {}", constraint.subject, why));
+      return false;
+    };
+    switch (constraint.kind) {
+      case K::kPresent: return present ? true : reject("is absent");
+      case K::kAbsent: return present ? reject("is set, the rule needs it absent") : true;
+      case K::kEquals:
+      case K::kIn:
+        if (!value) return reject("is absent and has no default");
+        for (const auto& allowed : constraint.values) {
+          if (same_attribute_value(*value, allowed)) return true;
+        }
+        return reject("= " + attribute_value_text(*value) + ", not " + constraint.describe());
+      default: return true;
+    }
+  }
+
+  // Checks op, attributes and outputs of `node` against pattern node `index`, then its inputs
+  // in every order the op allows, recursing into the rest of the pattern.
+  bool try_node(size_t index, onnx::NodeProto* node, size_t depth) {
+    const PatternNode& pattern_node = pattern_.nodes[index];
+    if (claimed_.count(node) || state_.used.count(node)) {
+      fail(depth, fmt::format("node {} is already part of a rewrite", node_text(*node)));
+      return false;
+    }
+    if (normalize_domain(node->domain()) != pattern_node.domain || node->op_type() != pattern_node.op_type) {
+      fail(depth, fmt::format("node {} is {}.{}, the pattern wants {}.{}", node_text(*node), display_domain(node->domain()),
+                              node->op_type(), display_domain(pattern_node.domain), pattern_node.op_type));
+      return false;
+    }
+    for (const auto& attribute : node->attribute()) {
+      if (!attribute.ref_attr_name().empty()) {  // inside a function body: the value comes with each call
+        fail(depth, fmt::format("node {}: attribute {} refers to the function's attribute @{}, known only at each call",
+                                node_text(*node), attribute.name(), attribute.ref_attr_name()));
+        return false;
+      }
+    }
+    const Bindings saved = state_;
+    if (!match_attributes(pattern_node, *node, depth) || !match_outputs(pattern_node, *node, depth)) {
+      state_ = saved;
+      return false;
+    }
+    state_.nodes.push_back(node);
+    state_.used.insert(node);
+    const bool matched = pattern_node.associative ? match_tree_inputs(pattern_node, node, depth)
+                                                  : match_inputs(pattern_node, *node, depth);
+    if (!matched) state_ = saved;
+    return matched;
+  }
+
+  bool match_attributes(const PatternNode& pattern_node, const onnx::NodeProto& node, size_t depth) {
+    const int opset = scope_.opset(pattern_node.domain);
+    for (const auto& wanted : pattern_node.attributes) {
+      const onnx::AttributeProto* actual = nullptr;
+      for (const auto& attribute : node.attribute()) {
+        if (attribute.name() == wanted.name) actual = &attribute;
+      }
+      std::optional<onnx::AttributeProto> fallback;
+      if (!actual) {
+        if (auto it = pattern_.defaults.find(wanted.capture); !wanted.capture.empty() && it != pattern_.defaults.end()) {
+          fallback = it->second;
+        } else {
+          fallback = schema_default(pattern_node.domain, pattern_node.op_type, opset, wanted.name);
+        }
+      }
+      const onnx::AttributeProto* value = actual ? actual : (fallback ? &*fallback : nullptr);
+      if (wanted.literal) {
+        if (!value) {
+          fail(depth, fmt::format("node {}: attribute '{}' is absent", node_text(node), wanted.name));
+          return false;
+        }
+        if (!same_attribute_value(*value, *wanted.literal)) {
+          fail(depth, fmt::format("node {}: attribute {} = {}, the pattern wants {}", node_text(node), wanted.name,
+                                  attribute_value_text(*value), attribute_value_text(*wanted.literal)));
+          return false;
+        }
+        continue;
+      }
+      if (actual && !capturable(actual->type(), wanted.capture_type)) {
+        fail(depth, fmt::format("node {}: attribute '{}' is {}, the op takes {} (an invalid node)", node_text(node), wanted.name,
+                                onnx::AttributeProto::AttributeType_Name(actual->type()),
+                                onnx::AttributeProto::AttributeType_Name(wanted.capture_type)));
+        return false;
+      }
+      if (value) {
+        auto [it, inserted] = state_.attributes.emplace(wanted.capture, *value);
+        if (!inserted && !same_attribute_value(it->second, *value)) {
+          fail(depth, fmt::format("attribute capture '{}' differs between nodes", wanted.capture));
+          return false;
+        }
+      }
+      for (const auto& constraint : pattern_.constraints) {
+        if (constraint.on_attribute && constraint.subject == wanted.capture &&
+            !check_attribute(constraint, value, actual != nullptr, depth)) {
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  bool match_outputs(const PatternNode& pattern_node, const onnx::NodeProto& node, size_t depth) {
+    for (size_t i = 0; i < pattern_node.outputs.size(); ++i) {
+      const std::string& name = pattern_node.outputs[i];
+      if (name.empty() || name == "_") continue;
+      std::string graph_value = i < static_cast<size_t>(node.output_size()) ? node.output(static_cast<int>(i)) : "";
+      if (may_be_absent(name) && scope_.uses(graph_value).empty() && !scope_.is_output(graph_value)) {
+        graph_value.clear();  // an optional output nothing reads is as good as absent
+      }
+      if (graph_value.empty() && !may_be_absent(name)) {
+        fail(depth, fmt::format("node {} does not produce output {}", node_text(node), i));
+        return false;
+      }
+      if (!bind(name, graph_value, depth)) return false;  // an optional output that is absent binds ""
+    }
+    return true;
+  }
+
+  // Input orders to try: as written, and for commutative ops every permutation.
+  std::vector<std::vector<size_t>> input_orders(const PatternNode& pattern_node) const {
+    std::vector<size_t> order(pattern_node.inputs.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::vector<std::vector<size_t>> orders;
+    do {
+      orders.push_back(order);
+    } while (pattern_node.commutative && order.size() <= 4 && std::next_permutation(order.begin(), order.end()));
+    return orders;
+  }
+
+  bool match_inputs(const PatternNode& pattern_node, const onnx::NodeProto& node, size_t depth) {
+    for (size_t i = pattern_node.inputs.size(); i < static_cast<size_t>(node.input_size()); ++i) {
+      if (!node.input(static_cast<int>(i)).empty()) {
+        fail(depth, fmt::format("node {} has input {}, which the pattern does not expect", node_text(node), i));
+        return false;
+      }
+    }
+    for (const auto& order : input_orders(pattern_node)) {
+      const Bindings saved = state_;
+      bool bound = true;
+      for (size_t i = 0; i < order.size() && bound; ++i) {
+        const std::string& name = pattern_node.inputs[order[i]];
+        const std::string graph_value = input_at(node, i);
+        if (name.empty()) {
+          bound = graph_value.empty();
+          if (!bound) fail(depth, fmt::format("node {} has input {}, the pattern wants it absent", node_text(node), i));
+        } else {
+          bound = bind(name, graph_value, depth);
+        }
+      }
+      if (bound && step(depth + 1)) return true;
+      state_ = saved;
+    }
+    return false;
+  }
+
+  // A tree of the same binary op (x·a·b in any association) whose interior values are used
+  // nowhere else, cut into exactly `leaves` leaves.
+  struct Tree {
+    std::vector<std::string> leaves;
+    std::vector<onnx::NodeProto*> interior;
+  };
+
+  bool expandable(const onnx::NodeProto& node, const PatternNode& pattern_node, const Tree& tree) const {
+    if (normalize_domain(node.domain()) != pattern_node.domain || node.op_type() != pattern_node.op_type) return false;
+    if (node.input_size() != 2 || node.output_size() != 1 || node.attribute_size() != 0) return false;
+    if (claimed_.count(&node) || state_.used.count(&node)) return false;
+    if (std::find(tree.interior.begin(), tree.interior.end(), &node) != tree.interior.end()) return false;
+    const std::string& value = node.output(0);
+    return scope_.uses(value).size() == 1 && !scope_.is_output(value);
+  }
+
+  void grow(const Tree& tree, size_t from, const PatternNode& pattern_node, std::vector<Tree>& trees) const {
+    if (tree.leaves.size() == pattern_node.inputs.size()) {
+      trees.push_back(tree);
+      return;
+    }
+    for (size_t i = from; i < tree.leaves.size(); ++i) {
+      const auto* produced = scope_.producer(tree.leaves[i]);
+      if (!produced || !expandable(*produced->node, pattern_node, tree)) continue;
+      Tree bigger = tree;
+      bigger.leaves[i] = produced->node->input(0);
+      bigger.leaves.insert(bigger.leaves.begin() + static_cast<std::ptrdiff_t>(i) + 1, produced->node->input(1));
+      bigger.interior.push_back(produced->node);
+      grow(bigger, i, pattern_node, trees);
+    }
+  }
+
+  bool match_tree_inputs(const PatternNode& pattern_node, onnx::NodeProto* root, size_t depth) {
+    if (root->input_size() != 2 || root->input(0).empty() || root->input(1).empty()) {
+      fail(depth, fmt::format("node {} is not a binary {}", node_text(*root), pattern_node.op_type));
+      return false;
+    }
+    std::vector<Tree> trees;
+    grow(Tree{{root->input(0), root->input(1)}, {}}, 0, pattern_node, trees);
+    if (trees.empty()) {
+      fail(depth, fmt::format("node {} is not a chain of {} {} operands", node_text(*root), pattern_node.inputs.size(),
+                              pattern_node.op_type));
+      return false;
+    }
+    for (const auto& tree : trees) {
+      std::vector<size_t> order(tree.leaves.size());
+      std::iota(order.begin(), order.end(), 0);
+      do {
+        const Bindings saved = state_;
+        for (auto* node : tree.interior) {
+          state_.nodes.push_back(node);
+          state_.used.insert(node);
+        }
+        bool bound = true;
+        for (size_t i = 0; i < order.size() && bound; ++i) bound = bind(pattern_node.inputs[order[i]], tree.leaves[i], depth);
+        if (bound && step(depth + 1)) return true;
+        state_ = saved;
+      } while (std::next_permutation(order.begin(), order.end()));
+    }
+    return false;
+  }
+
+  // Matches the next pattern node in order: the producer of a bound value, or else a consumer.
+  bool step(size_t depth) {
+    if (depth == pattern_.order.size()) return finish(depth);
+    const size_t index = pattern_.order[depth];
+    const PatternNode& pattern_node = pattern_.nodes[index];
+    for (size_t i = 0; i < pattern_node.outputs.size(); ++i) {
+      auto bound = state_.values.find(pattern_node.outputs[i]);
+      if (bound == state_.values.end()) continue;
+      const auto* produced = scope_.producer(bound->second);
+      if (!produced) {
+        fail(depth, fmt::format("'{}' is not computed by a node (the pattern wants {})", bound->second, pattern_node.op_type));
+        return false;
+      }
+      return try_node(index, produced->node, depth);
+    }
+    for (const auto& input : pattern_node.inputs) {
+      auto bound = state_.values.find(input);
+      if (bound == state_.values.end() || bound->second.empty()) continue;
+      std::vector<onnx::NodeProto*> candidates;
+      for (const auto& use : scope_.uses(bound->second)) {
+        if (use.input >= 0 && std::find(candidates.begin(), candidates.end(), use.node) == candidates.end()) {
+          candidates.push_back(use.node);
+        }
+      }
+      for (auto* candidate : candidates) {
+        if (try_node(index, candidate, depth)) return true;
+      }
+      fail(depth, fmt::format("no {} uses '{}'", pattern_node.op_type, bound->second));
+      return false;
+    }
+    throw std::logic_error("rule " + rule_.id + ": pattern order reaches a node with nothing bound");
+  }
+
+  // A value computed inside the match may only leave it as a pattern output.
+  bool finish(size_t depth) {
+    // A pattern input must come from outside: the replacement reads it after the match is gone.
+    for (const auto& name : pattern_.inputs) {
+      auto bound = state_.values.find(name);
+      if (bound == state_.values.end() || bound->second.empty()) continue;
+      const auto* produced = scope_.producer(bound->second);
+      if (produced && state_.used.count(produced->node)) {
+        fail(depth, fmt::format("input '{}' would be '{}', which the match itself computes", name, bound->second));
+        return false;
+      }
+    }
+    std::set<std::string> outputs;
+    for (const auto& name : pattern_.outputs) outputs.insert(state_.values.at(name));
+    for (const auto* node : state_.nodes) {
+      for (const auto& value : node->output()) {
+        if (value.empty() || outputs.count(value)) continue;
+        if (scope_.is_output(value)) {
+          fail(depth, fmt::format("'{}', computed inside the match, is an output of the {}", value, scope_.where()));
+          return false;
+        }
+        for (const auto& use : scope_.uses(value)) {
+          if (!state_.used.count(use.node)) {
+            fail(depth, fmt::format("'{}', computed inside the match, is also used by node {}{}", value, node_text(*use.node),
+                                    use.input < 0 ? " (in a subgraph)" : ""));
+            return false;
+          }
+        }
+      }
+    }
+    found_ = state_;
+    return true;
+  }
+
+  const Scope& scope_;
+  const Rule& rule_;
+  const Pattern& pattern_;
+  const std::unordered_set<const onnx::NodeProto*>& claimed_;
+  Bindings state_;
+  Bindings found_;
+  std::string best_reason_;
+  size_t best_depth_ = 0;
+};
+
+}  // namespace
+
+std::optional<Match> Matcher::match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node,
+                                    std::string* why_not) const {
+  Search search(scope_, rule, pattern, claimed_);
+  auto match = search.run(node);
+  if (!match && why_not) *why_not = search.reason();
+  return match;
+}
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,103 @@
+// Rules as data (rule.h): descriptions for messages, and rule sets loaded from files, directories
+// and the families compiled in.
+#include "onnx_rewrite/rule.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "onnx_rewrite/error.h"
+#include "onnx_rewrite/matcher.h"
+#include "onnx_rewrite/opset.h"
+#include "onnx_rewrite/tensor.h"
+#include "rules/embedded.h"
+#include "rules/rule_parser.h"
+
+namespace onnx_rewrite {
+namespace fs = std::filesystem;
+
+std::string VersionRange::describe() const {
+  const std::string name = display_domain(domain);
+  if (max == INT_MAX) return fmt::format("{} >= {}", name, min);
+  if (min == max) return fmt::format("{} {}", name, min);
+  if (min <= 1) return fmt::format("{} <= {}", name, max);
+  return fmt::format("{} {}..{}", name, min, max);
+}
+
+std::string Constraint::describe() const {
+  switch (kind) {
+    case Kind::kConstant: return subject + " is constant";
+    case Kind::kScalar: return subject + " is scalar";
+    case Kind::kApprox: return fmt::format("≈ {} ± {}", number, tolerance);
+    case Kind::kEquals: return "== " + attribute_value_text(values.front());
+    case Kind::kIn: {
+      std::vector<std::string> texts;
+      for (const auto& value : values) texts.push_back(attribute_value_text(value));
+      return fmt::format("in [{}]", fmt::join(texts, ", "));
+    }
+    case Kind::kOptional: return subject + " is optional";
+    case Kind::kPresent: return subject + " is present";
+    case Kind::kAbsent: return subject + " is absent";
+    case Kind::kDtype: {
+      std::vector<std::string> names;
+      for (int32_t type : dtypes) names.push_back(data_type_name(type));
+      return fmt::format("{} dtype in [{}]", subject, fmt::join(names, ", "));
+    }
+    case Kind::kRank: return fmt::format("{} rank in {}..{}", subject, min_rank, max_rank);
+  }
+  return {};
+}
+
+bool Rule::serves(const std::string& target) const {
+  return std::find(targets.begin(), targets.end(), target) != targets.end();
+}
+
+void RuleSet::load_text(const std::string& text, const std::string& name) {
+  for (auto& rule : parse_rule_file(text, name)) {
+    if (const Rule* existing = find(rule->id)) {
+      throw InputError(fmt::format("{}:{}", rule->file, rule->line),
+                       fmt::format("rule id '{}' is already used at {}:{}", rule->id, existing->file, existing->line));
+    }
+    rules.push_back(std::move(rule));
+  }
+}
+
+void RuleSet::load_path(const std::string& path) {
+  std::error_code ec;
+  std::vector<fs::path> files;
+  if (fs::is_directory(path, ec)) {
+    for (const auto& entry : fs::directory_iterator(path, ec)) {
+      if (entry.path().extension() == ".rules") files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());
+  } else if (fs::exists(path, ec)) {
+    files.push_back(path);
+  } else {
+    throw InputError(path, "no such rule file or directory");
+  }
+  for (const auto& file : files) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw InputError(file.string(), "cannot read the rule file");
+    std::stringstream text;
+    text << in.rdbuf();
+    load_text(text.str(), file.string());
+  }
+}
+
+void RuleSet::load_builtin() {
+  for (const auto& file : embedded_files()) {
+    if (file.path.starts_with("families/") && file.path.ends_with(".rules")) load_text(std::string(file.contents), std::string(file.path));
+  }
+}
+
+const Rule* RuleSet::find(const std::string& id) const {
+  for (const auto& rule : rules) {
+    if (rule->id == id) return rule.get();
+  }
+  return nullptr;
+}
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,853 @@
+// Reads rule files (docs/rules.md): our thin layer of clauses around ONNX textual syntax, which
+// ONNX's own parser reads for patterns, replacements and examples.
+#include "rules/rule_parser.h"
+
+#include <algorithm>
+#include <cstring>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <onnx/defs/parser.h>
+
+#include "onnx_rewrite/builder.h"
+#include "onnx_rewrite/error.h"
+#include "onnx_rewrite/matcher.h"
+#include "onnx_rewrite/opset.h"
+#include "onnx_rewrite/rule.h"
+#include "onnx_rewrite/tensor.h"
+#include "rules/text_replacement.h"
+
+namespace onnx_rewrite {
+
+namespace {
+
+// ONNX's parser, telling how far it read.
+class OnnxTextParser : public onnx::OnnxParser {
+ public:
+  using OnnxParser::OnnxParser;
+  size_t consumed() const { return static_cast<size_t>(next_ - start_); }
+};
+
+bool is_identifier_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; }
+
+const std::set<std::string> kCommutative = {"Add", "Mul", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor",
+                                            "Equal", "BitwiseAnd", "BitwiseOr", "BitwiseXor"};
+
+class RuleFileParser {
+ public:
+  RuleFileParser(const std::string& text, std::string file) : text_(text), file_(std::move(file)) {}
+
+  std::vector<std::shared_ptr<const Rule>> parse() {
+    std::vector<std::shared_ptr<const Rule>> rules;
+    while (skip_space(), pos_ < text_.size()) {
+      expect_word("rule");
+      rules.push_back(parse_rule());
+    }
+    return rules;
+  }
+
+ private:
+  // ---- Low-level reading -----------------------------------------------------------------
+  [[noreturn]] void error_at(size_t at, const std::string& what) const {
+    auto [line, column] = line_column(at);
+    throw InputError(fmt::format("{}:{}:{}", file_, line, column), what);
+  }
+  [[noreturn]] void error(const std::string& what) const { error_at(pos_, what); }
+
+  std::pair<int, int> line_column(size_t at) const {
+    int line = 1, column = 1;
+    for (size_t i = 0; i < at && i < text_.size(); ++i) {
+      if (text_[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    return {line, column};
+  }
+
+  void skip_space(bool newlines = true) {
+    while (pos_ < text_.size()) {
+      const char c = text_[pos_];
+      if (c == '#') {
+        while (pos_ < text_.size() && text_[pos_] != '\n') ++pos_;
+      } else if (c == ' ' || c == '\t' || c == '\r' || (newlines && c == '\n')) {
+        ++pos_;
+      } else {
+        break;
+      }
+    }
+  }
+
+  std::string peek_word() {
+    skip_space();
+    size_t end = pos_;
+    while (end < text_.size() && is_identifier_char(text_[end])) ++end;
+    return text_.substr(pos_, end - pos_);
+  }
+
+  std::string read_word(const char* what) {
+    std::string word = peek_word();
+    if (word.empty()) error(std::string("expected ") + what);
+    pos_ += word.size();
+    return word;
+  }
+
+  void expect_word(const std::string& word) {
+    if (peek_word() != word) error("expected '" + word + "'");
+    pos_ += word.size();
+  }
+
+  bool accept(char c) {
+    skip_space();
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+
+  void expect(char c) {
+    if (!accept(c)) error(std::string("expected '") + c + "'");
+  }
+
+  std::string rest_of_line() {
+    skip_space(false);
+    const size_t end = std::min(text_.find('\n', pos_), text_.size());
+    std::string line = text_.substr(pos_, end - pos_);
+    pos_ = end;
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    return line;
+  }
+
+  // The text of a `{ ... }` block, braces excluded; our own blocks never nest braces.
+  std::pair<std::string, size_t> braced_block() {
+    expect('{');
+    const size_t start = pos_;
+    const size_t end = text_.find('}', pos_);
+    if (end == std::string::npos) error_at(start, "unclosed '{'");
+    pos_ = end + 1;
+    return {text_.substr(start, end - start), start};
+  }
+
+  // Reads ONNX text with ONNX's parser, mapping its error positions onto the rule file. With
+  // `end`, the text is text_[pos_, end) and must be consumed whole.
+  template <typename Proto>
+  std::string parse_onnx(Proto& proto, const char* what, size_t end = std::string::npos) {
+    skip_space();
+    const size_t start = pos_;
+    const std::string text = end == std::string::npos ? std::string() : text_.substr(start, end - start);
+    OnnxTextParser parser(end == std::string::npos ? text_.c_str() + start : text.c_str());
+    auto status = parser.Parse(proto);
+    if (status.IsOK() && end != std::string::npos && !parser.EndOfInput()) {
+      error_at(start + parser.consumed(), fmt::format("{}: unexpected text after it", what));
+    }
+    if (!status.IsOK()) {
+      static const std::regex position(R"(\(line: (\d+) column: (\d+)\))");
+      std::smatch found;
+      const std::string& message = status.ErrorMessage();
+      size_t at = start + parser.consumed();
+      if (std::regex_search(message, found, position)) {
+        const int line = std::stoi(found[1]);
+        const int column = std::stoi(found[2]);
+        at = start;
+        for (int l = 1; l < line && at < text_.size(); ++at) {
+          if (text_[at] == '\n') ++l;
+        }
+        at += static_cast<size_t>(column - 1);
+      }
+      const std::string detail = message.substr(message.rfind('\n') + 1);
+      error_at(at, fmt::format("{} is not valid ONNX text: {}", what, detail));
+    }
+    const size_t used = end == std::string::npos ? parser.consumed() : end - start;
+    pos_ = start + used;
+    return text_.substr(start, used);
+  }
+
+  // The extent of a `{ ... }` block whose braces nest (ONNX text), outside string literals.
+  // Leaves pos_ after '{' and returns the position of the matching '}'.
+  size_t nested_block_end() {
+    expect('{');
+    int depth = 1;
+    bool in_string = false;
+    for (size_t i = pos_; i < text_.size(); ++i) {
+      const char c = text_[i];
+      if (in_string) {
+        if (c == '\\') ++i;
+        else if (c == '"') in_string = false;
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '#') {
+        while (i < text_.size() && text_[i] != '\n') ++i;
+      } else if (c == '{') {
+        ++depth;
+      } else if (c == '}' && --depth == 0) {
+        return i;
+      }
+    }
+    error("unclosed '{'");
+  }
+
+  // ---- Rules -----------------------------------------------------------------------------
+  std::shared_ptr<const Rule> parse_rule() {
+    auto rule = std::make_shared<Rule>();
+    rule->file = file_;
+    rule->line = line_column(pos_).first;
+    rule->id = read_word("a rule id");
+    std::vector<Constraint> shared_constraints;
+    std::map<std::string, onnx::AttributeProto> shared_defaults;
+    std::vector<VersionRange> shared_opsets;
+    std::vector<std::vector<size_t>> declared_at;  // where each pattern came from (errors)
+    bool has_replacement = false;
+    onnx::NodeList replacement_nodes;
+    std::vector<std::string> replacement_inputs, replacement_outputs;
+    size_t replacement_at = 0;
+    std::string builder_name;
+
+    for (;;) {
+      const size_t clause_at = (skip_space(), pos_);
+      const std::string clause = read_word("a clause or 'end'");
+      if (clause == "end") break;
+      if (clause == "description" || clause == "targets" || clause == "priority" || clause == "requires") {
+        expect(':');
+        const std::string value = rest_of_line();
+        if (clause == "description") rule->description = value;
+        else if (clause == "targets") rule->targets = split_list(value, clause_at);
+        else if (clause == "priority") rule->priority = parse_int(value, clause_at);
+        else rule->requires_opsets = parse_version_list(value, clause_at);
+      } else if (clause == "pattern") {
+        rule->patterns.push_back(parse_pattern());
+        if (peek_word() == "where") {  // this pattern's own constraints
+          pos_ += 5;
+          parse_where(rule->patterns.back().constraints, rule->patterns.back().defaults, rule->patterns.back().opsets);
+        }
+      } else if (clause == "where") {
+        if (!rule->patterns.empty()) error_at(clause_at, "a shared 'where' must come before the first pattern");
+        parse_where(shared_constraints, shared_defaults, shared_opsets);
+      } else if (clause == "let") {
+        parse_lets(rule->lets);
+      } else if (clause == "replace") {
+        if (has_replacement) error_at(clause_at, "a rule has one replacement");
+        has_replacement = true;
+        replacement_at = clause_at;
+        if (peek_word() == "with") {
+          pos_ += 4;
+          builder_name = read_word("a builder name");
+        } else {
+          parse_signature(replacement_inputs, replacement_outputs);
+          skip_space();
+          parse_onnx(replacement_nodes, "the replacement");
+        }
+      } else if (clause == "example") {
+        RuleExample example;
+        if (peek_word() == "opset") {  // `example opset N { ... }`: shown as rewritten with --opset N
+          pos_ += 5;
+          example.max_opset = parse_int(read_word("an opset version"), pos_);
+        }
+        const size_t end = nested_block_end();
+        example.line = line_column(pos_).first;
+        onnx::ModelProto model;
+        example.model_text = parse_onnx(model, "the example model", end);
+        pos_ = end + 1;
+        rule->example = std::move(example);
+      } else if (clause == "expect") {
+        if (!rule->example) error_at(clause_at, "'expect' follows an 'example'");
+        onnx::NodeList nodes;
+        rule->example->expected_nodes_text = parse_onnx(nodes, "the expected nodes");
+      } else {
+        error_at(clause_at, "unknown clause '" + clause + "' (description, targets, priority, requires, where, "
+                            "pattern, let, replace, example, expect, end)");
+      }
+    }
+
+    if (rule->patterns.empty()) error("rule " + rule->id + " has no pattern");
+    if (!has_replacement) error("rule " + rule->id + " has no replacement");
+    if (rule->targets.empty()) error("rule " + rule->id + " names no targets");
+    for (const auto& target : rule->targets) {
+      if (target != "onnx" && target != "ort") error("rule " + rule->id + ": unknown target '" + target + "'");
+    }
+    for (auto& pattern : rule->patterns) {
+      for (const auto& constraint : shared_constraints) {
+        if (pattern_has_name(pattern, constraint.subject)) pattern.constraints.push_back(constraint);
+      }
+      for (const auto& [name, value] : shared_defaults) pattern.defaults.emplace(name, value);
+      for (const auto& range : shared_opsets) pattern.opsets.push_back(range);
+    }
+    for (const auto& constraint : shared_constraints) {
+      if (std::none_of(rule->patterns.begin(), rule->patterns.end(),
+                       [&](const Pattern& p) { return pattern_has_name(p, constraint.subject); })) {
+        error(fmt::format("rule {}: 'where' line {} names '{}', which no pattern has", rule->id, constraint.line, constraint.subject));
+      }
+    }
+    for (auto& pattern : rule->patterns) finish_pattern(*rule, pattern);
+
+    if (!builder_name.empty()) {
+      const BuilderRegistry& registry = BuilderRegistry::builtin();
+      const Builder* builder = registry.find(builder_name);
+      if (!builder) error_at(replacement_at, fmt::format("unknown builder '{}' (known: {})", builder_name, fmt::join(registry.names(), ", ")));
+      check_signature(*rule, *builder, replacement_at);
+      rule->replacement = std::make_shared<BuilderReplacement>(*builder);
+    } else {
+      check_replacement(*rule, replacement_nodes, replacement_inputs, replacement_outputs, replacement_at);
+      rule->replacement = std::make_shared<TextReplacement>(std::move(replacement_nodes), replacement_inputs, replacement_outputs);
+    }
+    if (!rule->example) error("rule " + rule->id + " has no example (every rule documents and tests one)");
+    return rule;
+  }
+
+  std::vector<std::string> split_list(const std::string& value, size_t at) {
+    std::vector<std::string> items;
+    std::stringstream stream(value);
+    std::string item;
+    while (std::getline(stream, item, ',')) {
+      item.erase(0, item.find_first_not_of(" \t"));
+      item.erase(item.find_last_not_of(" \t") + 1);
+      if (item.empty()) error_at(at, "empty item in list");
+      items.push_back(item);
+    }
+    return items;
+  }
+
+  int parse_int(const std::string& value, size_t at) {
+    try {
+      size_t used = 0;
+      const int number = std::stoi(value, &used);
+      if (used == value.size()) return number;
+    } catch (...) {
+    }
+    error_at(at, "'" + value + "' is not an integer");
+  }
+
+  // "ai.onnx >= 18", "com.microsoft 1", "ai.onnx 13..17", "ai.onnx <= 17"
+  VersionRange parse_version(const std::string& spec, size_t at) {
+    std::stringstream stream(spec);
+    std::string domain, rest, word;
+    stream >> domain;
+    while (stream >> word) rest += word;
+    if (domain.empty() || rest.empty()) error_at(at, "expected 'DOMAIN VERSIONS' (e.g. 'ai.onnx >= 18'), got '" + spec + "'");
+    VersionRange range;
+    range.domain = normalize_domain(domain);
+    if (rest.starts_with(">=")) {
+      range.min = parse_int(rest.substr(2), at);
+    } else if (rest.starts_with("<=")) {
+      range.max = parse_int(rest.substr(2), at);
+    } else if (auto dots = rest.find(".."); dots != std::string::npos) {
+      range.min = parse_int(rest.substr(0, dots), at);
+      if (dots + 2 < rest.size()) range.max = parse_int(rest.substr(dots + 2), at);
+    } else {
+      range.min = range.max = parse_int(rest, at);
+    }
+    if (range.min > range.max) error_at(at, "empty version range '" + spec + "'");
+    return range;
+  }
+
+  std::vector<VersionRange> parse_version_list(const std::string& value, size_t at) {
+    std::vector<VersionRange> ranges;
+    for (const auto& item : split_list(value, at)) ranges.push_back(parse_version(item, at));
+    return ranges;
+  }
+
+  void parse_signature(std::vector<std::string>& inputs, std::vector<std::string>& outputs) {
+    auto names = [&](std::vector<std::string>& into) {
+      expect('(');
+      if (accept(')')) return;
+      do {
+        into.push_back(read_word("a value name"));
+      } while (accept(','));
+      expect(')');
+    };
+    names(inputs);
+    skip_space();
+    if (text_.compare(pos_, 2, "=>") != 0) error("expected '=>'");
+    pos_ += 2;
+    names(outputs);
+  }
+
+  Pattern parse_pattern() {
+    Pattern pattern;
+    pattern.line = line_column(pos_).first;
+    parse_signature(pattern.inputs, pattern.outputs);
+    skip_space();
+    const size_t at = pos_;
+    onnx::NodeList nodes;
+    parse_onnx(nodes, "the pattern");
+    for (const auto& node : nodes) pattern.nodes.push_back(pattern_node(node, at));
+    return pattern;
+  }
+
+  PatternNode pattern_node(const onnx::NodeProto& node, size_t at) {
+    PatternNode result;
+    result.domain = normalize_domain(node.domain());
+    result.op_type = node.op_type();
+    result.inputs.assign(node.input().begin(), node.input().end());
+    result.outputs.assign(node.output().begin(), node.output().end());
+    for (const auto& attribute : node.attribute()) {
+      PatternAttribute wanted;
+      wanted.name = attribute.name();
+      if (!attribute.ref_attr_name().empty()) {
+        wanted.capture = attribute.ref_attr_name();
+        wanted.capture_type = attribute.type();
+      } else {
+        wanted.literal = attribute;
+        wanted.literal->clear_name();
+      }
+      result.attributes.push_back(std::move(wanted));
+    }
+    const bool standard = result.domain.empty();
+    result.commutative = standard && kCommutative.count(result.op_type);
+    result.associative = standard && (result.op_type == "Mul" || result.op_type == "Add") && result.inputs.size() > 2;
+    if (result.associative && std::count(result.inputs.begin(), result.inputs.end(), "") > 0) {
+      error_at(at, "an n-ary " + result.op_type + " pattern can't have absent operands");
+    }
+    return result;
+  }
+
+  // ---- where / let blocks ------------------------------------------------------------------
+  struct Token {
+    std::string text;
+    enum class Kind { kWord, kNumber, kString, kSymbol } kind;
+  };
+
+  std::vector<Token> tokenize(const std::string& line, size_t at) {
+    std::vector<Token> tokens;
+    size_t i = 0;
+    while (i < line.size()) {
+      const char c = line[i];
+      if (std::isspace(static_cast<unsigned char>(c))) {
+        ++i;
+      } else if (c == '"') {
+        const size_t end = line.find('"', i + 1);
+        if (end == std::string::npos) error_at(at + i, "unclosed string");
+        tokens.push_back({line.substr(i + 1, end - i - 1), Token::Kind::kString});
+        i = end + 1;
+      } else if (std::isdigit(static_cast<unsigned char>(c)) ||
+                 (c == '.' && i + 1 < line.size() && std::isdigit(static_cast<unsigned char>(line[i + 1])))) {
+        size_t end = i;
+        while (end < line.size() && (std::isalnum(static_cast<unsigned char>(line[end])) || line[end] == '.' ||
+                                     ((line[end] == '-' || line[end] == '+') && (line[end - 1] == 'e' || line[end - 1] == 'E')))) {
+          if (line.compare(end, 2, "..") == 0) break;
+          ++end;
+        }
+        tokens.push_back({line.substr(i, end - i), Token::Kind::kNumber});
+        i = end;
+      } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+        size_t end = i;
+        while (end < line.size() && (std::isalnum(static_cast<unsigned char>(line[end])) || line[end] == '_' || line[end] == '.')) ++end;
+        tokens.push_back({line.substr(i, end - i), Token::Kind::kWord});
+        i = end;
+      } else {
+        static const char* const kSymbols[] = {"\xE2\x89\x88", "\xC2\xB1", "~=", "+-", "==", ">=", "<=", "..",
+                                               "[", "]", "(", ")", ",", "+", "-", "*", "/", "="};
+        bool found = false;
+        for (const char* symbol : kSymbols) {
+          if (line.compare(i, std::strlen(symbol), symbol) == 0) {
+            std::string text = symbol;
+            if (text == "\xE2\x89\x88") text = "~=";
+            if (text == "\xC2\xB1") text = "+-";
+            tokens.push_back({text, Token::Kind::kSymbol});
+            i += std::strlen(symbol);
+            found = true;
+            break;
+          }
+        }
+        if (!found) error_at(at + i, fmt::format("unexpected character '{}'", c));
+      }
+    }
+    return tokens;
+  }
+
+  // Lines of a block, each from its first non-blank character (with that offset), comments
+  // and blank lines dropped.
+  std::vector<std::pair<std::string, size_t>> block_lines() {
+    auto [body, start] = braced_block();
+    std::vector<std::pair<std::string, size_t>> lines;
+    size_t offset = 0;
+    std::stringstream stream(body);
+    std::string line;
+    while (std::getline(stream, line)) {
+      const size_t line_at = start + offset;
+      offset += line.size() + 1;
+      line = line.substr(0, line.find('#'));
+      const size_t first = line.find_first_not_of(" \t\r");
+      if (first == std::string::npos) continue;
+      lines.emplace_back(line.substr(first), line_at + first);
+    }
+    return lines;
+  }
+
+  double number_of(const Token& token, size_t at) {
+    if (token.kind != Token::Kind::kNumber) error_at(at, "expected a number, got '" + token.text + "'");
+    return std::stod(token.text);
+  }
+
+  onnx::AttributeProto literal_of(const Token& token, size_t at, bool negative = false) {
+    onnx::AttributeProto value;
+    if (token.kind == Token::Kind::kString) {
+      value.set_type(onnx::AttributeProto::STRING);
+      value.set_s(token.text);
+    } else if (token.kind == Token::Kind::kNumber) {
+      const bool is_float = token.text.find_first_of(".eE") != std::string::npos;
+      if (is_float) {
+        value.set_type(onnx::AttributeProto::FLOAT);
+        value.set_f(static_cast<float>(negative ? -std::stod(token.text) : std::stod(token.text)));
+      } else {
+        value.set_type(onnx::AttributeProto::INT);
+        value.set_i(negative ? -std::stoll(token.text) : std::stoll(token.text));
+      }
+    } else {
+      error_at(at, "expected a number or a string, got '" + token.text + "'");
+    }
+    return value;
+  }
+
+  // A literal, or a bracketed list of literals, starting at tokens[i].
+  std::vector<onnx::AttributeProto> literal_list(const std::vector<Token>& tokens, size_t i, size_t at) {
+    std::vector<onnx::AttributeProto> values;
+    const bool bracketed = i < tokens.size() && tokens[i].text == "[";
+    if (bracketed) ++i;
+    while (i < tokens.size() && tokens[i].text != "]") {
+      const bool negative = tokens[i].text == "-";
+      if (negative) ++i;
+      if (i >= tokens.size()) error_at(at, "expected a value");
+      values.push_back(literal_of(tokens[i++], at, negative));
+      if (i < tokens.size() && tokens[i].text == ",") ++i;
+    }
+    if (values.empty()) error_at(at, "expected a value");
+    return values;
+  }
+
+  void parse_where(std::vector<Constraint>& constraints, std::map<std::string, onnx::AttributeProto>& defaults,
+                   std::vector<VersionRange>& opsets) {
+    for (const auto& [line, at] : block_lines()) {
+      const auto tokens = tokenize(line, at);
+      const int line_number = line_column(at).first;
+      if (tokens.size() < 2) error_at(at, "expected a constraint");
+      if (tokens[0].text == "opset") {
+        opsets.push_back(parse_version(line.substr(line.find("opset") + 5), at));
+        continue;
+      }
+      Constraint constraint;
+      constraint.subject = tokens[0].text;
+      constraint.line = line_number;
+      const std::string& verb = tokens[1].text;
+      using K = Constraint::Kind;
+      if (verb == "default") {
+        defaults[constraint.subject] = literal_list(tokens, 2, at).front();
+        continue;
+      } else if (verb == "is" && tokens.size() == 3) {
+        static const std::map<std::string, K> kinds = {{"constant", K::kConstant}, {"scalar", K::kScalar},
+                                                       {"optional", K::kOptional}, {"absent", K::kAbsent},
+                                                       {"present", K::kPresent}};
+        auto it = kinds.find(tokens[2].text);
+        if (it == kinds.end()) error_at(at, "expected constant, scalar, optional, absent or present");
+        constraint.kind = it->second;
+      } else if (verb == "~=") {
+        constraint.kind = K::kApprox;
+        size_t i = 2;
+        const bool negative = i < tokens.size() && tokens[i].text == "-";
+        if (negative) ++i;
+        if (i >= tokens.size()) error_at(at, "expected a number after ≈");
+        constraint.number = number_of(tokens[i++], at) * (negative ? -1 : 1);
+        constraint.tolerance = 1e-6 * std::max(1.0, std::fabs(constraint.number));
+        if (i < tokens.size()) {
+          if (tokens[i].text != "+-" || i + 1 >= tokens.size()) error_at(at, "expected '± tolerance'");
+          constraint.tolerance = number_of(tokens[i + 1], at);
+        }
+      } else if (verb == "==") {
+        constraint.kind = K::kEquals;
+        constraint.values = literal_list(tokens, 2, at);
+      } else if (verb == "in") {
+        constraint.kind = K::kIn;
+        constraint.values = literal_list(tokens, 2, at);
+      } else if (verb == "dtype") {
+        constraint.kind = K::kDtype;
+        if (tokens.size() < 4 || (tokens[2].text != "in" && tokens[2].text != "==")) error_at(at, "expected 'dtype in [...]'");
+        for (size_t i = 3; i < tokens.size(); ++i) {
+          if (tokens[i].kind != Token::Kind::kWord) continue;
+          auto type = data_type_from_name(tokens[i].text);
+          if (!type) error_at(at, "unknown element type '" + tokens[i].text + "'");
+          constraint.dtypes.push_back(*type);
+        }
+      } else if (verb == "rank") {
+        constraint.kind = K::kRank;
+        if (tokens.size() < 4) error_at(at, "expected 'rank == N', 'rank >= N', 'rank <= N' or 'rank in [N, M]'");
+        const std::string& op = tokens[2].text;
+        const int n = static_cast<int>(number_of(tokens[3], at));
+        if (op == "==") constraint.min_rank = constraint.max_rank = n;
+        else if (op == ">=") constraint.min_rank = n;
+        else if (op == "<=") constraint.max_rank = n;
+        else if (op == "in") {
+          std::vector<int> ranks;
+          for (const auto& value : literal_list(tokens, 3, at)) ranks.push_back(static_cast<int>(value.i()));
+          constraint.min_rank = *std::min_element(ranks.begin(), ranks.end());
+          constraint.max_rank = *std::max_element(ranks.begin(), ranks.end());
+        } else {
+          error_at(at, "expected ==, >=, <= or in after 'rank'");
+        }
+      } else {
+        error_at(at, "unknown constraint '" + verb + "' (is, ≈, ==, in, dtype, rank, default, opset)");
+      }
+      constraints.push_back(std::move(constraint));
+    }
+  }
+
+  // expression := term (('+'|'-') term)* ; term := unary (('*'|'/') unary)* ;
+  // unary := '-' unary | primary ; primary := literal | name | name '(' args ')' | '[' list ']' | '(' expression ')'
+  struct ExpressionParser {
+    RuleFileParser& file;
+    const std::vector<Token>& tokens;
+    size_t i;
+    size_t at;
+
+    const Token* peek() const { return i < tokens.size() ? &tokens[i] : nullptr; }
+    bool accept(const char* symbol) {
+      if (peek() && peek()->kind == Token::Kind::kSymbol && peek()->text == symbol) {
+        ++i;
+        return true;
+      }
+      return false;
+    }
+    Expression binary(std::string op, Expression left, Expression right) {
+      Expression e{Expression::Kind::kBinary, {}, std::move(op), {std::move(left), std::move(right)}};
+      return e;
+    }
+    Expression expression() {
+      Expression left = term();
+      while (peek() && (peek()->text == "+" || peek()->text == "-")) {
+        std::string op = tokens[i++].text;
+        left = binary(op, std::move(left), term());
+      }
+      return left;
+    }
+    Expression term() {
+      Expression left = unary();
+      while (peek() && (peek()->text == "*" || peek()->text == "/")) {
+        std::string op = tokens[i++].text;
+        left = binary(op, std::move(left), unary());
+      }
+      return left;
+    }
+    Expression unary() {
+      if (accept("-")) return Expression{Expression::Kind::kUnary, {}, "-", {unary()}};
+      return primary();
+    }
+    Expression primary() {
+      const Token* token = peek();
+      if (!token) file.error_at(at, "expression ends too early");
+      if (accept("(")) {
+        Expression inner = expression();
+        if (!accept(")")) file.error_at(at, "expected ')'");
+        return inner;
+      }
+      if (accept("[")) {
+        Expression list{Expression::Kind::kList, {}, {}, {}};
+        if (!accept("]")) {
+          do {
+            list.operands.push_back(expression());
+          } while (accept(","));
+          if (!accept("]")) file.error_at(at, "expected ']'");
+        }
+        return list;
+      }
+      ++i;
+      if (token->kind == Token::Kind::kNumber || token->kind == Token::Kind::kString) {
+        return Expression{Expression::Kind::kLiteral, file.literal_of(*token, at), {}, {}};
+      }
+      if (token->kind != Token::Kind::kWord) file.error_at(at, "unexpected '" + token->text + "'");
+      if (accept("(")) {
+        Expression call{Expression::Kind::kCall, {}, token->text, {}};
+        if (!accept(")")) {
+          do {
+            call.operands.push_back(expression());
+          } while (accept(","));
+          if (!accept(")")) file.error_at(at, "expected ')'");
+        }
+        return call;
+      }
+      return Expression{Expression::Kind::kName, {}, token->text, {}};
+    }
+  };
+
+  void parse_lets(std::vector<Let>& lets) {
+    for (const auto& [line, at] : block_lines()) {
+      const auto tokens = tokenize(line, at);
+      if (tokens.size() < 3 || tokens[0].kind != Token::Kind::kWord || tokens[1].text != "=") {
+        error_at(at, "expected 'name = expression'");
+      }
+      ExpressionParser parser{*this, tokens, 2, at};
+      Let let{tokens[0].text, parser.expression(), line_column(at).first};
+      if (parser.i != tokens.size()) error_at(at, "unexpected '" + tokens[parser.i].text + "'");
+      lets.push_back(std::move(let));
+    }
+  }
+
+  // ---- Checks ----------------------------------------------------------------------------
+  static bool pattern_has_name(const Pattern& pattern, const std::string& name) {
+    for (const auto& node : pattern.nodes) {
+      if (std::count(node.inputs.begin(), node.inputs.end(), name) || std::count(node.outputs.begin(), node.outputs.end(), name)) return true;
+      for (const auto& attribute : node.attributes) {
+        if (attribute.capture == name) return true;
+      }
+    }
+    return false;
+  }
+
+  static bool is_capture(const Pattern& pattern, const std::string& name) {
+    for (const auto& node : pattern.nodes) {
+      for (const auto& attribute : node.attributes) {
+        if (attribute.capture == name) return true;
+      }
+    }
+    return false;
+  }
+
+  void finish_pattern(const Rule& rule, Pattern& pattern) {
+    const std::string where = fmt::format("rule {} (pattern at line {})", rule.id, pattern.line);
+    std::map<std::string, size_t> producer;
+    for (size_t i = 0; i < pattern.nodes.size(); ++i) {
+      for (const auto& output : pattern.nodes[i].outputs) {
+        if (output.empty() || output == "_") continue;
+        if (!producer.emplace(output, i).second) error(where + ": '" + output + "' is computed twice");
+      }
+    }
+    // Names no pattern node computes are inputs too (constants, weights), listed or not.
+    std::set<std::string> inputs(pattern.inputs.begin(), pattern.inputs.end());
+    for (const auto& node : pattern.nodes) {
+      for (const auto& input : node.inputs) {
+        if (input.empty() || producer.count(input) || !inputs.insert(input).second) continue;
+        pattern.inputs.push_back(input);
+      }
+    }
+    for (const auto& input : pattern.inputs) {
+      if (producer.count(input)) error(where + ": '" + input + "' is an input of the pattern and computed by it");
+    }
+    for (const auto& output : pattern.outputs) {
+      if (!producer.count(output)) error(where + ": output '" + output + "' is not computed by the pattern");
+    }
+    for (auto& constraint : pattern.constraints) {
+      constraint.on_attribute = is_capture(pattern, constraint.subject);
+      if (!pattern_has_name(pattern, constraint.subject)) {
+        error(fmt::format("{}: 'where' line {} names '{}', which the pattern does not have", where, constraint.line, constraint.subject));
+      }
+    }
+    // Match order: the anchor computes the first output; then producers of bound values
+    // (a unique candidate each), then consumers.
+    std::vector<bool> placed(pattern.nodes.size(), false);
+    std::set<std::string> bound;
+    auto place = [&](size_t i) {
+      placed[i] = true;
+      pattern.order.push_back(i);
+      for (const auto& name : pattern.nodes[i].inputs) bound.insert(name);
+      for (const auto& name : pattern.nodes[i].outputs) bound.insert(name);
+    };
+    place(producer.at(pattern.outputs.front()));
+    while (pattern.order.size() < pattern.nodes.size()) {
+      std::optional<size_t> next;
+      for (size_t i = 0; i < pattern.nodes.size() && !next; ++i) {
+        if (placed[i]) continue;
+        for (const auto& output : pattern.nodes[i].outputs) {
+          if (bound.count(output) && output != "_" && !output.empty()) next = i;
+        }
+      }
+      for (size_t i = 0; i < pattern.nodes.size() && !next; ++i) {
+        if (placed[i]) continue;
+        for (const auto& input : pattern.nodes[i].inputs) {
+          if (!input.empty() && bound.count(input)) {
+            if (pattern.nodes[i].associative) {
+              error(where + ": an n-ary " + pattern.nodes[i].op_type + " must be reached through its output");
+            }
+            next = i;
+            break;
+          }
+        }
+      }
+      if (!next) error(where + ": the pattern is not connected");
+      place(*next);
+    }
+  }
+
+  static bool binds_value(const Pattern& pattern, const std::string& name) {
+    if (std::count(pattern.inputs.begin(), pattern.inputs.end(), name)) return true;
+    return std::any_of(pattern.nodes.begin(), pattern.nodes.end(), [&](const PatternNode& node) {
+      return std::count(node.inputs.begin(), node.inputs.end(), name) || std::count(node.outputs.begin(), node.outputs.end(), name);
+    });
+  }
+
+  // What the builder declares it reads must be bound by every pattern (values) or defined by the
+  // rule (captured by every pattern, a default of every pattern, or a let).
+  void check_signature(const Rule& rule, const Builder& builder, size_t at) {
+    for (const auto& pattern : rule.patterns) {
+      for (const auto& name : builder.signature.values) {
+        if (!binds_value(pattern, name)) {
+          error_at(at, fmt::format("rule {}: builder {} reads pattern value '{}', which the pattern at line {} does not bind",
+                                   rule.id, builder.name, name, pattern.line));
+        }
+      }
+    }
+    for (const auto& name : builder.signature.attributes) {
+      const bool let = std::any_of(rule.lets.begin(), rule.lets.end(), [&](const Let& l) { return l.name == name; });
+      for (const auto& pattern : rule.patterns) {
+        if (let || is_capture(pattern, name) || pattern.defaults.count(name)) continue;
+        error_at(at, fmt::format("rule {}: builder {} reads '{}', which the pattern at line {} neither captures nor defaults "
+                                 "(and no let defines)", rule.id, builder.name, name, pattern.line));
+      }
+    }
+  }
+
+  void check_replacement(const Rule& rule, const onnx::NodeList& nodes, const std::vector<std::string>& inputs,
+                         const std::vector<std::string>& outputs, size_t at) {
+    const std::string where = "rule " + rule.id + ": replacement";
+    for (const auto& pattern : rule.patterns) {
+      for (const auto& input : inputs) {
+        if (std::find(pattern.inputs.begin(), pattern.inputs.end(), input) == pattern.inputs.end()) {
+          error_at(at, fmt::format("{}: input '{}' is not an input of the pattern at line {}", where, input, pattern.line));
+        }
+      }
+      if (std::set<std::string>(outputs.begin(), outputs.end()) != std::set<std::string>(pattern.outputs.begin(), pattern.outputs.end())) {
+        error_at(at, fmt::format("{}: its outputs must be the outputs of the pattern at line {}", where, pattern.line));
+      }
+    }
+    std::set<std::string> known(inputs.begin(), inputs.end());
+    std::set<std::string> names;  // captures, defaults and lets the replacement may reference
+    for (const auto& pattern : rule.patterns) {
+      for (const auto& node : pattern.nodes) {
+        for (const auto& attribute : node.attributes) {
+          if (!attribute.capture.empty()) names.insert(attribute.capture);
+        }
+      }
+      for (const auto& [name, value] : pattern.defaults) names.insert(name);
+    }
+    for (const auto& let : rule.lets) names.insert(let.name);
+    for (const auto& node : nodes) {
+      for (const auto& input : node.input()) {
+        if (!input.empty() && !known.count(input)) {
+          error_at(at, fmt::format("{}: '{}' is neither a replacement input nor computed before its use", where, input));
+        }
+      }
+      for (const auto& attribute : node.attribute()) {
+        if (!attribute.ref_attr_name().empty() && !names.count(attribute.ref_attr_name())) {
+          error_at(at, fmt::format("{}: @{} is not a captured attribute, a default or a let", where, attribute.ref_attr_name()));
+        }
+      }
+      for (const auto& output : node.output()) known.insert(output);
+    }
+    for (const auto& output : outputs) {
+      if (!known.count(output)) error_at(at, fmt::format("{}: output '{}' is never computed", where, output));
+    }
+  }
+
+  const std::string& text_;
+  std::string file_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::vector<std::shared_ptr<const Rule>> parse_rule_file(const std::string& text, const std::string& name) {
+  return RuleFileParser(text, name).parse();
+}
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,241 @@
+#include "onnx_rewrite/opset.h"
+
+#include <algorithm>
+#include <charconv>
+#include <sstream>
+#include <stdexcept>
+
+#include "rules/embedded.h"
+#include "onnx_rewrite/tensor.h"
+
+namespace onnx_rewrite {
+
+std::string normalize_domain(std::string_view domain) {
+  return domain == "ai.onnx" ? std::string() : std::string(domain);
+}
+
+std::string display_domain(std::string_view domain) {
+  return domain.empty() ? std::string("ai.onnx") : std::string(domain);
+}
+
+namespace {
+
+int parse_int(std::string_view text, size_t line) {
+  int value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size()) {
+    throw std::runtime_error("line " + std::to_string(line) + ": '" + std::string(text) + "' is not a version");
+  }
+  return value;
+}
+
+std::vector<std::string_view> split(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(separator, start), text.size());
+    if (end > start) parts.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
+// Splits on `separator` outside parentheses: "seq(tensor(a)),b" -> "seq(tensor(a))", "b".
+std::vector<std::string_view> split_top_level(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i == text.size() || (text[i] == separator && depth == 0)) {
+      if (i > start) parts.push_back(text.substr(start, i - start));
+      start = i + 1;
+    } else if (text[i] == '(') {
+      ++depth;
+    } else if (text[i] == ')') {
+      --depth;
+    }
+  }
+  return parts;
+}
+
+std::optional<int32_t> type_id(std::string_view type) {
+  if (type.starts_with("seq(")) return kSequenceTypes;
+  if (type.starts_with("optional(")) return kOptionalTypes;
+  if (type.starts_with("map(")) return kMapTypes;
+  return data_type_from_name(type);
+}
+
+// One "kind" of a version token: types(a,b), attr(x=0,y=1), input(3), same, relaxed, deprecated.
+void apply_kind(OpVersionStep& step, std::string_view kind, size_t line) {
+  const size_t open = kind.find('(');
+  const std::string_view name = kind.substr(0, open);
+  std::string_view arguments;
+  if (open != std::string_view::npos) {
+    if (kind.back() != ')') throw std::runtime_error("line " + std::to_string(line) + ": unclosed '('");
+    arguments = kind.substr(open + 1, kind.size() - open - 2);
+  }
+  if (name == "same") {
+  } else if (name == "relaxed") {
+    step.relaxed = true;
+  } else if (name == "deprecated") {
+    step.deprecated = true;
+  } else if (name == "types") {
+    for (auto type : split_top_level(arguments, ',')) {
+      auto id = type_id(type);
+      if (!id) throw std::runtime_error("line " + std::to_string(line) + ": unknown type '" + std::string(type) + "'");
+      step.added_types.push_back(*id);
+    }
+  } else if (name == "attr") {
+    for (auto attribute : split(arguments, ',')) {
+      const size_t equals = attribute.find('=');
+      step.added_attributes.emplace_back(std::string(attribute.substr(0, equals)),
+                                         equals == std::string_view::npos ? "" : std::string(attribute.substr(equals + 1)));
+    }
+  } else if (name == "input") {
+    for (auto index : split(arguments, ',')) step.added_inputs.push_back(parse_int(index, line));
+  } else {
+    throw std::runtime_error("line " + std::to_string(line) + ": unknown change kind '" + std::string(name) + "'");
+  }
+}
+
+// Whether an attribute value differs from the default a version step documents.
+bool differs_from_default(const onnx::AttributeProto& attribute, const std::string& default_text) {
+  if (default_text.empty()) return true;
+  std::ostringstream value;
+  switch (attribute.type()) {
+    case onnx::AttributeProto::INT: value << attribute.i(); break;
+    case onnx::AttributeProto::FLOAT: value << attribute.f(); break;
+    case onnx::AttributeProto::STRING: value << attribute.s(); break;
+    default: return true;
+  }
+  if (value.str() == default_text) return false;
+  try {
+    return std::stod(value.str()) != std::stod(default_text);
+  } catch (...) {
+    return true;
+  }
+}
+
+std::string type_text(int32_t type) {
+  switch (type) {
+    case kSequenceTypes: return "sequence";
+    case kOptionalTypes: return "optional";
+    case kMapTypes: return "map";
+    default: return data_type_name(type);
+  }
+}
+
+}  // namespace
+
+OpTable OpTable::parse(std::string_view text) {
+  OpTable table;
+  size_t line_number = 0;
+  for (auto line : split(text, '\n')) {
+    ++line_number;
+    line = line.substr(0, line.find('#'));
+    std::vector<std::string_view> tokens;
+    for (auto token : split(line, ' ')) {
+      for (auto piece : split(token, '\t')) {
+        if (piece.back() == '\r') piece.remove_suffix(1);
+        if (!piece.empty()) tokens.push_back(piece);
+      }
+    }
+    if (tokens.empty()) continue;
+    auto& steps = table.ops_[std::string(tokens[0])];
+    for (size_t i = 1; i < tokens.size(); ++i) {
+      OpVersionStep step;
+      const auto token = tokens[i];
+      const size_t colon = token.find(':');
+      step.version = parse_int(token.substr(0, colon), line_number);
+      if (colon != std::string_view::npos) {
+        step.breaking = false;
+        for (auto kind : split_top_level(token.substr(colon + 1), '+')) apply_kind(step, kind, line_number);
+      }
+      if (!steps.empty() && step.version <= steps.back().version) {
+        throw std::runtime_error("line " + std::to_string(line_number) + ": versions must ascend");
+      }
+      table.highest_ = std::max(table.highest_, step.version);
+      steps.push_back(std::move(step));
+    }
+    if (steps.empty()) throw std::runtime_error("line " + std::to_string(line_number) + ": no versions");
+  }
+  return table;
+}
+
+std::optional<int> OpTable::since_version(const std::string& op_type, int opset) const {
+  auto it = ops_.find(op_type);
+  if (it == ops_.end()) return std::nullopt;
+  const OpVersionStep* current = nullptr;
+  for (const auto& step : it->second) {
+    if (step.version > opset) break;
+    current = &step;
+  }
+  if (!current || current->deprecated) return std::nullopt;
+  return current->version;
+}
+
+std::optional<std::string> OpTable::move_blocker(const onnx::NodeProto& node, int from, int to,
+                                                 const std::set<int32_t>& model_types) const {
+  const std::string& op = node.op_type();
+  if (std::max(from, to) > highest_) {
+    return "opset " + std::to_string(std::max(from, to)) + " is newer than the version tables (" + std::to_string(highest_) + ")";
+  }
+  if (!since_version(op, from)) return op + " does not exist at opset " + std::to_string(from);
+  if (!since_version(op, to)) return op + " does not exist at opset " + std::to_string(to);
+  const bool lowering = to < from;
+  const int low = std::min(from, to);
+  const int high = std::max(from, to);
+  for (const auto& step : ops_.find(op)->second) {
+    if (step.version <= low || step.version > high) continue;
+    const std::string where = op + "-" + std::to_string(step.version);
+    if (step.breaking) return where + " changed its meaning";
+    if (step.relaxed && lowering) return where + " accepts nodes that " + op + "-" + std::to_string(low) + " does not";
+    for (int32_t type : step.added_types) {
+      if (model_types.count(type)) return where + " added " + type_text(type) + " types, which the model uses";
+    }
+    if (!lowering) continue;  // new attributes and inputs default to the old behaviour
+    for (const auto& [name, default_text] : step.added_attributes) {
+      for (const auto& attribute : node.attribute()) {
+        if (attribute.name() == name && differs_from_default(attribute, default_text)) {
+          return where + " added attribute " + name + ", which this node sets";
+        }
+      }
+    }
+    for (int index : step.added_inputs) {
+      if (index < node.input_size() && !node.input(index).empty()) {
+        return where + " added input " + std::to_string(index) + ", which this node uses";
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> OpTable::op_types() const {
+  std::vector<std::string> names;
+  for (const auto& [name, steps] : ops_) names.push_back(name);
+  return names;
+}
+
+const OpRegistry& OpRegistry::builtin() {
+  static const OpRegistry registry = [] {
+    OpRegistry built;
+    for (const auto& file : embedded_files()) {
+      if (!file.path.starts_with("targets/") || !file.path.ends_with(".ops")) continue;
+      std::string_view domain = file.path.substr(8, file.path.size() - 8 - 4);
+      try {
+        built.tables_.emplace(normalize_domain(domain), OpTable::parse(file.contents));
+      } catch (const std::exception& e) {
+        throw std::logic_error("embedded " + std::string(file.path) + ": " + e.what());
+      }
+    }
+    return built;
+  }();
+  return registry;
+}
+
+const OpTable* OpRegistry::table(std::string_view domain) const {
+  auto it = tables_.find(normalize_domain(domain));
+  return it == tables_.end() ? nullptr : &it->second;
+}
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,267 @@
+#include "onnx_rewrite/verify.h"
+#include "onnx_rewrite/toolkit.h"
+
+#include <algorithm>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "graph/walk.h"
+
+namespace onnx_rewrite {
+namespace {
+
+using Names = std::unordered_set<std::string_view>;
+
+// `ordered`: each value must be defined before the node reading it (what the engine writes);
+// otherwise the nodes may come in any order (what ONNX Runtime accepts) but must form no cycle.
+// Graphs are read with an explicit stack: a model nested 100,000 deep can't exhaust the stack.
+class Verifier {
+ public:
+  explicit Verifier(bool ordered) : ordered_(ordered) {}
+
+  std::optional<std::string> check(const onnx::ModelProto& model) {
+    run(Place::main_graph(), &model.graph().node(), &model.graph(), nullptr);
+    for (const auto& function : model.functions()) {
+      if (problem_) break;
+      run(Place::of_function(function), &function.node(), nullptr, &function);
+    }
+    return problem_;
+  }
+
+ private:
+  struct Frame {
+    Place place;
+    const NodeList* nodes;
+    const onnx::GraphProto* graph;        // null for a function body
+    const onnx::FunctionProto* function;  // its function, for a body
+    Names local;                          // what this graph defines (so far, when ordered)
+    int next = 0;                         // the node being read
+    bool inputs_read = false;             // of that node
+    std::vector<const onnx::GraphProto*> subgraphs;  // of that node
+    size_t next_subgraph = 0;
+  };
+
+  void fail(const Place& place, const std::string& what) {
+    if (!problem_) problem_ = place.text() + ": " + what;
+  }
+
+  bool visible(std::string_view name) const { return visible_.count(name) != 0; }
+
+  void define(Frame& frame, std::string_view name) {
+    if (frame.local.insert(name).second) ++visible_[name];
+  }
+
+  void open(std::deque<Frame>& stack, Place place, const NodeList* nodes, const onnx::GraphProto* graph,
+            const onnx::FunctionProto* function) {
+    Frame& frame = stack.emplace_back(Frame{std::move(place), nodes, graph, function, {}, 0, false, {}, 0});
+    if (graph) {
+      for (const auto& input : graph->input()) define(frame, input.name());
+      for (const auto& tensor : graph->initializer()) define(frame, tensor.name());
+      for (const auto& sparse : graph->sparse_initializer()) define(frame, sparse.values().name());
+    } else {
+      for (const auto& input : function->input()) define(frame, input);
+    }
+    if (!ordered_) {
+      for (const auto& node : *nodes) define_outputs(frame, node);
+    }
+  }
+
+  void define_outputs(Frame& frame, const onnx::NodeProto& node) {
+    for (const auto& output : node.output()) {
+      if (output.empty()) continue;
+      if (frame.local.count(output)) fail(frame.place, fmt::format("'{}' is computed twice (node '{}')", output, describe_node(node)));
+      else define(frame, output);
+    }
+  }
+
+  void close(std::deque<Frame>& stack) {
+    Frame& frame = stack.back();
+    if (frame.graph) {
+      for (const auto& output : frame.graph->output()) {
+        if (!visible(output.name())) fail(frame.place, fmt::format("output '{}' is computed by nothing", output.name()));
+      }
+    } else {
+      for (const auto& output : frame.function->output()) {
+        if (!frame.local.count(output)) fail(frame.place, fmt::format("output '{}' is computed by nothing", output));
+      }
+    }
+    if (!ordered_ && !problem_) find_cycle(*frame.nodes, frame.place);
+    for (const auto name : frame.local) {
+      if (--visible_[name] == 0) visible_.erase(name);
+    }
+    stack.pop_back();
+  }
+
+  void run(Place root, const NodeList* nodes, const onnx::GraphProto* graph, const onnx::FunctionProto* function) {
+    std::deque<Frame> stack;  // references to other frames stay valid while one is pushed
+    open(stack, std::move(root), nodes, graph, function);
+    while (!stack.empty() && !problem_) {
+      Frame& frame = stack.back();
+      if (frame.next == frame.nodes->size()) {
+        close(stack);
+        continue;
+      }
+      const onnx::NodeProto& node = frame.nodes->Get(frame.next);
+      if (!frame.inputs_read) {
+        for (const auto& input : node.input()) {
+          if (input.empty() || visible(input)) continue;
+          fail(frame.place, ordered_ ? fmt::format("node '{}' reads '{}' before anything computes it", describe_node(node), input)
+                                     : fmt::format("node '{}' reads '{}', which nothing computes", describe_node(node), input));
+        }
+        frame.inputs_read = true;
+        frame.subgraphs.clear();
+        frame.next_subgraph = 0;
+        for (const auto& attribute : node.attribute()) {
+          if (attribute.has_g()) frame.subgraphs.push_back(&attribute.g());
+          for (const auto& subgraph : attribute.graphs()) frame.subgraphs.push_back(&subgraph);
+        }
+      }
+      if (frame.next_subgraph < frame.subgraphs.size()) {
+        const onnx::GraphProto* subgraph = frame.subgraphs[frame.next_subgraph++];
+        const onnx::AttributeProto& attribute = attribute_holding(node, subgraph);
+        open(stack, Place::subgraph(frame.place, node, attribute), &subgraph->node(), subgraph, nullptr);
+        continue;
+      }
+      if (ordered_) define_outputs(frame, node);
+      frame.inputs_read = false;
+      ++frame.next;
+    }
+  }
+
+  static const onnx::AttributeProto& attribute_holding(const onnx::NodeProto& node, const onnx::GraphProto* graph) {
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.has_g() && &attribute.g() == graph) return attribute;
+      for (const auto& subgraph : attribute.graphs()) {
+        if (&subgraph == graph) return attribute;
+      }
+    }
+    return node.attribute(0);  // unreachable: `graph` is one of the node's
+  }
+
+  // Kahn's algorithm over the values the nodes of one graph pass each other (subgraph reads included).
+  void find_cycle(const NodeList& list, const Place& place) {
+    std::unordered_map<std::string_view, int> producer;
+    for (int i = 0; i < list.size(); ++i) {
+      for (const auto& output : list.Get(i).output()) {
+        if (!output.empty()) producer[output] = i;
+      }
+    }
+    std::vector<std::vector<int>> consumers(static_cast<size_t>(list.size()));
+    std::vector<int> waiting(static_cast<size_t>(list.size()), 0);
+    for (int i = 0; i < list.size(); ++i) {
+      std::vector<std::string_view> reads(list.Get(i).input().begin(), list.Get(i).input().end());
+      for (const auto name : implicit_inputs(list.Get(i))) reads.push_back(name);
+      for (const auto name : reads) {
+        auto it = producer.find(name);
+        if (it == producer.end()) continue;
+        consumers[static_cast<size_t>(it->second)].push_back(i);
+        ++waiting[static_cast<size_t>(i)];
+      }
+    }
+    std::vector<int> ready;
+    for (int i = 0; i < list.size(); ++i) {
+      if (waiting[static_cast<size_t>(i)] == 0) ready.push_back(i);
+    }
+    size_t done = 0;
+    while (!ready.empty()) {
+      const int i = ready.back();
+      ready.pop_back();
+      ++done;
+      for (int consumer : consumers[static_cast<size_t>(i)]) {
+        if (--waiting[static_cast<size_t>(consumer)] == 0) ready.push_back(consumer);
+      }
+    }
+    if (done == static_cast<size_t>(list.size())) return;
+    for (int i = 0; i < list.size(); ++i) {
+      if (waiting[static_cast<size_t>(i)] != 0) {
+        fail(place, fmt::format("the nodes form a cycle (node '{}' depends on its own output)", describe_node(list.Get(i))));
+        return;
+      }
+    }
+  }
+
+  bool ordered_;
+  std::unordered_map<std::string_view, int> visible_;  // names visible from the graph being read
+  std::optional<std::string> problem_;
+};
+
+// A model-local function that calls itself, directly or through others: no runtime can expand it.
+std::optional<std::string> recursive_function(const onnx::ModelProto& model) {
+  std::unordered_map<std::string, std::vector<std::string>> calls;  // function -> what its body calls
+  for (const auto& function : model.functions()) {
+    auto& callees = calls[function.domain() + "." + function.name()];
+    for_each_nested_node(function.node(), [&](const onnx::NodeProto& node) { callees.push_back(node.domain() + "." + node.op_type()); });
+  }
+  enum class State { kVisiting, kDone };
+  std::unordered_map<std::string, State> state;
+  // Depth-first with an explicit stack: the path of functions being visited, with the next callee.
+  std::vector<std::pair<std::string, size_t>> path;
+  for (const auto& function : model.functions()) {
+    const std::string start = function.domain() + "." + function.name();
+    if (state.count(start)) continue;
+    state[start] = State::kVisiting;
+    path.emplace_back(start, 0);
+    while (!path.empty()) {
+      auto& [name, next] = path.back();
+      const auto& callees = calls[name];
+      if (next == callees.size()) {
+        state[name] = State::kDone;
+        path.pop_back();
+        continue;
+      }
+      const std::string callee = callees[next++];
+      if (!calls.count(callee)) continue;
+      auto it = state.find(callee);
+      if (it == state.end()) {
+        state[callee] = State::kVisiting;
+        path.emplace_back(callee, 0);
+      } else if (it->second == State::kVisiting) {
+        std::vector<std::string> cycle;
+        bool in_cycle = false;
+        for (const auto& [on_path, unused] : path) {
+          in_cycle = in_cycle || on_path == callee;
+          if (in_cycle) cycle.push_back(on_path);
+        }
+        return fmt::format("model-local function {} calls itself ({} -> {})", callee, fmt::join(cycle, " -> "), callee);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> verify(const onnx::ModelProto& model, bool ordered) { return Verifier(ordered).check(model); }
+
+}  // namespace
+
+std::optional<std::string> structural_problem(const onnx::ModelProto& model) { return verify(model, true); }
+
+std::vector<std::string> impossible_opset_imports(const onnx::ModelProto& model) {
+  std::vector<std::string> problems;
+  auto check = [&](const auto& imports, const std::string& owner) {
+    for (const auto& import : imports) {
+      if (import.version() < 0 || import.version() > std::numeric_limits<int32_t>::max()) {
+        const std::string domain = import.domain().empty() ? "ai.onnx" : import.domain();
+        problems.push_back(fmt::format("{} imports {} opset {}, which is no opset version", owner, domain, import.version()));
+      }
+    }
+  };
+  check(model.opset_import(), "the model");
+  for (const auto& function : model.functions()) {
+    check(function.opset_import(), fmt::format("function {}.{}", function.domain(), function.name()));
+  }
+  return problems;
+}
+
+std::optional<std::string> input_problem(const onnx::ModelProto& model) {
+  if (auto problem = verify(model, false)) return problem;
+  return recursive_function(model);
+}
+
+}  // namespace onnx_rewrite
