@@ -139,7 +139,7 @@ TEST(Cli, PathErrorsNameTheFileTheyAreAbout) {
 TEST(Cli, AnUnknownSubcommandIsNamedWithTheKnownOnes) {
   const auto result = run_cli({"frob", "m.onnx"});
   EXPECT_EQ(result.exit_code, 2);
-  EXPECT_EQ(result.err, "onnx-rewrite: error: unknown subcommand 'frob' (known: rewrite, check, inspect, rules, batch) (see --help)\n");
+  EXPECT_EQ(result.err, "onnx-rewrite: error: unknown subcommand 'frob' (known: rewrite, check, inspect, rules, targets, batch) (see --help)\n");
 }
 
 // ---- Bad input --------------------------------------------------------------------------------

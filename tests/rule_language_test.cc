@@ -954,5 +954,89 @@ end
             std::string::npos);
 }
 
+// A rule naming a builder must bind what the builder declares it reads: a misspelled value is an
+// error when the file loads, at the `replace with` clause, not a rule that silently never fires.
+TEST(RuleFiles, ABuilderNeedsWhatItDeclaresFromEveryPattern) {
+  const std::string misspelled = load_error(R"(rule x
+  targets: onnx
+  pattern (input, weight, offsets) => (y) {
+    y = custom.deform_conv2d (input, weight, offsets)
+  }
+  replace with deform_conv_gather
+  example {
+    <ir_version: 8, opset_import: ["": 17, "custom": 1]>
+    g (float[1, 1, 4, 4] a, float[1, 1, 2, 2] w, float[1, 8, 3, 3] o) => (float[1, 1, 3, 3] b) { b = custom.deform_conv2d (a, w, o) }
+  }
+  expect { b = Neg (a) }
+end
+)");
+  EXPECT_EQ(misspelled, "test.rules:6:3: rule x: builder deform_conv_gather reads pattern value 'offset', which the pattern at line 3 "
+                        "does not bind");
+  const std::string undefined = load_error(R"(rule x
+  targets: onnx
+  pattern (x, num_groups, scale, bias) => (y) {
+    y = mydomain.mygroupnorm (x, num_groups, scale, bias)
+  }
+  replace with group_norm_per_channel
+  example {
+    <ir_version: 8, opset_import: ["": 17, "mydomain": 1]>
+    g (float[1, 2, 3] x, float[1] n, float[2] s, float[2] b) => (float[1, 2, 3] y) { y = mydomain.mygroupnorm (x, n, s, b) }
+  }
+  expect { y = Neg (x) }
+end
+)");
+  EXPECT_EQ(undefined.rfind("test.rules:6:3: rule x: builder group_norm_per_channel reads 'eps', which the pattern at line 3 neither "
+                            "captures nor defaults", 0), 0u) << undefined;
+}
+
+// `targets:` names target files that exist (compiled in, or read on this run).
+TEST(RuleFiles, TargetsMustExist) {
+  const std::string error = load_error(R"(rule x
+  targets: onnx, trt
+  pattern (a) => (b) { b = Relu (a) }
+  replace (a) => (b) { b = Neg (a) }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] a) => (float[2] b) { b = Relu (a) }
+  }
+  expect { b = Neg (a) }
+end
+)");
+  EXPECT_EQ(error.rfind("test.rules:2:3: rule x: unknown target 'trt' (known: onnx, onnx-opset13, ort", 0), 0u) << error;
+}
+
+// Goldens several rules share are written once: `expect like RULE`.
+TEST(RuleFiles, ExpectLikeUsesAnotherRulesGolden) {
+  const RuleSet rules = rules_from_text(std::string(kOneToAdd) + R"(
+rule two
+  targets: onnx
+  pattern (x, y) => (z) { z = test.customop.CustomOpTwoArgs (x, y) }
+  replace (x, y) => (z) { z = Add (x, y) }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
+    g (float[2] x, float[2] y) => (float[2] z) { z = test.customop.CustomOpTwoArgs (x, y) }
+  }
+  expect like one
+end
+rule three
+  targets: onnx
+  pattern (x, y) => (z) { z = test.customop.CustomOpThree (x, y) }
+  replace (x, y) => (z) { z = Add (x, y) }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
+    g (float[2] x, float[2] y) => (float[2] z) { z = test.customop.CustomOpThree (x, y) }
+  }
+  expect like nobody
+end
+)");
+  EXPECT_EQ(rules.expected_nodes(*rules.find("two")), rules.find("one")->example->expected_nodes_text);
+  try {
+    rules.expected_nodes(*rules.find("three"));
+    ADD_FAILURE() << "a golden of a rule that is not loaded";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'expect like nobody' names no loaded rule"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace onnx_rewrite

@@ -1,4 +1,4 @@
-// ATen fallback nodes (rules/aten.rules): org.pytorch.aten::ATen gelu / inverse / linalg_inv as
+// ATen fallback nodes (families/aten/aten.rules): org.pytorch.aten::ATen gelu / inverse / linalg_inv as
 // torch.onnx.export writes them, rewritten by the CLI, checked loadable for their target and run
 // in ONNX Runtime against naive references of torch's ops (tests/ort/reference/).
 #include <gtest/gtest.h>
@@ -213,7 +213,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, AtenInverse,
                                            InverseCase{"linalg_inv_1x1", "linalg_inv", {"N", "1", "1"}, 1}),
                          [](const auto& info) { return info.param.name; });
 
-// ---- testdata/aten-gelu: Linear -> gelu(tanh) -> Linear -> gelu, gelu through the ATen fallback ----
+// ---- families/aten/testdata/aten-gelu: Linear -> gelu(tanh) -> Linear -> gelu, gelu through the ATen fallback ----
 
 TEST(AtenTestdata, ModelIsGeneratedFromItsText) {
   TempDir dir;
@@ -264,7 +264,7 @@ TEST(AtenTestdata, RewrittenExportMatchesOnnxRuntimeGelu) {
     EXPECT_EQ(op_count(rewritten->ops, {"", "MatMul"}), 2);
     const auto comparison = ort_compare(kernel, rewritten->output, {"--dim", "batch=3", "--float-range", "-4,4"});
     EXPECT_TRUE(comparison.ok) << comparison.output;
-    report("testdata/aten-gelu --target " + target, comparison);
+    report("families/aten/testdata/aten-gelu --target " + target, comparison);
   }
 }
 

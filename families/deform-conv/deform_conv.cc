@@ -2,7 +2,7 @@
 // write (custom::deform_conv2d, mmcv::MMCVDeformConv2d, mmcv::MMCVModulatedDeformConv2d, and
 // ai.onnx DeformConv itself) to what a runtime has: ai.onnx DeformConv (opset >= 19), or
 // bilinear sampling with GridSample (opset >= 16) or with Gather (opset >= 11), each followed by
-// one Conv. Rules: rules/deform-conv-*.rules; the math and the evidence: docs/rules/deform-conv.md.
+// one Conv. Rules: families/deform-conv/deform-conv-*.rules; the math and the evidence: families/deform-conv/README.md.
 //
 // Both decompositions lay the sampled values out as an image [N, C, out_h*kh, out_w*kw] in which
 // output position (y, x) owns the kh x kw tile of its kernel taps; a Conv with the original

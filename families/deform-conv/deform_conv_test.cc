@@ -1,4 +1,4 @@
-// Deformable convolution (rules/deform-conv-*.rules, src/builders/deform_conv.cc): every exported
+// Deformable convolution (families/deform-conv/deform-conv-*.rules, families/deform-conv/deform_conv.cc): every exported
 // form, rewritten for every opset family (DeformConv at 19+, GridSample at 16..18, Gather at
 // 11..15), computes in ONNX Runtime what ORT's own DeformConv-19 kernel computes and what an
 // independent naive reference of torchvision's semantics computes (tests/ort/reference/
@@ -686,7 +686,7 @@ TEST(DeformConvSize, DecompositionsOfATypical3x3Layer) {
 // GridSample reads positions as normalized coordinates: in float32 that adds up to about 8e-8 * W
 // pixels to each position, about three times the rounding of a float32 DeformConv kernel's own
 // positions. On a 96x96x64 layer the GridSample path stays within 1e-3 of ORT's DeformConv-19
-// (measured 2.4e-4), the Gather path within 1e-4 (measured 3.8e-6). docs/rules/deform-conv.md.
+// (measured 2.4e-4), the Gather path within 1e-4 (measured 3.8e-6). families/deform-conv/README.md.
 TEST(DeformConvPrecision, LargeFeatureMap) {
   Geometry g;
   g.channels = 64, g.height = 96, g.width = 96, g.out_channels = 64, g.pads = {1, 1, 1, 1}, g.mask = true, g.bias = true;

@@ -1,7 +1,7 @@
 // com.microsoft Attention and EmbedLayerNormalization, the ops ONNX Runtime's BERT fusions write
 // (core/optimizer/attention_fusion.cc, embed_layer_norm_fusion.cc), back to standard ONNX with
 // the numbers of ORT's CPU kernels (contrib_ops/cpu/bert/attention.cc, attention_cpu_base.h,
-// attention_helper.h, embed_layer_norm.cc); rules/defuse-attention.rules.
+// attention_helper.h, embed_layer_norm.cc); families/defuse-attention/defuse-attention.rules.
 //
 // Attention: input·weights + bias, split into Q, K, V and into heads; scores = scale·Q·Kᵀ plus
 // attention_bias plus the kernel's additive mask (mask_filter_value where mask_index hides a key,

@@ -1,4 +1,4 @@
-// The attention de-fusion rules (rules/defuse-attention.rules, src/builders/attention_defusion.cc):
+// The attention de-fusion rules (families/defuse-attention/defuse-attention.rules, families/defuse-attention/attention_defusion.cc):
 // com.microsoft Attention and EmbedLayerNormalization become standard ONNX under --target onnx.
 // Every attribute and input form is proven against ONNX Runtime's own contrib kernel (the
 // com.microsoft model run in ORT is the reference), the declines by their --explain text, and the

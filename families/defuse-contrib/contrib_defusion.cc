@@ -1,5 +1,5 @@
 // com.microsoft contrib ops (and ORT's own ai.onnx LayerNormalization-1 / SimplifiedLayerNormalization)
-// back to standard ONNX, with the numbers of ONNX Runtime's CPU kernels (rules/defuse-*.rules).
+// back to standard ONNX, with the numbers of ONNX Runtime's CPU kernels (families/defuse-contrib/defuse-*.rules).
 #include <algorithm>
 #include <cmath>
 #include <functional>

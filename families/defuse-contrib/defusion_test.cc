@@ -1,4 +1,4 @@
-// The de-fusion rules (rules/defuse-*.rules, src/builders/contrib_defusion.cc): ONNX Runtime's
+// The de-fusion rules (families/defuse-contrib/defuse-*.rules, families/defuse-contrib/contrib_defusion.cc): ONNX Runtime's
 // com.microsoft ops (and its own ai.onnx LayerNormalization-1 / SimplifiedLayerNormalization)
 // become standard ONNX under --target onnx. Each op and attribute variant is proven against
 // ONNX Runtime's own contrib kernel (the com.microsoft model run in ORT is the reference; BiasAdd

@@ -1,5 +1,5 @@
 // com.microsoft.nchwc (ONNX Runtime's blocked NCHWc layout) back to standard NCHW ops
-// (rules/nchwc.rules).
+// (families/defuse-nchwc/nchwc.rules).
 //
 // ORT's NchwcTransformer stores a tensor [N, C, H, W] as [N, Cp/B, H, W, B] (Cp = C rounded up to
 // the MLAS block size B, 8 or 16 by CPU; the padded channels hold whatever the ops compute there)

@@ -1,4 +1,4 @@
-// com.microsoft.nchwc back to NCHW (rules/nchwc.rules, src/builders/nchwc.cc) on NCHWc graphs
+// com.microsoft.nchwc back to NCHW (families/defuse-nchwc/nchwc.rules, families/defuse-nchwc/nchwc.cc) on NCHWc graphs
 // written here the way ORT's NchwcTransformer writes them, with filters reordered by MLAS's
 // loops (reorder.cpp). For the block size ORT uses on this machine the NCHWc graph itself runs in
 // ORT (its NCHWc kernels are the reference, and the original NCHW model must agree with them, which

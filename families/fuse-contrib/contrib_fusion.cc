@@ -1,9 +1,9 @@
-// The C++ halves of rules/fuse-*.rules: spelled-out GELU, LayerNorm and RMSNorm become the fused
+// The C++ halves of families/fuse-contrib/fuse-*.rules: spelled-out GELU, LayerNorm and RMSNorm become the fused
 // kernels ONNX Runtime has. The patterns find the arithmetic; the builders check what a
 // pattern can't say — which axes are reduced, that γ/β/bias have exactly the shapes the fused
 // kernel takes, which operand of a residual Add has the full shape, element types the kernels
 // implement — and build the op that exists at the model's opset (the standard one where there is
-// one, see docs/rules/fusion.md). Every check that fails declines with the reason.
+// one, see families/fuse-contrib/README.md). Every check that fails declines with the reason.
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -83,7 +83,7 @@ std::string build_gelu(const Match& match, GraphBuilder& b) {
 }
 
 // x·sigmoid(α·x) -> com.microsoft QuickGelu. (Not ai.onnx Swish at opset 24: ORT 1.30 runs its
-// Swish kernel about 25% slower than QuickGelu, docs/rules/fusion.md.)
+// Swish kernel about 25% slower than QuickGelu, families/fuse-contrib/README.md.)
 std::string build_quick_gelu(const Match& match, GraphBuilder& b) {
   StaticShapes shapes = static_shapes(match);
   if (auto why = check_element_type(element_type(match, {"x", "k_alpha"}), kActivationTypes, "QuickGelu"); !why.empty()) return why;

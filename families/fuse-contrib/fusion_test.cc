@@ -1,4 +1,4 @@
-// The fusion rules (rules/fuse-*.rules, src/builders/contrib_fusion.cc): spelled-out GELU,
+// The fusion rules (families/fuse-contrib/fuse-*.rules, families/fuse-contrib/contrib_fusion.cc): spelled-out GELU,
 // QuickGELU, LayerNorm and RMSNorm become ONNX Runtime's fused ops under --target ort. Every
 // fusion is proven in ONNX Runtime against the original model on random inputs (1e-4), and the
 // result passes `onnx-rewrite check --target ort`; near misses must stay as they are, with

@@ -1,4 +1,4 @@
-// Group normalization as ops every runtime has (rules/group-norm.rules).
+// Group normalization as ops every runtime has (families/group-norm/group-norm.rules).
 //
 // Statistics are taken per (sample, group) over the group's channels and all spatial positions,
 // with the biased variance. InstanceNormalization computes exactly that on x viewed as

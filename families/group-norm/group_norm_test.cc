@@ -1,6 +1,6 @@
-// Group normalization (rules/group-norm.rules, src/builders/group_norm.cc): the mygroupnorm
+// Group normalization (families/group-norm/group-norm.rules, families/group-norm/group_norm.cc): the mygroupnorm
 // custom op and ai.onnx GroupNormalization-18/-21, rewritten by the CLI, checked loadable for
-// their target and run in ONNX Runtime against torch semantics (tests/ort/reference/group_norm.js)
+// their target and run in ONNX Runtime against torch semantics (families/group-norm/group_norm.js)
 // and against ONNX Runtime's own GroupNormalization kernels.
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// The ONNX registry tutorial's custom ops (rules/registry-tutorial.rules): CustomOpOne = x + y
+// The ONNX registry tutorial's custom ops (families/registry-tutorial/registry-tutorial.rules): CustomOpOne = x + y
 // and CustomOpTwo = round half to even, rewritten by the CLI, checked loadable and run in ONNX
-// Runtime against naive references (tests/ort/lib/naive/add.js, tests/ort/reference/round_half_even.js).
+// Runtime against naive references (tests/ort/lib/naive/add.js, families/registry-tutorial/round_half_even.js).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -146,7 +146,7 @@ TEST(RegistryTutorialTestdata, ComputesAddAndRound) {
                                                   R"({"x": "l_tensor_x_", "output": "custom_addandround_0", "scale": 2})",
                                                   {"--float-range", "-20,20", "--rtol", "0", "--atol", "0", "--trials", "10"});
     EXPECT_TRUE(comparison.ok) << comparison.output;
-    report("testdata/registry-tutorial-addandround --target " + target, comparison);
+    report("families/registry-tutorial/testdata/registry-tutorial-addandround --target " + target, comparison);
   }
 }
 

@@ -17,6 +17,7 @@ namespace onnx_rewrite {
 class GraphBuilder;
 class Match;
 struct BuilderSignature;
+struct Target;
 
 // A domain's opset import must lie in [min, max].
 struct VersionRange {
@@ -114,6 +115,7 @@ class Replacement {
 struct RuleExample {
   std::string model_text;
   std::string expected_nodes_text;
+  std::string expected_like;     // `expect like RULE`: the same nodes as that rule's expect
   std::optional<int> max_opset;  // rewritten as with --opset N
   int line = 0;
 };
@@ -131,7 +133,8 @@ struct Rule {
   std::shared_ptr<const Replacement> replacement;
   std::optional<RuleExample> example;
 
-  bool serves(const std::string& target) const;
+  // Whether the rule runs under `target`: it names it, or a target it builds on.
+  bool serves(const Target& target) const;
 };
 
 struct RuleSet {
@@ -144,6 +147,9 @@ struct RuleSet {
   // The rules compiled into the binary (rules/ at build time).
   void load_builtin();
   const Rule* find(const std::string& id) const;
+  // The nodes a rule's example is expected to become (following `expect like RULE`); throws
+  // InputError naming the rule when the rule it refers to is not loaded.
+  const std::string& expected_nodes(const Rule& rule) const;
 };
 
 }  // namespace onnx_rewrite

@@ -90,7 +90,7 @@ std::string op_text(const Unloadable& entry) {
 }
 
 // Rules for other targets anchored at an op that this target can't load: a hint where to go.
-std::vector<std::string> rules_for_other_targets(const RuleSet& rules, const Unloadable& entry, const std::string& target) {
+std::vector<std::string> rules_for_other_targets(const RuleSet& rules, const Unloadable& entry, const Target& target) {
   std::vector<std::string> hints;
   for (const auto& rule : rules.rules) {
     if (rule->serves(target)) continue;
@@ -109,9 +109,9 @@ std::vector<std::string> rules_for_other_targets(const RuleSet& rules, const Unl
   return hints;
 }
 
-void print_unmet(const std::string& target, const CheckReport& report, const RuleSet& rules, std::ostream& err) {
+void print_unmet(const Target& target, const CheckReport& report, const RuleSet& rules, std::ostream& err) {
   int kinds = static_cast<int>(report.unloadable.size());
-  err << fmt::format("onnx-rewrite: target {} not met", target);
+  err << fmt::format("onnx-rewrite: target {} not met", target.name);
   if (kinds) err << fmt::format(": {} kind{} of node it can't load", kinds, kinds == 1 ? "" : "s");
   err << "\n";
   for (const auto& entry : report.unloadable) {
@@ -264,8 +264,12 @@ ModelOutcome process(const std::string& input, const std::string& output, const 
   return outcome;
 }
 
+// What the target implies where the command line is silent: inlining for runtimes that don't run
+// model-local functions, and its highest opset.
 RewriteOptions effective_options(RewriteOptions options, std::optional<bool> inline_functions) {
-  options.inline_functions = inline_functions.value_or(!find_target(options.target).local_functions);
+  const Target& target = find_target(options.target);
+  options.inline_functions = inline_functions.value_or(!target.local_functions);
+  if (auto cap = target.max_onnx_opset()) options.max_opset = std::min(options.max_opset.value_or(*cap), *cap);
   return options;
 }
 
@@ -289,7 +293,7 @@ int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& 
     write_text_file(command.report, json.str());
   }
   if (!outcome.check.ok()) {
-    print_unmet(target.name, outcome.check, rules, err);
+    print_unmet(target, outcome.check, rules, err);
     return static_cast<int>(ExitCode::kTargetNotMet);
   }
   return 0;
@@ -505,6 +509,46 @@ int run_rules(const RuleSources& sources, bool json, std::ostream& out) {
     out << fmt::format("; {} ({})\n", rule->replacement->describe(), rule->file);
   }
   out << fmt::format("{} rules\n", rules.rules.size());
+  return 0;
+}
+
+// ---- targets -------------------------------------------------------------------------------
+
+int run_targets(bool json, std::ostream& out) {
+  auto caps = [](const Target& target) {
+    std::vector<std::string> texts;
+    for (const auto& [domain, version] : target.max_opsets) texts.push_back(fmt::format("{} <= {}", display_domain(domain), version));
+    return texts;
+  };
+  auto domains = [](const Target& target) {
+    std::vector<std::string> names;
+    for (const auto& domain : target.domains) names.push_back(display_domain(domain));
+    return names;
+  };
+  if (json) {
+    JsonWriter writer;
+    writer.begin_array();
+    for (const Target* target : all_targets()) {
+      writer.begin_object();
+      writer.key("name").value(target->name);
+      writer.key("description").value(target->description);
+      writer.key("builds_on").strings(std::vector<std::string>(target->lineage.begin() + 1, target->lineage.end()));
+      writer.key("domains").strings(domains(*target));
+      writer.key("max_opsets").strings(caps(*target));
+      writer.key("local_functions").value(target->local_functions);
+      writer.key("file").value(target->file);
+      writer.end_object();
+    }
+    writer.end_array();
+    out << writer.str();
+    return 0;
+  }
+  for (const Target* target : all_targets()) {
+    out << fmt::format("{}\n    {}\n    domains {}", target->name, target->description, fmt::join(domains(*target), ", "));
+    if (target->lineage.size() > 1) out << fmt::format("; builds on {}", fmt::join(target->lineage.begin() + 1, target->lineage.end(), ", "));
+    if (!target->max_opsets.empty()) out << fmt::format("; imports {}", fmt::join(caps(*target), ", "));
+    out << fmt::format("; model-local functions {} ({})\n", target->local_functions ? "run" : "inlined first", target->file);
+  }
   return 0;
 }
 

@@ -50,6 +50,7 @@ int run_check(const std::string& input, const std::string& target, std::optional
               std::ostream& out, std::ostream& err);
 int run_inspect(const std::string& input, const RuleSources& rules, bool json, std::ostream& out);
 int run_rules(const RuleSources& rules, bool json, std::ostream& out);
+int run_targets(bool json, std::ostream& out);
 int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err);
 
 }  // namespace onnx_rewrite

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/model_io.h"
+#include "onnx_rewrite/target.h"
 
 namespace {
 
@@ -22,8 +23,16 @@ void add_rule_sources(CLI::App& command, RuleSources& sources) {
   command.add_flag("--no-builtin-rules{false}", sources.builtin, "Drop the rules compiled into the binary");
 }
 
+// The targets compiled in, for help texts: "onnx, onnx-opset13, ort".
+std::string target_names() {
+  std::string names;
+  for (const Target* target : all_targets()) names += (names.empty() ? "" : ", ") + target->name;
+  return names;
+}
+
 void add_target(CLI::App& command, std::string& target, std::optional<int>& opset) {
-  command.add_option("--target", target, "Runtime the model must load in: onnx (standard ONNX) or ort (ONNX Runtime)")
+  command.add_option("--target", target,
+                     "Runtime the model must load in: " + target_names() + " (see `targets`), or a .target file")
       ->capture_default_str();
   command.add_option("--opset", opset, "Highest ai.onnx opset the runtime loads (default: no limit)")
       ->check(CLI::Range(1, 1000));
@@ -100,6 +109,10 @@ int main(int argc, char** argv) {
   add_rule_sources(*rules_app, listed_rules);
   rules_app->add_flag("--json", rules_json, "Machine-readable output");
 
+  bool targets_json = false;
+  auto* targets_app = app.add_subcommand("targets", "List the targets: what each runtime loads, and what it builds on");
+  targets_app->add_flag("--json", targets_json, "Machine-readable output");
+
   BatchCommand batch;
   auto* batch_app = app.add_subcommand("batch", "Rewrite every *.onnx under directories into OUT_DIR");
   batch_app->add_option("inputs", batch.inputs, "Input directories (or model files)")->required();
@@ -129,6 +142,7 @@ int main(int argc, char** argv) {
     if (*check_app) return run_check(check_model_path, check_target, check_opset, check_json, std::cout, std::cerr);
     if (*inspect_app) return run_inspect(inspect_path, inspect_rules, inspect_json, std::cout);
     if (*rules_app) return run_rules(listed_rules, rules_json, std::cout);
+    if (*targets_app) return run_targets(targets_json, std::cout);
     if (*batch_app) {
       batch.progress_line = ::isatty(STDERR_FILENO);
       return run_batch(batch, std::cout, std::cerr);

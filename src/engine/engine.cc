@@ -13,6 +13,7 @@
 #include "onnx_rewrite/opset.h"
 #include "engine/rewriter.h"
 #include "onnx_rewrite/scope.h"
+#include "onnx_rewrite/target.h"
 #include "onnx_rewrite/verify.h"
 #include "graph/imports.h"
 #include "graph/walk.h"
@@ -36,9 +37,10 @@ std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions
   for (const auto& id : options.skip) {
     if (!rules.find(id)) throw UsageError("--skip " + id + ": no rule has that id");
   }
+  const Target& target = find_target(options.target);
   std::vector<const Rule*> active;
   for (const auto& rule : rules.rules) {
-    if (!rule->serves(options.target)) continue;
+    if (!rule->serves(target)) continue;
     if (!options.only.empty() && !options.only.count(rule->id)) continue;
     if (options.skip.count(rule->id)) continue;
     active.push_back(rule.get());
@@ -91,7 +93,8 @@ class Run {
  public:
   Run(Model& model, const std::vector<const Rule*>& rules, const RewriteOptions& options, bool lower,
       const std::set<std::pair<ImportOwner, std::string>>& domains_before, RewriteResult& result)
-      : model_(model), options_(options), domains_before_(domains_before), candidates_(index_by_anchor(rules)),
+      : model_(model), options_(options), target_(find_target(options.target)), domains_before_(domains_before),
+        candidates_(index_by_anchor(rules)),
         policy_(model, options.max_opset, lower), names_(model.proto), rewriter_(model), result_(result) {}
 
   // Returns why the requested opset can't be reached, if it can't.
@@ -255,6 +258,10 @@ class Run {
       return false;
     }
     builder.prune();
+    if (auto refused = refused_by_target(builder)) {
+      if (explain) say(candidate, "matched, but declined: " + *refused);
+      return false;
+    }
     if (explain) say(candidate, "matched: rewritten");
     policy_.commit(scope, std::get<OpsetPolicy::Plan>(plan));
     rewriter_.replace(match, builder);
@@ -265,6 +272,17 @@ class Run {
     stats.nodes_removed += static_cast<int>(match.nodes.size());
     stats.nodes_added += static_cast<int>(builder.nodes().size());
     return true;
+  }
+
+  // A replacement must consist of ops the target loads at the versions it is built for.
+  std::optional<std::string> refused_by_target(const GraphBuilder& builder) const {
+    for (const auto& node : builder.nodes()) {
+      const std::string domain = normalize_domain(node.domain());
+      if (auto reason = target_.refuses(domain, node.op_type(), builder.opset(domain))) {
+        return fmt::format("the replacement's {}.{} can't be loaded: {}", display_domain(domain), node.op_type(), *reason);
+      }
+    }
+    return std::nullopt;
   }
 
   // Every output of the pattern that something outside the match reads must be computed by the
@@ -293,6 +311,7 @@ class Run {
 
   Model& model_;
   const RewriteOptions& options_;
+  const Target& target_;
   const std::set<std::pair<ImportOwner, std::string>>& domains_before_;
   CandidateIndex candidates_;
   OpsetPolicy policy_;

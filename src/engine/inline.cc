@@ -63,25 +63,21 @@ FunctionKey key_of(const onnx::NodeProto& node) {
 // by the call's values; a reference to an attribute the call doesn't give and that has no
 // default is dropped, as if never written.
 void resolve_attribute_references(onnx::NodeProto& node, const std::map<std::string, onnx::AttributeProto>& values) {
-  auto& attributes = *node.mutable_attribute();
-  for (int i = attributes.size() - 1; i >= 0; --i) {
-    onnx::AttributeProto& attribute = *attributes.Mutable(i);
-    if (attribute.has_g()) {
-      for (auto& inner : *attribute.mutable_g()->mutable_node()) resolve_attribute_references(inner, values);
+  for_each_node_within(node, [&](onnx::NodeProto& inner) {
+    auto& attributes = *inner.mutable_attribute();
+    for (int i = attributes.size() - 1; i >= 0; --i) {
+      onnx::AttributeProto& attribute = *attributes.Mutable(i);
+      if (attribute.ref_attr_name().empty()) continue;
+      auto it = values.find(attribute.ref_attr_name());
+      if (it == values.end()) {
+        attributes.DeleteSubrange(i, 1);
+        continue;
+      }
+      const std::string name = attribute.name();
+      attribute = it->second;
+      attribute.set_name(name);
     }
-    for (auto& graph : *attribute.mutable_graphs()) {
-      for (auto& inner : *graph.mutable_node()) resolve_attribute_references(inner, values);
-    }
-    if (attribute.ref_attr_name().empty()) continue;
-    auto it = values.find(attribute.ref_attr_name());
-    if (it == values.end()) {
-      attributes.DeleteSubrange(i, 1);
-      continue;
-    }
-    const std::string name = attribute.name();
-    attribute = it->second;
-    attribute.set_name(name);
-  }
+  });
 }
 
 // Names of a function body in the caller: the call's inputs and outputs for the function's, a

@@ -12,10 +12,7 @@ constexpr int kLevelsShown = 4;
 
 std::vector<const onnx::GraphProto*> graphs_of(const onnx::NodeProto& node) {
   std::vector<const onnx::GraphProto*> graphs;
-  for (const auto& attribute : node.attribute()) {
-    if (attribute.has_g()) graphs.push_back(&attribute.g());
-    for (const auto& graph : attribute.graphs()) graphs.push_back(&graph);
-  }
+  for (const auto& [attribute, graph] : subgraphs_of(node)) graphs.push_back(graph);
   return graphs;
 }
 

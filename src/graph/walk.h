@@ -4,11 +4,13 @@
 // looks into subgraphs goes through here, so a new kind of nesting is added once.
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
@@ -130,6 +132,37 @@ void for_each_node(Model& model, Visit&& visit) {
   for_each_graph(model, [&](const auto& view) {
     for (auto& node : *view.nodes) visit(node, *view.place);
   });
+}
+
+// The graphs a node holds (graph attributes, in order), with the attribute holding each.
+template <typename Node>
+auto subgraphs_of(Node& node) {
+  namespace d = walk_detail;
+  using Attribute = std::remove_reference_t<decltype(*d::attributes(node).begin())>;
+  using Graph = std::remove_reference_t<decltype(d::graph(std::declval<Attribute&>()))>;
+  std::vector<std::pair<Attribute*, Graph*>> graphs;
+  for (auto& attribute : d::attributes(node)) {
+    if (attribute.has_g()) graphs.emplace_back(&attribute, &d::graph(attribute));
+    for (auto& graph : d::graphs(attribute)) graphs.emplace_back(&attribute, &graph);
+  }
+  return graphs;
+}
+
+// The node, then every node in the graphs it holds, at any depth. The graphs a node holds are
+// taken before it is visited: what `visit` puts into its attributes is not visited.
+template <typename Node, typename Visit>
+void for_each_node_within(Node& node, Visit&& visit) {
+  std::vector<Node*> pending{&node};
+  while (!pending.empty()) {
+    Node* current = pending.back();
+    pending.pop_back();
+    const size_t first_inner = pending.size();
+    for (auto [attribute, graph] : subgraphs_of(*current)) {
+      for (auto& inner : walk_detail::nodes(*graph)) pending.push_back(&inner);
+    }
+    std::reverse(pending.begin() + static_cast<std::ptrdiff_t>(first_inner), pending.end());  // visited in order
+    visit(*current);
+  }
 }
 
 // Every node of a node list and of the graphs nested in its nodes, at any depth.

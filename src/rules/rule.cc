@@ -12,6 +12,7 @@
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/matcher.h"
 #include "onnx_rewrite/opset.h"
+#include "onnx_rewrite/target.h"
 #include "onnx_rewrite/tensor.h"
 #include "rules/embedded.h"
 #include "rules/rule_parser.h"
@@ -51,8 +52,8 @@ std::string Constraint::describe() const {
   return {};
 }
 
-bool Rule::serves(const std::string& target) const {
-  return std::find(targets.begin(), targets.end(), target) != targets.end();
+bool Rule::serves(const Target& target) const {
+  return std::any_of(targets.begin(), targets.end(), [&](const std::string& name) { return target.builds_on(name); });
 }
 
 void RuleSet::load_text(const std::string& text, const std::string& name) {
@@ -91,6 +92,21 @@ void RuleSet::load_builtin() {
   for (const auto& file : embedded_files()) {
     if (file.path.starts_with("families/") && file.path.ends_with(".rules")) load_text(std::string(file.contents), std::string(file.path));
   }
+}
+
+const std::string& RuleSet::expected_nodes(const Rule& rule) const {
+  const Rule* current = &rule;
+  for (size_t steps = 0; current->example && !current->example->expected_like.empty(); ++steps) {
+    const Rule* next = find(current->example->expected_like);
+    if (!next || steps > rules.size()) {
+      throw InputError(fmt::format("{}:{}", rule.file, rule.example->line),
+                       fmt::format("rule {}: 'expect like {}' names {}", rule.id, current->example->expected_like,
+                                   next ? "a chain of rules that comes back" : "no loaded rule"));
+    }
+    current = next;
+  }
+  if (!current->example) throw InputError(fmt::format("{}:{}", rule.file, rule.line), "rule " + current->id + " has no example");
+  return current->example->expected_nodes_text;
 }
 
 const Rule* RuleSet::find(const std::string& id) const {

@@ -16,6 +16,7 @@
 #include "onnx_rewrite/matcher.h"
 #include "onnx_rewrite/opset.h"
 #include "onnx_rewrite/rule.h"
+#include "onnx_rewrite/target.h"
 #include "onnx_rewrite/tensor.h"
 #include "rules/text_replacement.h"
 
@@ -205,6 +206,7 @@ class RuleFileParser {
     onnx::NodeList replacement_nodes;
     std::vector<std::string> replacement_inputs, replacement_outputs;
     size_t replacement_at = 0;
+    size_t targets_at = 0;
     std::string builder_name;
 
     for (;;) {
@@ -215,7 +217,10 @@ class RuleFileParser {
         expect(':');
         const std::string value = rest_of_line();
         if (clause == "description") rule->description = value;
-        else if (clause == "targets") rule->targets = split_list(value, clause_at);
+        else if (clause == "targets") {
+          rule->targets = split_list(value, clause_at);
+          targets_at = clause_at;
+        }
         else if (clause == "priority") rule->priority = parse_int(value, clause_at);
         else rule->requires_opsets = parse_version_list(value, clause_at);
       } else if (clause == "pattern") {
@@ -255,8 +260,13 @@ class RuleFileParser {
         rule->example = std::move(example);
       } else if (clause == "expect") {
         if (!rule->example) error_at(clause_at, "'expect' follows an 'example'");
-        onnx::NodeList nodes;
-        rule->example->expected_nodes_text = parse_onnx(nodes, "the expected nodes");
+        if (peek_word() == "like") {  // the same nodes as another rule's expect, written once
+          pos_ += 4;
+          rule->example->expected_like = read_word("a rule id");
+        } else {
+          onnx::NodeList nodes;
+          rule->example->expected_nodes_text = parse_onnx(nodes, "the expected nodes");
+        }
       } else {
         error_at(clause_at, "unknown clause '" + clause + "' (description, targets, priority, requires, where, "
                             "pattern, let, replace, example, expect, end)");
@@ -267,7 +277,12 @@ class RuleFileParser {
     if (!has_replacement) error("rule " + rule->id + " has no replacement");
     if (rule->targets.empty()) error("rule " + rule->id + " names no targets");
     for (const auto& target : rule->targets) {
-      if (target != "onnx" && target != "ort") error("rule " + rule->id + ": unknown target '" + target + "'");
+      const auto& known = all_targets();
+      if (std::none_of(known.begin(), known.end(), [&](const Target* t) { return t->name == target; })) {
+        std::vector<std::string> names;
+        for (const Target* t : known) names.push_back(t->name);
+        error_at(targets_at, fmt::format("rule {}: unknown target '{}' (known: {})", rule->id, target, fmt::join(names, ", ")));
+      }
     }
     for (auto& pattern : rule->patterns) {
       for (const auto& constraint : shared_constraints) {

@@ -1,10 +1,14 @@
 #include "onnx_rewrite/target.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <sstream>
-#include <stdexcept>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -17,27 +21,6 @@
 
 namespace onnx_rewrite {
 namespace {
-
-// targets/NAME.target: "description TEXT", "domain NAME" lines, "local-functions yes|no".
-Target parse_target(std::string_view path, std::string_view text) {
-  Target target;
-  target.name = std::string(path.substr(8, path.size() - 8 - 7));
-  std::istringstream lines{std::string(text)};
-  std::string line;
-  while (std::getline(lines, line)) {
-    line = line.substr(0, line.find('#'));
-    std::istringstream words(line);
-    std::string key;
-    if (!(words >> key)) continue;
-    std::string rest;
-    std::getline(words >> std::ws, rest);
-    if (key == "description") target.description = rest;
-    else if (key == "domain") target.domains.push_back(normalize_domain(rest));
-    else if (key == "local-functions") target.local_functions = rest == "yes";
-    else throw std::logic_error(fmt::format("{}: unknown key '{}'", path, key));
-  }
-  return target;
-}
 
 // An ATen node's op is in its `operator` attribute: "ATen" alone says nothing.
 std::string aten_operator(const onnx::NodeProto& node) {
@@ -71,27 +54,14 @@ class Checker {
       if (!target_.local_functions) tally.add(node, place, "calls a model-local function, which this target does not run");
       return;
     }
-    if (std::find(target_.domains.begin(), target_.domains.end(), domain) == target_.domains.end()) {
-      tally.add(node, place, fmt::format("domain {} is not loadable by target {}", display_domain(domain), target_.name));
-      return;
-    }
-    const OpTable* table = OpRegistry::builtin().table(domain);
     auto import = imports.find(domain);
-    if (import == imports.end()) {
+    const bool loadable_domain = std::find(target_.domains.begin(), target_.domains.end(), domain) != target_.domains.end();
+    if (loadable_domain && import == imports.end()) {
       tally.add(node, place, fmt::format("the model does not import domain {}", display_domain(domain)));
       return;
     }
-    const int64_t version = import->second;
-    if (!table) return;
-    // An import newer than the tables is checked against the newest one (note_newer_than_tables).
-    const int newest = table->highest_version();
-    if (table->since_version(node.op_type(), static_cast<int>(std::clamp<int64_t>(version, 0, newest)))) return;
-    if (!table->knows(node.op_type())) {
-      if (version > newest) return;  // it may have been added after the tables
-      tally.add(node, place, fmt::format("{} has no op {}", display_domain(domain), node.op_type()));
-    } else {
-      tally.add(node, place, fmt::format("{} does not exist (or is deprecated) at {} opset {}", node.op_type(),
-                                         display_domain(domain), version));
+    if (auto reason = target_.refuses(domain, node.op_type(), import == imports.end() ? 0 : import->second)) {
+      tally.add(node, place, *reason);
     }
   }
 
@@ -125,24 +95,211 @@ void note_newer_than_tables(const ImportMap& imports, const Target& target, std:
 
 }  // namespace
 
-const std::vector<Target>& all_targets() {
-  static const std::vector<Target> targets = [] {
-    std::vector<Target> parsed;
-    for (const auto& file : embedded_files()) {
-      if (file.path.starts_with("targets/") && file.path.ends_with(".target")) parsed.push_back(parse_target(file.path, file.contents));
-    }
-    return parsed;
-  }();
-  return targets;
+// ---- Target files ---------------------------------------------------------------------------
+
+namespace {
+
+// "5", "1..16", ">= 14", "<= 16", as in rule files' `requires`.
+std::optional<std::pair<int64_t, int64_t>> parse_versions(std::string text) {
+  std::erase_if(text, [](char c) { return c == ' ' || c == '\t'; });
+  auto number = [](const std::string& digits) -> std::optional<int64_t> {
+    if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return std::nullopt;
+    return std::stoll(digits);
+  };
+  std::optional<int64_t> low = 1, high = INT64_MAX;
+  if (text.starts_with(">=")) {
+    low = number(text.substr(2));
+  } else if (text.starts_with("<=")) {
+    high = number(text.substr(2));
+  } else if (auto dots = text.find(".."); dots != std::string::npos) {
+    low = number(text.substr(0, dots));
+    high = number(text.substr(dots + 2));
+  } else {
+    low = high = number(text);
+  }
+  if (!low || !high || *low > *high) return std::nullopt;
+  return std::pair{*low, *high};
 }
 
-const Target& find_target(const std::string& name) {
-  for (const auto& target : all_targets()) {
-    if (target.name == name) return target;
+}  // namespace
+
+Target parse_target(const std::string& name, const std::string& file, std::string_view text,
+                    const std::function<const Target*(const std::string&)>& lookup) {
+  Target target;
+  target.name = name;
+  target.file = file;
+  std::istringstream lines{std::string(text)};
+  std::string line;
+  int line_number = 0;
+  bool first = true;
+  while (std::getline(lines, line)) {
+    ++line_number;
+    auto fail = [&](const std::string& what) { throw InputError(fmt::format("{}:{}", file, line_number), what); };
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string key;
+    if (!(words >> key)) continue;
+    std::vector<std::string> arguments;
+    for (std::string word; words >> word;) arguments.push_back(word);
+    auto need = [&](size_t low, size_t high, const char* form) {
+      if (arguments.size() < low || arguments.size() > high) fail(fmt::format("expected '{}'", form));
+    };
+    auto domain_of = [&](const std::string& domain) {
+      const std::string normalized = normalize_domain(domain);
+      if (!OpRegistry::builtin().table(normalized)) fail(fmt::format("no op table for domain '{}' (targets/*.ops)", domain));
+      return normalized;
+    };
+    if (key == "inherits") {
+      need(1, 1, "inherits TARGET");
+      if (!first) fail("'inherits' must come first");
+      const Target* parent = lookup(arguments[0]);
+      if (!parent) fail(fmt::format("unknown target '{}' to inherit", arguments[0]));
+      target.domains = parent->domains;
+      target.max_opsets = parent->max_opsets;
+      target.exceptions = parent->exceptions;
+      target.local_functions = parent->local_functions;
+      target.description = parent->description;
+      target.lineage = parent->lineage;
+    } else if (key == "description") {
+      if (arguments.empty()) fail("expected 'description TEXT'");
+      std::string rest = line.substr(line.find(key) + key.size());
+      rest.erase(0, rest.find_first_not_of(" \t"));
+      rest.erase(rest.find_last_not_of(" \t\r") + 1);
+      target.description = rest;
+    } else if (key == "domain") {
+      need(1, 1, "domain DOMAIN");
+      const std::string domain = domain_of(arguments[0]);
+      if (std::find(target.domains.begin(), target.domains.end(), domain) == target.domains.end()) target.domains.push_back(domain);
+    } else if (key == "no-domain") {
+      need(1, 1, "no-domain DOMAIN");
+      std::erase(target.domains, normalize_domain(arguments[0]));
+    } else if (key == "max-opset") {
+      need(2, 2, "max-opset DOMAIN VERSION");
+      auto version = parse_versions(arguments[1]);
+      if (!version || version->first != version->second) fail(fmt::format("'{}' is not an opset version", arguments[1]));
+      target.max_opsets[domain_of(arguments[0])] = version->first;
+    } else if (key == "op" || key == "no-op") {
+      need(key == "op" ? 3 : 2, 4, key == "op" ? "op DOMAIN OP VERSIONS" : "no-op DOMAIN OP [VERSIONS]");
+      Target::OpException exception{domain_of(arguments[0]), arguments[1], 1, INT64_MAX, key == "op"};
+      if (arguments.size() > 2) {  // ">= 14" may be written in two words
+        const std::string text = fmt::format("{}", fmt::join(arguments.begin() + 2, arguments.end(), " "));
+        auto versions = parse_versions(text);
+        if (!versions) fail(fmt::format("'{}' is not a version range (5, 1..16, >= 14, <= 16)", text));
+        std::tie(exception.min, exception.max) = *versions;
+      }
+      target.exceptions.push_back(std::move(exception));
+    } else if (key == "local-functions") {
+      need(1, 1, "local-functions yes|no");
+      if (arguments[0] != "yes" && arguments[0] != "no") fail("expected 'local-functions yes' or 'local-functions no'");
+      target.local_functions = arguments[0] == "yes";
+    } else {
+      fail(fmt::format("unknown key '{}' (inherits, description, domain, no-domain, max-opset, op, no-op, local-functions)", key));
+    }
+    first = false;
   }
+  target.lineage.insert(target.lineage.begin(), target.name);
+  if (target.domains.empty()) throw InputError(file, "the target loads no domain");
+  return target;
+}
+
+bool Target::builds_on(std::string_view other) const {
+  return std::find(lineage.begin(), lineage.end(), other) != lineage.end();
+}
+
+std::optional<int> Target::max_onnx_opset() const {
+  auto it = max_opsets.find("");
+  return it == max_opsets.end() ? std::nullopt : std::optional<int>(static_cast<int>(it->second));
+}
+
+std::optional<std::string> Target::refuses(std::string_view domain, std::string_view op, int64_t version) const {
+  for (auto it = exceptions.rbegin(); it != exceptions.rend(); ++it) {
+    if (it->domain != domain || it->op != op || version < it->min || version > it->max) continue;
+    if (it->loads) return std::nullopt;
+    return fmt::format("target {} does not load {} at {} opset {}", name, op, display_domain(domain), version);
+  }
+  if (std::find(domains.begin(), domains.end(), domain) == domains.end()) {
+    return fmt::format("domain {} is not loadable by target {}", display_domain(domain), name);
+  }
+  const OpTable* table = OpRegistry::builtin().table(domain);
+  if (!table) return std::nullopt;
+  // An import newer than the tables is checked against the newest one (check_model notes it).
+  const int newest = table->highest_version();
+  const std::string op_type(op);
+  if (table->since_version(op_type, static_cast<int>(std::clamp<int64_t>(version, 0, newest)))) return std::nullopt;
+  if (!table->knows(op_type)) {
+    if (version > newest) return std::nullopt;  // it may have been added after the tables
+    return fmt::format("{} has no op {}", display_domain(domain), op);
+  }
+  return fmt::format("{} does not exist (or is deprecated) at {} opset {}", op, display_domain(domain), version);
+}
+
+namespace {
+
+struct TargetRegistry {
+  std::map<std::string, std::unique_ptr<Target>> targets;
+  std::vector<const Target*> ordered;
+  std::mutex mutex;  // files read on demand (batch threads share the registry)
+
+  const Target* find(const std::string& name) {
+    auto it = targets.find(name);
+    return it == targets.end() ? nullptr : it->second.get();
+  }
+  const Target& add(Target target) {
+    auto owned = std::make_unique<Target>(std::move(target));
+    const Target* added = owned.get();
+    targets[added->name] = std::move(owned);
+    ordered.push_back(added);
+    return *added;
+  }
+};
+
+TargetRegistry& registry() {
+  static TargetRegistry* registry = [] {
+    auto* built = new TargetRegistry;  // lives as long as the program
+    std::map<std::string, std::string_view> files;
+    for (const auto& file : embedded_files()) {
+      if (file.path.starts_with("targets/") && file.path.ends_with(".target")) {
+        files[std::filesystem::path(file.path).stem().string()] = file.contents;
+      }
+    }
+    std::set<std::string> parsing;  // a chain of `inherits` that comes back is an error
+    std::function<const Target*(const std::string&)> load = [&](const std::string& name) -> const Target* {
+      if (const Target* done = built->find(name)) return done;
+      auto file = files.find(name);
+      if (file == files.end() || !parsing.insert(name).second) return nullptr;
+      const Target* added = &built->add(parse_target(name, "targets/" + name + ".target", file->second, load));
+      parsing.erase(name);
+      return added;
+    };
+    for (const auto& [name, contents] : files) load(name);
+    return built;
+  }();
+  return *registry;
+}
+
+}  // namespace
+
+const std::vector<const Target*>& all_targets() { return registry().ordered; }
+
+const Target& find_target(const std::string& name_or_file) {
+  TargetRegistry& targets = registry();
+  std::lock_guard lock(targets.mutex);
+  if (name_or_file.ends_with(".target")) {
+    std::ifstream in(name_or_file, std::ios::binary);
+    if (!in) throw InputError(name_or_file, "cannot read the target file");
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string name = std::filesystem::path(name_or_file).stem().string();
+    if (const Target* known = targets.find(name); known && known->file != name_or_file) {
+      throw InputError(name_or_file, fmt::format("a target named '{}' already exists ({})", name, known->file));
+    }
+    if (const Target* known = targets.find(name)) return *known;
+    return targets.add(parse_target(name, name_or_file, text.str(), [&](const std::string& parent) { return targets.find(parent); }));
+  }
+  if (const Target* target = targets.find(name_or_file)) return *target;
   std::vector<std::string> names;
-  for (const auto& target : all_targets()) names.push_back(target.name);
-  throw UsageError(fmt::format("unknown target '{}' (known: {})", name, fmt::join(names, ", ")));
+  for (const Target* target : targets.ordered) names.push_back(target->name);
+  throw UsageError(fmt::format("unknown target '{}' (known: {}; or the path of a .target file)", name_or_file, fmt::join(names, ", ")));
 }
 
 CheckReport check_model(const Model& model, const Target& target, std::optional<int> max_opset) {
@@ -169,6 +326,19 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
   CheckReport report;
   for (auto& [key, entry] : checker.tally.entries) report.unloadable.push_back(std::move(entry));
   report.opset_problems = impossible_opset_imports(model.proto);  // no runtime loads those
+  // A runtime refuses a model whose import is above what it loads, whether nodes use it or not.
+  auto check_cap = [&](const ImportMap& imports, const std::string& owner) {
+    for (const auto& [domain, cap] : target.max_opsets) {
+      auto it = imports.find(domain);
+      if (it == imports.end() || it->second <= cap) continue;
+      report.opset_problems.push_back(fmt::format("{} imports {} opset {}; target {} loads up to {}", owner, display_domain(domain),
+                                                  it->second, target.name, cap));
+    }
+  };
+  check_cap(model_imports, "the model");
+  for (const auto& function : model.proto.functions()) {
+    check_cap(import_map(function.opset_import()), fmt::format("function {}.{}", function.domain(), function.name()));
+  }
   report.notes.assign(notes.begin(), notes.end());
   if (max_opset) {
     auto check_import = [&](const ImportMap& imports, const std::string& owner) {

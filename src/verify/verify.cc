@@ -44,7 +44,7 @@ class Verifier {
     Names local;                          // what this graph defines (so far, when ordered)
     int next = 0;                         // the node being read
     bool inputs_read = false;             // of that node
-    std::vector<const onnx::GraphProto*> subgraphs;  // of that node
+    std::vector<std::pair<const onnx::AttributeProto*, const onnx::GraphProto*>> subgraphs;  // of that node
     size_t next_subgraph = 0;
   };
 
@@ -116,33 +116,18 @@ class Verifier {
                                      : fmt::format("node '{}' reads '{}', which nothing computes", describe_node(node), input));
         }
         frame.inputs_read = true;
-        frame.subgraphs.clear();
+        frame.subgraphs = subgraphs_of(node);
         frame.next_subgraph = 0;
-        for (const auto& attribute : node.attribute()) {
-          if (attribute.has_g()) frame.subgraphs.push_back(&attribute.g());
-          for (const auto& subgraph : attribute.graphs()) frame.subgraphs.push_back(&subgraph);
-        }
       }
       if (frame.next_subgraph < frame.subgraphs.size()) {
-        const onnx::GraphProto* subgraph = frame.subgraphs[frame.next_subgraph++];
-        const onnx::AttributeProto& attribute = attribute_holding(node, subgraph);
-        open(stack, Place::subgraph(frame.place, node, attribute), &subgraph->node(), subgraph, nullptr);
+        const auto [attribute, subgraph] = frame.subgraphs[frame.next_subgraph++];
+        open(stack, Place::subgraph(frame.place, node, *attribute), &subgraph->node(), subgraph, nullptr);
         continue;
       }
       if (ordered_) define_outputs(frame, node);
       frame.inputs_read = false;
       ++frame.next;
     }
-  }
-
-  static const onnx::AttributeProto& attribute_holding(const onnx::NodeProto& node, const onnx::GraphProto* graph) {
-    for (const auto& attribute : node.attribute()) {
-      if (attribute.has_g() && &attribute.g() == graph) return attribute;
-      for (const auto& subgraph : attribute.graphs()) {
-        if (&subgraph == graph) return attribute;
-      }
-    }
-    return node.attribute(0);  // unreachable: `graph` is one of the node's
   }
 
   // Kahn's algorithm over the values the nodes of one graph pass each other (subgraph reads included).
