@@ -20,8 +20,6 @@
 #include <utility>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/tensor.h"
 #include "graph/walk.h"
@@ -57,16 +55,6 @@ std::string errno_text() { return std::strerror(errno); }
 fs::path model_directory(const Model& model) { return model.directory().empty() ? fs::path(".") : model.directory(); }
 
 }  // namespace
-
-std::string printable(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte == 0x7f) out += fmt::format("\\x{:02x}", byte);
-    else out += c;
-  }
-  return out;
-}
 
 // ---- SourceBytes ---------------------------------------------------------------------------
 
