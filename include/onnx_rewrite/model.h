@@ -52,7 +52,8 @@ class Model {
   // a copy of its source file.
   bool changed = false;
 
-  std::filesystem::path directory() const { return path.parent_path(); }
+  // "." for a bare file name, so that it always names a directory.
+  std::filesystem::path directory() const { return path.has_parent_path() ? path.parent_path() : "."; }
 
   // The serialized initializer field (tag, length, TensorProto) a header stands for, if its
   // payload was left in the source file.

@@ -51,9 +51,6 @@ bool is_tensor_payload(uint32_t field_number) {
 
 std::string errno_text() { return std::strerror(errno); }
 
-// External-data locations are relative to this.
-fs::path model_directory(const Model& model) { return model.directory().empty() ? fs::path(".") : model.directory(); }
-
 }  // namespace
 
 // ---- SourceBytes ---------------------------------------------------------------------------
@@ -238,7 +235,7 @@ std::optional<int64_t> data_bytes(const onnx::TensorProto& tensor, const std::st
 // not hold exactly the tensor its header describes. Reads no weight bytes.
 void check_external_data(Model& model, const std::string& name) {
   std::error_code ec;
-  const fs::path base = fs::absolute(model_directory(model), ec);
+  const fs::path base = fs::absolute(model.directory(), ec);
   const fs::path directory = fs::weakly_canonical(base, ec);
   for_each_tensor(std::as_const(model.proto), [&](const onnx::TensorProto& tensor, const Place& place) {
     if (tensor.data_location() != onnx::TensorProto::EXTERNAL) return;
@@ -585,9 +582,9 @@ void write_model(const Model& model, const fs::path& path, const WriteOptions& o
   // same time (batch) take turns, so that the second one sees the first one's file.
   static std::mutex copying_external_data;
   std::lock_guard lock(copying_external_data);
-  if (!same_file(model_directory(model), directory)) {
+  if (!same_file(model.directory(), directory)) {
     for (const auto& location : external_locations(model)) {
-      const fs::path from = model_directory(model) / location;
+      const fs::path from = model.directory() / location;
       const fs::path to = directory / location;
       if (same_file(from, to)) continue;
       if (fs::exists(to, ec)) {
