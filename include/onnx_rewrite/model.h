@@ -1,11 +1,14 @@
 // The in-memory model: a ModelProto whose main-graph initializers hold only their header
 // (name, type, dims, external-data entries); their payload stays in the source file and is
 // written back verbatim unless a rewrite replaces the tensor. Rules that need a constant's
-// values ask for them (`tensor_with_data`), which decodes just that tensor.
+// values ask for them (`tensor_with_data`), which decodes just that tensor; initializers are
+// deleted through `remove_initializers`, which keeps that bookkeeping right.
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <string>
 #include <unordered_map>
 
 #include <onnx/onnx_pb.h>
@@ -60,12 +63,17 @@ class Model {
   const FileRange* deferred_field(const onnx::TensorProto& header) const;
   // The full tensor, payload included (decoded from the source file when deferred).
   onnx::TensorProto tensor_with_data(const onnx::TensorProto& tensor) const;
-  // Called before an initializer header is destroyed.
-  void forget(const onnx::TensorProto& header) { deferred_.erase(&header); }
 
-  void defer(const onnx::TensorProto& header, FileRange field) { deferred_[&header] = field; }
+  // Deletes the initializers of `graph` (the main graph or any subgraph) that `doomed` picks,
+  // keeping the order of the others. The only way to delete one: a header's payload is found by
+  // its address, which a tensor created later may reuse.
+  void remove_initializers(onnx::GraphProto& graph, const std::function<bool(const onnx::TensorProto&)>& doomed);
 
  private:
+  // The loader (src/io/load.cc) records where each header's payload lies.
+  friend Model parse_source(std::shared_ptr<const SourceBytes> source, const std::string& name);
+  void defer(const onnx::TensorProto& header, FileRange field) { deferred_[&header] = field; }
+
   std::unordered_map<const onnx::TensorProto*, FileRange> deferred_;
 };
 

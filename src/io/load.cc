@@ -55,6 +55,9 @@ void scan_graph(const SourceBytes& source, const wire::Field& graph_field, std::
   }
 }
 
+}  // namespace
+
+// A friend of Model: the one place that records where headers' payloads lie.
 Model parse_source(std::shared_ptr<const SourceBytes> source, const std::string& name) {
   Model model;
   model.source = source;
@@ -94,8 +97,6 @@ Model parse_source(std::shared_ptr<const SourceBytes> source, const std::string&
   }
   return model;
 }
-
-}  // namespace
 
 Model load_model(const fs::path& path) {
   Model model = parse_source(SourceBytes::map_file(path), path.string());

@@ -1,5 +1,6 @@
-// Model's methods: where an initializer header's payload lies in the source bytes, and the
-// full tensor decoded from there when a rule needs its values.
+// Model's methods: where an initializer header's payload lies in the source bytes, the full
+// tensor decoded from there when a rule needs its values, and deleting initializers without
+// leaving a stale entry behind.
 #include "onnx_rewrite/model.h"
 
 #include "io/wire.h"
@@ -20,6 +21,16 @@ onnx::TensorProto Model::tensor_with_data(const onnx::TensorProto& tensor) const
   onnx::TensorProto full;
   full.ParseFromArray(source->data() + parsed.payload_begin, static_cast<int>(parsed.payload_size()));
   return full;
+}
+
+void Model::remove_initializers(onnx::GraphProto& graph, const std::function<bool(const onnx::TensorProto&)>& doomed) {
+  auto& initializers = *graph.mutable_initializer();
+  int kept = 0;
+  for (int i = 0; i < initializers.size(); ++i) {
+    if (doomed(initializers.Get(i))) deferred_.erase(&initializers.Get(i));
+    else initializers.SwapElements(i, kept++);
+  }
+  initializers.DeleteSubrange(kept, initializers.size() - kept);
 }
 
 }  // namespace onnx_rewrite
