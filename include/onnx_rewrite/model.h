@@ -45,6 +45,14 @@ struct FileRange {
 
 class Model {
  public:
+  Model() = default;
+  // Moving keeps the headers, and so what is known of their payloads. A copy would have new
+  // headers and no payloads, so there is none (reload_model makes a fresh model).
+  Model(Model&&) = default;
+  Model& operator=(Model&&) = default;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
   onnx::ModelProto proto;
 
   // Where the model came from; external-data locations are relative to its directory.
