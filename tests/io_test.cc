@@ -126,6 +126,44 @@ TEST(Writing, ARewriteKeepsEverythingItDidNotMeanToTouch) {
   EXPECT_EQ(written.opset_import(0).version(), 17);
 }
 
+TEST(Writing, ARemovedWeightIsGoneAndTheConstantThatReplacesItIsWrittenInFull) {
+  // The weight's header is deleted and the new constant allocated right after: it may take the
+  // header's address, and must not be mistaken for the weight still in the source file.
+  TempDir dir;
+  write_file(dir / "m.onnx", serialize(rich_model()));
+  Model model = load_model(dir / "m.onnx");
+  const auto result = rewrite_model(model, rules_from_text(R"(
+rule add_half
+  description: test
+  targets: onnx
+  pattern (x, w) => (a) { a = Mul (x, w) }
+  replace (x, w) => (a) {
+    half = Constant <value = float[1] {0.5}> ()
+    a = Add (x, half)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] x, float[2] w) => (float[2] a) { a = Mul (x, w) }
+  }
+  expect {
+    half = Constant <value = float[1] {0.5}> ()
+    a = Add (x, half)
+  }
+end
+)"), {});
+  ASSERT_EQ(result.rules.at("add_half").matches, 1);
+  write_model(model, dir / "out.onnx");
+
+  onnx::ModelProto written;
+  ASSERT_TRUE(written.ParseFromString(read_file(dir / "out.onnx")));
+  ASSERT_EQ(written.graph().initializer_size(), 2) << "tiny stays, w goes, the constant comes";
+  EXPECT_EQ(written.graph().initializer(0).name(), "tiny");
+  EXPECT_EQ(decode_tensor(written.graph().initializer(0))->numbers, std::vector<double>{3.0});
+  const auto& constant = written.graph().initializer(1);
+  EXPECT_EQ(constant.name(), written.graph().node(0).input(1));
+  EXPECT_EQ(decode_tensor(constant)->numbers, std::vector<double>{0.5});
+}
+
 // ---- External data ----------------------------------------------------------------------------
 
 // A model whose weight lives in `location` (relative to the model), at `offset` and `length`

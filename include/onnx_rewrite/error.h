@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace onnx_rewrite {
 
@@ -29,5 +30,17 @@ class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// `text` for a one-line message: control bytes (NUL, newline, ...) written as \xNN.
+inline std::string printable(std::string_view text) {
+  constexpr char kHexDigits[] = "0123456789abcdef";
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) out += {'\\', 'x', kHexDigits[byte >> 4], kHexDigits[byte & 0xf]};
+    else out += c;
+  }
+  return out;
+}
 
 }  // namespace onnx_rewrite

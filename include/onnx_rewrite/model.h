@@ -1,11 +1,14 @@
 // The in-memory model: a ModelProto whose main-graph initializers hold only their header
 // (name, type, dims, external-data entries); their payload stays in the source file and is
 // written back verbatim unless a rewrite replaces the tensor. Rules that need a constant's
-// values ask for them (`tensor_with_data`), which decodes just that tensor.
+// values ask for them (`tensor_with_data`), which decodes just that tensor; initializers are
+// deleted through `remove_initializers`, which keeps that bookkeeping right.
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <string>
 #include <unordered_map>
 
 #include <onnx/onnx_pb.h>
@@ -42,6 +45,14 @@ struct FileRange {
 
 class Model {
  public:
+  Model() = default;
+  // Moving keeps the headers, and so what is known of their payloads. A copy would have new
+  // headers and no payloads, so there is none (reload_model makes a fresh model).
+  Model(Model&&) = default;
+  Model& operator=(Model&&) = default;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
   onnx::ModelProto proto;
 
   // Where the model came from; external-data locations are relative to its directory.
@@ -52,19 +63,25 @@ class Model {
   // a copy of its source file.
   bool changed = false;
 
-  std::filesystem::path directory() const { return path.parent_path(); }
+  // "." for a bare file name, so that it always names a directory.
+  std::filesystem::path directory() const { return path.has_parent_path() ? path.parent_path() : "."; }
 
   // The serialized initializer field (tag, length, TensorProto) a header stands for, if its
   // payload was left in the source file.
   const FileRange* deferred_field(const onnx::TensorProto& header) const;
   // The full tensor, payload included (decoded from the source file when deferred).
   onnx::TensorProto tensor_with_data(const onnx::TensorProto& tensor) const;
-  // Called before an initializer header is destroyed.
-  void forget(const onnx::TensorProto& header) { deferred_.erase(&header); }
 
-  void defer(const onnx::TensorProto& header, FileRange field) { deferred_[&header] = field; }
+  // Deletes the initializers of `graph` (the main graph or any subgraph) that `doomed` picks,
+  // keeping the order of the others. The only way to delete one: a header's payload is found by
+  // its address, which a tensor created later may reuse.
+  void remove_initializers(onnx::GraphProto& graph, const std::function<bool(const onnx::TensorProto&)>& doomed);
 
  private:
+  // The loader (src/io/load.cc) records where each header's payload lies.
+  friend Model parse_source(std::shared_ptr<const SourceBytes> source, const std::string& name);
+  void defer(const onnx::TensorProto& header, FileRange field) { deferred_[&header] = field; }
+
   std::unordered_map<const onnx::TensorProto*, FileRange> deferred_;
 };
 

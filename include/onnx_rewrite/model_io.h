@@ -3,7 +3,6 @@
 
 #include <filesystem>
 #include <string>
-#include <string_view>
 
 #include "onnx_rewrite/model.h"
 
@@ -35,8 +34,5 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
 
 // The serialized bytes write_model would write (tests; small models).
 std::string serialize_model(const Model& model);
-
-// `text` for a one-line message: control bytes (NUL, newline, ...) written as \xNN.
-std::string printable(std::string_view text);
 
 }  // namespace onnx_rewrite

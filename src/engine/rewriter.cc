@@ -238,17 +238,12 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
     }
   }
   if (scope.graph()) {
-    auto& initializers = *scope.graph()->mutable_initializer();
     if (!dead_initializers.empty()) {
-      for (auto* tensor : take_all(initializers)) {
-        if (dead_initializers.count(tensor->name())) {
-          model_.forget(*tensor);
-          delete tensor;
-        } else {
-          initializers.AddAllocated(tensor);
-        }
-      }
+      model_.remove_initializers(*scope.graph(), [&](const onnx::TensorProto& tensor) {
+        return dead_initializers.count(tensor.name()) != 0;
+      });
     }
+    auto& initializers = *scope.graph()->mutable_initializer();
     for (auto& tensor : pending.initializers) *initializers.Add() = std::move(tensor);
   }
   // Another replacement of this round may read an output this one now computes further down:

@@ -1,0 +1,149 @@
+// Atomic output files: AtomicFile, write_file_atomically, and the table of temporary files a
+// signal handler removes when the process is interrupted mid-write.
+#include "io/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <utility>
+#include <vector>
+
+#include "onnx_rewrite/model_io.h"
+#include "io/os_error.h"
+
+namespace onnx_rewrite {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Temporary files being written, removed if the process is interrupted. A fixed table of
+// atomics, because a signal handler may neither lock nor allocate.
+std::array<std::atomic<const char*>, 64> g_pending_files{};
+
+extern "C" void remove_pending_files(int signal_number) {
+  for (auto& slot : g_pending_files) {
+    if (const char* path = slot.load()) ::unlink(path);
+  }
+  std::signal(signal_number, SIG_DFL);
+  std::raise(signal_number);
+}
+
+void install_interrupt_cleanup() {
+  static const bool installed = [] {
+    std::signal(SIGINT, remove_pending_files);
+    std::signal(SIGTERM, remove_pending_files);
+    std::signal(SIGHUP, remove_pending_files);
+    return true;
+  }();
+  (void)installed;
+}
+
+mode_t default_file_mode() {
+  static const mode_t mode = [] {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    return static_cast<mode_t>(0666 & ~mask);
+  }();
+  return mode;
+}
+
+mode_t mode_of_existing_or_default(const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return st.st_mode & 07777;
+  return default_file_mode();
+}
+
+}  // namespace
+
+fs::path directory_of(const fs::path& file) { return file.has_parent_path() ? file.parent_path() : "."; }
+
+AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
+  install_interrupt_cleanup();
+  std::string temp_name = ".";  // hidden, and named after its target for anyone who finds one
+  temp_name += target_.filename().string();
+  temp_name += ".onnx-rewrite-XXXXXX";
+  temp_ = (directory_of(target_) / temp_name).string();
+  fd_ = ::mkstemp(temp_.data());
+  if (fd_ < 0) throw os_error(target_.string(), "cannot create a file there");
+  for (auto& slot : g_pending_files) {
+    const char* expected = nullptr;
+    if (slot.compare_exchange_strong(expected, temp_.c_str())) {
+      slot_ = &slot;
+      break;
+    }
+  }
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(temp_.c_str());
+  if (slot_) slot_->store(nullptr);
+}
+
+void AtomicFile::write(const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t written = ::write(fd_, data, size);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      fail("write failed");
+    }
+    data += written;
+    size -= static_cast<size_t>(written);
+  }
+}
+
+void AtomicFile::copy_from(int source_fd, const uint8_t* source_data, FileRange range) {
+  if (source_fd < 0) return write(reinterpret_cast<const char*>(source_data) + range.begin, range.size());
+  loff_t offset = static_cast<loff_t>(range.begin);
+  size_t left = range.size();
+  while (left > 0) {
+    const ssize_t copied = ::copy_file_range(source_fd, &offset, fd_, nullptr, left, 0);
+    if (copied > 0) {
+      left -= static_cast<size_t>(copied);
+      continue;
+    }
+    if (copied < 0 && errno == EINTR) continue;
+    // Not possible between these files (another file system, a kernel without it): read and write.
+    if (copied == 0 || errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) break;
+    fail("copy failed");
+  }
+  std::vector<char> buffer(std::min<size_t>(left, 1 << 20));
+  while (left > 0) {
+    const ssize_t got = ::pread(source_fd, buffer.data(), std::min(left, buffer.size()), offset);
+    if (got <= 0) {
+      if (got < 0 && errno == EINTR) continue;
+      fail("read of the source failed");
+    }
+    write(buffer.data(), static_cast<size_t>(got));
+    offset += got;
+    left -= static_cast<size_t>(got);
+  }
+}
+
+void AtomicFile::commit(mode_t mode) {
+  if (::fchmod(fd_, mode) != 0) fail("cannot set permissions");
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    fail("close failed");
+  }
+  fd_ = -1;
+  if (::rename(temp_.c_str(), target_.c_str()) != 0) fail("cannot rename the temporary file into place");
+  committed_ = true;
+}
+
+void AtomicFile::commit() { commit(mode_of_existing_or_default(target_)); }
+
+void AtomicFile::fail(const std::string& what) { throw os_error(target_.string(), what); }
+
+void write_file_atomically(const fs::path& path, const std::string& bytes) {
+  AtomicFile out(path);
+  out.write(bytes.data(), bytes.size());
+  out.commit();
+}
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,49 @@
+// AtomicFile: an output file that appears complete or not at all (src/io/atomic_file.cc).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "onnx_rewrite/model.h"
+
+namespace onnx_rewrite {
+
+// The directory a file is in, or will be written to; "." for a bare file name.
+std::filesystem::path directory_of(const std::filesystem::path& file);
+
+// A hidden temporary file next to `target` that becomes `target` on commit() and disappears
+// otherwise: when destroyed uncommitted, and when the process gets SIGINT, SIGTERM or SIGHUP.
+// Throws InputError naming the target on any failure.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::filesystem::path target);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const char* data, size_t size);
+
+  // Copies `range` of the file open as `source_fd` in the kernel: no page of it enters this
+  // process. Without a file (`source_fd` < 0) it writes the range of `source_data`.
+  void copy_from(int source_fd, const uint8_t* source_data, FileRange range);
+
+  // Gives the file `mode` and renames it over the target.
+  void commit(mode_t mode);
+  // Same with the permissions of the file it replaces, or the default ones for a new file.
+  void commit();
+
+ private:
+  [[noreturn]] void fail(const std::string& what);
+
+  std::filesystem::path target_;
+  std::string temp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  std::atomic<const char*>* slot_ = nullptr;  // in the table of files removed on interrupt
+};
+
+}  // namespace onnx_rewrite

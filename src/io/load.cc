@@ -1,0 +1,122 @@
+// Loading: the wire-format scan that splits a model's bytes at ModelProto.graph (field 7) and
+// GraphProto.initializer (field 5). Everything else is parsed by protobuf as usual; each main-graph
+// initializer becomes a header (the tensor without its data fields) plus the byte range of its
+// field in the source, so that no weight is decoded or copied at load time.
+#include "onnx_rewrite/model_io.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "onnx_rewrite/error.h"
+#include "io/external_data.h"
+#include "io/wire.h"
+
+namespace onnx_rewrite {
+namespace fs = std::filesystem;
+
+namespace {
+
+// TensorProto fields that hold element values; an initializer header is the tensor without them.
+bool is_tensor_payload(uint32_t field_number) {
+  switch (field_number) {
+    case 4:   // float_data
+    case 5:   // int32_data
+    case 6:   // string_data
+    case 7:   // int64_data
+    case 9:   // raw_data
+    case 10:  // double_data
+    case 11:  // uint64_data
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Splits the graph field: initializers become headers whose payload stays in `source`,
+// everything else is collected for a regular parse.
+void scan_graph(const SourceBytes& source, const wire::Field& graph_field, std::string& graph_rest,
+                std::vector<std::pair<std::string, FileRange>>& initializers) {
+  wire::FieldReader reader(source.data(), graph_field.payload_begin, graph_field.end);
+  wire::Field field;
+  while (reader.next(field)) {
+    const char* bytes = reinterpret_cast<const char*>(source.data());
+    if (field.number != wire::kGraphInitializer || field.type != wire::WireType::kLen) {
+      graph_rest.append(bytes + field.begin, field.size());
+      continue;
+    }
+    std::string header;
+    wire::FieldReader tensor_reader(source.data(), field.payload_begin, field.end);
+    wire::Field tensor_field;
+    while (tensor_reader.next(tensor_field)) {
+      if (!is_tensor_payload(tensor_field.number)) header.append(bytes + tensor_field.begin, tensor_field.size());
+    }
+    initializers.emplace_back(std::move(header), FileRange{field.begin, field.end});
+  }
+}
+
+}  // namespace
+
+// A friend of Model: the one place that records where headers' payloads lie.
+Model parse_source(std::shared_ptr<const SourceBytes> source, const std::string& name) {
+  Model model;
+  model.source = source;
+  std::string model_rest;
+  std::string graph_rest;
+  std::vector<std::pair<std::string, FileRange>> initializers;
+  bool has_graph = false;
+  try {
+    wire::FieldReader reader(source->data(), 0, source->size());
+    wire::Field field;
+    while (reader.next(field)) {
+      if (field.number == wire::kModelGraph && field.type == wire::WireType::kLen) {
+        has_graph = true;
+        scan_graph(*source, field, graph_rest, initializers);
+      } else {
+        model_rest.append(reinterpret_cast<const char*>(source->data()) + field.begin, field.size());
+      }
+    }
+  } catch (const wire::MalformedError& e) {
+    throw InputError(name, std::string("not a valid ONNX model (corrupt protobuf: ") + e.what() + ")");
+  }
+  auto* graph = model.proto.mutable_graph();
+  if (!model.proto.ParsePartialFromString(model_rest) || !graph->ParsePartialFromString(graph_rest)) {
+    throw InputError(name, "not a valid ONNX model (protobuf parse failed)");
+  }
+  if (!has_graph) throw InputError(name, "not an ONNX model: it has no graph");
+  if (!model.proto.has_ir_version() || model.proto.ir_version() <= 0) {
+    throw InputError(name, "not an ONNX model: it has no ir_version");
+  }
+  graph->mutable_initializer()->Reserve(static_cast<int>(initializers.size()));
+  for (auto& [header, range] : initializers) {
+    auto* tensor = graph->add_initializer();
+    if (!tensor->ParsePartialFromString(header)) {
+      throw InputError(name, "not a valid ONNX model (an initializer does not parse)");
+    }
+    model.defer(*tensor, range);
+  }
+  return model;
+}
+
+Model load_model(const fs::path& path) {
+  Model model = parse_source(SourceBytes::map_file(path), path.string());
+  model.path = path;
+  check_external_data(model, path.string());
+  return model;
+}
+
+Model reload_model(const Model& model) {
+  Model fresh = parse_source(model.source, model.path.string());
+  fresh.path = model.path;
+  return fresh;
+}
+
+Model parse_model(const std::string& bytes, const std::string& name) {
+  if (bytes.empty()) throw InputError(name, "empty, not an ONNX model");
+  Model model = parse_source(SourceBytes::hold(bytes), name);
+  model.path = name;
+  refuse_external_data(model, name);
+  return model;
+}
+
+}  // namespace onnx_rewrite
