@@ -60,6 +60,20 @@ rule one
 end
 )";
 
+// The loader parses the graph apart from the rest of the model; the graph must still be part of
+// the model (a copy of the proto, or its plain serialization, keeps it) even when no rule runs.
+TEST(Loading, TheGraphIsPartOfTheModelAsLoaded) {
+  const Model model = model_from_text(R"(
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] x) => (float[2] y) <float[2] w = {1.0, 2.0}> {
+      y = Mul (x, w)
+    })");
+  EXPECT_TRUE(model.proto.has_graph());
+  const onnx::ModelProto copy = model.proto;
+  EXPECT_EQ(copy.graph().node_size(), 1);
+  EXPECT_EQ(copy.graph().initializer_size(), 1);
+}
+
 TEST(Loading, WeightsStayInTheFileUntilSomethingNeedsThem) {
   TempDir dir;
   write_file(dir / "m.onnx", serialize(rich_model()));

@@ -79,10 +79,11 @@ Model parse_source(std::shared_ptr<const SourceBytes> source, const std::string&
   } catch (const wire::MalformedError& e) {
     throw InputError(name, std::string("not a valid ONNX model (corrupt protobuf: ") + e.what() + ")");
   }
+  // The model first: parsing clears a message, which would leave a graph parsed before it
+  // present but unmarked (a copy of the model, or a serialization of it, would drop it).
+  if (!model.proto.ParsePartialFromString(model_rest)) throw InputError(name, "not a valid ONNX model (protobuf parse failed)");
   auto* graph = model.proto.mutable_graph();
-  if (!model.proto.ParsePartialFromString(model_rest) || !graph->ParsePartialFromString(graph_rest)) {
-    throw InputError(name, "not a valid ONNX model (protobuf parse failed)");
-  }
+  if (!graph->ParsePartialFromString(graph_rest)) throw InputError(name, "not a valid ONNX model (protobuf parse failed)");
   if (!has_graph) throw InputError(name, "not an ONNX model: it has no graph");
   if (!model.proto.has_ir_version() || model.proto.ir_version() <= 0) {
     throw InputError(name, "not an ONNX model: it has no ir_version");
