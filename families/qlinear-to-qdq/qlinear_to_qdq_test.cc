@@ -457,6 +457,96 @@ TEST(Opsets, ImportBelow10IsRaisedWhenSafe) {
   EXPECT_LE(comparison.outputs.at("c").max_step, 1) << comparison.text;
 }
 
+// ---- A model ORT fused from QDQ and saved itself ----------------------------------------------
+
+// A QDQ network (x + x2, SiLU as x·sigmoid(x), LeakyRelu, Concat, global pooling, Flatten, a
+// per-column int8 Gemm, Softmax), the layout onnxruntime.quantization's QDQ format writes.
+std::string qdq_network(int opset) {
+  return fmt::format(R"(<ir_version: 8, opset_import: ["": {0}]>
+g (float[2, 8, 6, 6] x, float[2, 8, 6, 6] x2) => (float[2, 4] y, uint8[2, 8, 6, 6] qa, uint8[2, 8, 6, 6] qg, uint8[2, 8, 6, 6] qm,
+    uint8[2, 8, 6, 6] ql, uint8[2, 16, 6, 6] qc, uint8[2, 16, 1, 1] qp, uint8[2, 4] qy, uint8[2, 4] qo)
+  <float s1 = {{0.03}}, uint8 z1 = {{128}}, float s2 = {{0.02}}, uint8 z2 = {{100}}, float sa = {{0.045}}, uint8 za = {{120}},
+   float sg = {{0.00390625}}, uint8 zg = {{0}}, float sm = {{0.035}}, uint8 zm = {{30}}, float sl = {{0.03}}, uint8 zl = {{40}},
+   float sc = {{0.04}}, uint8 zc = {{64}}, float sp = {{0.02}}, uint8 zp = {{40}},
+   int8[4, 16] wq = {1}, float[4] ws = {{0.02, 0.03, 0.025, 0.04}}, int8[4] wz = {{0, 0, 0, 0}},
+   int32[4] bq = {{100, -200, 300, -50}}, float[4] bs = {{0.0004, 0.0006, 0.0005, 0.0008}},
+   float sy = {{0.05}}, uint8 zy = {{128}}, float so = {{0.00390625}}, uint8 zo = {{0}}> {{
+  q1 = QuantizeLinear (x, s1, z1)
+  d1 = DequantizeLinear (q1, s1, z1)
+  q2 = QuantizeLinear (x2, s2, z2)
+  d2 = DequantizeLinear (q2, s2, z2)
+  a = Add (d1, d2)
+  qa = QuantizeLinear (a, sa, za)
+  da = DequantizeLinear (qa, sa, za)
+  g = Sigmoid (da)
+  qg = QuantizeLinear (g, sg, zg)
+  dg = DequantizeLinear (qg, sg, zg)
+  m = Mul (da, dg)
+  qm = QuantizeLinear (m, sm, zm)
+  dm = DequantizeLinear (qm, sm, zm)
+  l = LeakyRelu <alpha = 0.1> (dm)
+  ql = QuantizeLinear (l, sl, zl)
+  dl = DequantizeLinear (ql, sl, zl)
+  c = Concat <axis = 1> (dl, d1)
+  qc = QuantizeLinear (c, sc, zc)
+  dc = DequantizeLinear (qc, sc, zc)
+  p = GlobalAveragePool (dc)
+  qp = QuantizeLinear (p, sp, zp)
+  dp = DequantizeLinear (qp, sp, zp)
+  f = Flatten (dp)
+  qf = QuantizeLinear (f, sp, zp)
+  df = DequantizeLinear (qf, sp, zp)
+  w = DequantizeLinear <axis = 0> (wq, ws, wz)
+  bias = DequantizeLinear <axis = 0> (bq, bs)
+  gm = Gemm <transB = 1> (df, w, bias)
+  qy = QuantizeLinear (gm, sy, zy)
+  dy = DequantizeLinear (qy, sy, zy)
+  sx = Softmax <axis = -1> (dy)
+  qo = QuantizeLinear (sx, so, zo)
+  y = DequantizeLinear (qo, so, zo)
+}}
+)",
+                     opset, ints(64, -127, 127));
+}
+
+// ORT (level extended) fuses the QDQ network into its QLinear kernels and saves the result; the
+// rewrite turns that back into QDQ, which ORT (optimizations off) runs within a few output steps of
+// its own fused kernels. At level extended ORT fuses the rewritten model again into the very same
+// kernels: identical numbers (the evidence that the QDQ form is the one ORT recognizes).
+TEST(OrtFused, QdqNetworkRoundTrips) {
+  TempDir dir;
+  const auto qdq = dir / "qdq.onnx";
+  write_file(qdq, serialize(parse_model_text(qdq_network(13))));
+  const auto fused = dir / "fused.onnx";
+  const auto optimized = run_command({"node", (source_dir() / "tests" / "ort" / "optimize.js").string(), qdq.string(), fused.string(),
+                                      "--level", "extended"});
+  ASSERT_EQ(optimized.exit_code, 0) << optimized.out << optimized.err;
+  const auto fused_model = read_model(fused);
+  for (const char* op : {"QLinearAdd", "QLinearSigmoid", "QLinearMul", "QLinearLeakyRelu", "QLinearConcat", "QLinearGlobalAveragePool",
+                         "QGemm", "QLinearSoftmax"}) {
+    EXPECT_EQ(count(fused_model, op, "com.microsoft"), 1) << op << "\n" << optimized.out;
+  }
+  const auto rewritten = rewrite_and_check(fused, dir / "rewritten.onnx", "onnx");
+  ASSERT_TRUE(rewritten);
+  EXPECT_EQ(com_microsoft_nodes(rewritten->model), 0);
+  // Every quantized tensor on the way (a step of difference early may grow through later ops),
+  // and y, the DequantizeLinear of uint8 with scale 1/256 (steps of 1/256).
+  const auto comparison = quant_compare(fused, rewritten->output, {"--trials", "5", "--float-range", "-3,3"});
+  ASSERT_TRUE(comparison.ran) << comparison.text;
+  for (const auto& [name, stats] : comparison.outputs) {
+    if (name == "y") {
+      EXPECT_LE(stats.max_step * 256, 2.0 + 1e-6) << comparison.text;
+    } else {
+      EXPECT_LE(stats.max_step, 2) << name << "\n" << comparison.text;
+    }
+    record(name == "y" ? fmt::format("y (max {} steps of 1/256)", stats.max_step * 256) : name, stats);
+  }
+  // Re-fused by ORT at level extended: the same kernels, the same numbers.
+  const auto refused = quant_compare(fused, rewritten->output, {"--trials", "5", "--float-range", "-3,3", "--level-b", "extended"});
+  ASSERT_TRUE(refused.ran) << refused.text;
+  EXPECT_EQ(refused.outputs.at("y").max_step, 0) << refused.text;
+}
+
 // ---- What inspect says ---------------------------------------------------------------------------
 
 TEST(Inspect, NamesTheRuleOfEachOp) {
