@@ -232,12 +232,12 @@ INSTANTIATE_TEST_SUITE_P(
     GlobalAveragePool, QuantOp,
     ::testing::Values(
         // onnxruntime.quantization keeps the input's scale and zero point when it has none for the output.
-        QuantCase{"nchw_uint8_input_params", 13, gap("uint8", "2, 16, 7, 7", "2, 16, 1, 1", 0, 0.05, "128", 0.05, "128"),
+        QuantCase{"nchw_uint8_input_params", 13, gap("uint8", "4, 64, 7, 7", "4, 64, 1, 1", 0, 0.05, "128", 0.05, "128"),
                   {"GlobalAveragePool"}},
-        QuantCase{"nchw_int8", 17, gap("int8", "2, 16, 7, 7", "2, 16, 1, 1", 0, 0.05, "-3", 0.01, "5"), {"GlobalAveragePool"}},
-        QuantCase{"nchw_uint8_1d_opset10", 10, gap("uint8", "2, 8, 10", "2, 8, 1", 0, 0.02, "100", 0.005, "128"), {"GlobalAveragePool"}},
-        QuantCase{"channels_last_uint8", 13, gap("uint8", "2, 7, 7, 16", "2, 1, 1, 16", 1, 0.05, "128", 0.02, "128"), {"ReduceMean"}},
-        QuantCase{"channels_last_int8_3d_opset18", 18, gap("int8", "1, 3, 4, 5, 8", "1, 1, 1, 1, 8", 1, 0.04, "0", 0.004, "-2"),
+        QuantCase{"nchw_int8", 17, gap("int8", "4, 64, 7, 7", "4, 64, 1, 1", 0, 0.05, "-3", 0.01, "5"), {"GlobalAveragePool"}},
+        QuantCase{"nchw_uint8_1d_opset10", 10, gap("uint8", "4, 64, 10", "4, 64, 1", 0, 0.02, "100", 0.005, "128"), {"GlobalAveragePool"}},
+        QuantCase{"channels_last_uint8", 13, gap("uint8", "4, 7, 7, 64", "4, 1, 1, 64", 1, 0.05, "128", 0.02, "128"), {"ReduceMean"}},
+        QuantCase{"channels_last_int8_3d_opset18", 18, gap("int8", "4, 3, 4, 5, 32", "4, 1, 1, 1, 32", 1, 0.04, "0", 0.004, "-2"),
                   {"ReduceMean"}}),
     case_name);
 
@@ -252,18 +252,18 @@ INSTANTIATE_TEST_SUITE_P(
     Softmax, QuantOp,
     ::testing::Values(
         // onnxruntime.quantization's output parameters: 1/256 and 0 (uint8) or -128 (int8).
-        QuantCase{"uint8_opset13_last_axis", 13, softmax("uint8", "2, 4, 16", "opset = 13, axis = -1", 0.1, "128", "0"), {"Softmax"}},
-        QuantCase{"int8_opset13_last_axis", 13, softmax("int8", "2, 4, 16", "opset = 13, axis = -1", 0.1, "0", "-128"), {"Softmax"}},
-        QuantCase{"int8_dominant_element", 13, softmax("int8", "2, 4, 16", "opset = 13, axis = -1", 1.0, "0", "-128"), {"Softmax"}},
-        QuantCase{"uint8_opset11_coerced_axis1", 11, softmax("uint8", "2, 4, 8", "opset = 11, axis = 1", 0.1, "128", "0"), {"Softmax"}},
-        QuantCase{"uint8_opset11_coerced_in_opset13_model", 13, softmax("uint8", "2, 4, 8", "opset = 11, axis = 1", 0.1, "128", "0"),
+        QuantCase{"uint8_opset13_last_axis", 13, softmax("uint8", "8, 8, 16", "opset = 13, axis = -1", 0.1, "128", "0"), {"Softmax"}},
+        QuantCase{"int8_opset13_last_axis", 13, softmax("int8", "8, 8, 16", "opset = 13, axis = -1", 0.1, "0", "-128"), {"Softmax"}},
+        QuantCase{"int8_dominant_element", 13, softmax("int8", "8, 8, 16", "opset = 13, axis = -1", 1.0, "0", "-128"), {"Softmax"}},
+        QuantCase{"uint8_opset11_coerced_axis1", 11, softmax("uint8", "8, 4, 8", "opset = 11, axis = 1", 0.1, "128", "0"), {"Softmax"}},
+        QuantCase{"uint8_opset11_coerced_in_opset13_model", 13, softmax("uint8", "8, 4, 8", "opset = 11, axis = 1", 0.1, "128", "0"),
                   {"Flatten", "Softmax", "Reshape"}},
-        QuantCase{"uint8_opset13_axis1", 13, softmax("uint8", "2, 4, 8", "opset = 13, axis = 1", 0.1, "128", "0"), {"Softmax"}},
-        QuantCase{"uint8_opset13_axis1_in_opset12_model", 12, softmax("uint8", "2, 4, 8", "opset = 13, axis = 1", 0.1, "128", "0"),
+        QuantCase{"uint8_opset13_axis1", 13, softmax("uint8", "8, 4, 8", "opset = 13, axis = 1", 0.1, "128", "0"), {"Softmax"}},
+        QuantCase{"uint8_opset13_axis1_in_opset12_model", 12, softmax("uint8", "8, 4, 8", "opset = 13, axis = 1", 0.1, "128", "0"),
                   {"Transpose", "Softmax"}},
         // Without axis ORT takes the schema's -1 whatever the opset (measured: axis 1 differs by 255 steps).
-        QuantCase{"uint8_no_axis_opset1_means_last_axis", 11, softmax("uint8", "2, 4, 8", "opset = 1", 0.1, "128", "0"), {"Softmax"}},
-        QuantCase{"int8_no_axis_opset13_means_last", 13, softmax("int8", "2, 4, 8", "opset = 13", 0.1, "0", "-128"), {"Softmax"}}),
+        QuantCase{"uint8_no_axis_opset1_means_last_axis", 11, softmax("uint8", "8, 4, 8", "opset = 1", 0.1, "128", "0"), {"Softmax"}},
+        QuantCase{"int8_no_axis_opset13_means_last", 13, softmax("int8", "8, 4, 8", "opset = 13", 0.1, "0", "-128"), {"Softmax"}}),
     case_name);
 
 INSTANTIATE_TEST_SUITE_P(
@@ -287,7 +287,7 @@ INSTANTIATE_TEST_SUITE_P(
 // optional int32 C; y_scale chosen so that Y spans about ±100 steps.
 struct Gemm {
   std::string a_type = "uint8", b_type = "int8";
-  int m = 6, k = 32, n = 5;
+  int m = 32, k = 32, n = 16;
   bool trans_a = false, trans_b = false;
   double alpha = 1;
   bool per_column = false;
@@ -306,7 +306,10 @@ std::string qgemm(const Gemm& g) {
     b_zps.push_back(signed_b ? (i % 3) - 1 : 120 + i);
   }
   const double a_scale = 0.03;
-  const double y_scale = g.alpha * a_scale * 0.005 * std::sqrt(static_cast<double>(g.k)) * 64 * 50 / 100;
+  // |A - a_zp| and |B - b_zp| are uniform up to ~128: the product's standard deviation is about
+  // sqrt(K)·74·74; y_scale puts it at ~40 steps, so that few outputs saturate.
+  const double b_scale_mean = g.per_column ? 0.004 + 0.001 * (g.n - 1) : 0.004;
+  const double y_scale = std::abs(g.alpha) * a_scale * b_scale_mean * std::sqrt(static_cast<double>(g.k)) * 74 * 74 / 40;
   const std::string dims = g.per_column ? fmt::format("[{}]", g.n) : "";
   std::vector<std::string> inits{
       fmt::format("float a_scale = {{{}}}", a_scale),
@@ -342,16 +345,16 @@ std::string qgemm(const Gemm& g) {
 INSTANTIATE_TEST_SUITE_P(
     QGemm, QuantOp,
     ::testing::Values(
-        QuantCase{"u8s8_per_tensor_bias_trans_b", 13, qgemm({.trans_b = true, .c_shape = "5"}), {"Gemm", "QuantizeLinear"}},
-        QuantCase{"u8s8_per_column_trans_b", 13, qgemm({.trans_b = true, .per_column = true, .c_shape = "5"}), {"Gemm"}},
-        QuantCase{"u8s8_per_column_opset11_spelled", 11, qgemm({.per_column = true, .c_shape = "5"}), {"Gemm", "Cast"}},
+        QuantCase{"u8s8_per_tensor_bias_trans_b", 13, qgemm({.trans_b = true, .c_shape = "16"}), {"Gemm", "QuantizeLinear"}},
+        QuantCase{"u8s8_per_column_trans_b", 13, qgemm({.trans_b = true, .per_column = true, .c_shape = "16"}), {"Gemm"}},
+        QuantCase{"u8s8_per_column_opset11_spelled", 11, qgemm({.per_column = true, .c_shape = "16"}), {"Gemm", "Cast"}},
         QuantCase{"u8s8_trans_a_alpha_no_bias", 13, qgemm({.trans_a = true, .alpha = 0.5}), {"Gemm"}},
-        QuantCase{"u8s8_float_output_per_column", 13, qgemm({.trans_b = true, .per_column = true, .c_shape = "5", .y_scale = false}),
+        QuantCase{"u8s8_float_output_per_column", 13, qgemm({.trans_b = true, .per_column = true, .c_shape = "16", .y_scale = false}),
                   {"Gemm"}, 1e-5},
-        QuantCase{"u8s8_float_output_alpha_bias_matrix", 13, qgemm({.alpha = 2.0, .c_shape = "6, 5", .y_scale = false}), {"Gemm"}, 1e-5},
-        QuantCase{"s8s8_per_column_bias", 17, qgemm({.a_type = "int8", .per_column = true, .c_shape = "1, 5"}), {"Gemm"}},
-        QuantCase{"u8u8_bias_matrix", 13, qgemm({.b_type = "uint8", .c_shape = "6, 5"}), {"Gemm"}},
-        QuantCase{"u8s8_per_column_bias_column_vector", 13, qgemm({.per_column = true, .c_shape = "6, 1"}), {"Gemm", "Cast"}},
+        QuantCase{"u8s8_float_output_alpha_bias_matrix", 13, qgemm({.alpha = 2.0, .c_shape = "32, 16", .y_scale = false}), {"Gemm"}, 1e-5},
+        QuantCase{"s8s8_per_column_bias", 17, qgemm({.a_type = "int8", .per_column = true, .c_shape = "1, 16"}), {"Gemm"}},
+        QuantCase{"u8u8_bias_matrix", 13, qgemm({.b_type = "uint8", .c_shape = "32, 16"}), {"Gemm"}},
+        QuantCase{"u8s8_per_column_bias_column_vector", 13, qgemm({.per_column = true, .c_shape = "32, 1"}), {"Gemm", "Cast"}},
         QuantCase{"u8s8_no_bias_opset10", 10, qgemm({}), {"Gemm"}}),
     case_name);
 
