@@ -48,6 +48,8 @@ struct Case {
   int opset;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.mode << "/" << c.padding << "/" << c.align_corners << "/" << c.opset; }
+
 class Modes : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Modes, SameNumbersAsOrtsContribKernel) {
@@ -145,6 +147,8 @@ struct Declined {
   std::string graph;
   std::string reason;
 };
+
+void PrintTo(const Declined& c, std::ostream* os) { *os << c.name; }
 
 class Declines : public ::testing::TestWithParam<Declined> {};
 

@@ -70,6 +70,8 @@ struct MatMulCase {
   std::vector<std::string> compare = {};
 };
 
+void PrintTo(const MatMulCase& c, std::ostream* os) { *os << c.name; }
+
 class FloatOutput : public ::testing::TestWithParam<MatMulCase> {};
 
 // Both forms against ORT's kernel: the integer form accumulates exactly as the kernel does (the
@@ -171,6 +173,8 @@ struct Declined {
   bool qdq = false;
 };
 
+void PrintTo(const Declined& c, std::ostream* os) { *os << c.name; }
+
 class Declines : public ::testing::TestWithParam<Declined> {};
 
 TEST_P(Declines, NodeStaysWithTheReason) {
@@ -195,6 +199,9 @@ INSTANTIATE_TEST_SUITE_P(
         Declined{"per_row_a_zero_point", R"(g (uint8[4, 16] a, int8[16, 8] b) => (float[4, 8] y) <float as = {0.02}, float bs = {0.02}, uint8[4] az = {1, 2, 3, 4}> {
           y = com.microsoft.MatMulIntegerToFloat (a, b, as, bs, az) })",
                  "MatMulIntegerToFloat", "a_zero_point has more than one element"},
+        Declined{"b_zero_point_per_row", R"(g (uint8[4, 16] a, int8[16, 8] b) => (float[4, 8] y) <float as = {0.02}, float bs = {0.02}, int8[8, 1] bz = {1, 2, 3, 4, 5, 6, 7, 8}> {
+          y = com.microsoft.MatMulIntegerToFloat (a, b, as, bs, , bz) })",
+                 "MatMulIntegerToFloat", "b_zero_point is neither per tensor nor per column of B"},
         Declined{"qdq_form_batched_scale", R"(g (float[2, 5, 16] a, int8[2, 16, 8] b, float[2, 1, 8] bs) => (float[2, 5, 8] y) {
           y = com.microsoft.DynamicQuantizeMatMul (a, b, bs) })",
                  "DynamicQuantizeMatMul", "the qdq form takes per-column scales of a 2-D B only", true}),

@@ -124,6 +124,8 @@ struct QuantCase {
   std::vector<std::string> compare = {};
 };
 
+void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.name; }
+
 class QuantOp : public ::testing::TestWithParam<QuantCase> {};
 
 TEST_P(QuantOp, IsQdqWithinOneStepOfOrtsKernel) {
@@ -242,10 +244,10 @@ INSTANTIATE_TEST_SUITE_P(
     case_name);
 
 std::string softmax(const std::string& type, const std::string& shape, const std::string& attributes, double xs,
-                    const std::string& xz, const std::string& yz) {
-  return fmt::format(R"(g ({0}[{1}] x) => ({0}[{1}] y) <float xs = {{{2}}}, {0} xz = {{{3}}}, float ys = {{0.00390625}}, {0} yz = {{{4}}}> {{
+                    const std::string& xz, const std::string& yz, const std::string& ys = "0.00390625") {
+  return fmt::format(R"(g ({0}[{1}] x) => ({0}[{1}] y) <float xs = {{{2}}}, {0} xz = {{{3}}}, float ys = {{{6}}}, {0} yz = {{{4}}}> {{
     y = com.microsoft.QLinearSoftmax <{5}> (x, xs, xz, ys, yz) }})",
-                     type, shape, xs, xz, yz, attributes);
+                     type, shape, xs, xz, yz, attributes, ys);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -263,7 +265,12 @@ INSTANTIATE_TEST_SUITE_P(
                   {"Transpose", "Softmax"}},
         // Without axis ORT takes the schema's -1 whatever the opset (measured: axis 1 differs by 255 steps).
         QuantCase{"uint8_no_axis_opset1_means_last_axis", 11, softmax("uint8", "8, 4, 8", "opset = 1", 0.1, "128", "0"), {"Softmax"}},
-        QuantCase{"int8_no_axis_opset13_means_last", 13, softmax("int8", "8, 4, 8", "opset = 13", 0.1, "0", "-128"), {"Softmax"}}),
+        QuantCase{"int8_no_axis_opset13_means_last", 13, softmax("int8", "8, 4, 8", "opset = 13", 0.1, "0", "-128"), {"Softmax"}},
+        // ORT scales by floor(1 / y_scale): 254 for y_scale = float(1/255) (1/y_scale = 254.99998),
+        // where QuantizeLinear divides by y_scale; the largest probabilities come out a step lower.
+        QuantCase{"uint8_y_scale_1_over_255", 13, softmax("uint8", "64, 16", "opset = 13, axis = -1", 0.3, "128", "0", "0.0039215689"),
+                  {"Softmax"}},
+        QuantCase{"uint8_y_scale_0_003", 13, softmax("uint8", "64, 16", "opset = 13, axis = -1", 0.3, "128", "0", "0.003"), {"Softmax"}}),
     case_name);
 
 INSTANTIATE_TEST_SUITE_P(
@@ -367,6 +374,8 @@ struct Declined {
   std::string reason;  // what --explain says
   int opset = 13;
 };
+
+void PrintTo(const Declined& c, std::ostream* os) { *os << c.name; }
 
 class Declines : public ::testing::TestWithParam<Declined> {};
 
