@@ -152,6 +152,7 @@ std::vector<Efficient> efficient_cases() {
   add({.name = "anchors_per_image_center_size", .anchor_input = "batch", .activation = 1, .coding = 1});
   add({.name = "anchors_per_class_boxes_center_size", .boxes = "per_class", .anchor_input = "one", .coding = 1});
   add({.name = "num_detections_declared_int64", .num_type = "int64"});
+  add({.name = "opset_18_axes_as_inputs", .opset = 18, .boxes = "per_class"});
   return all;
 }
 
@@ -308,6 +309,7 @@ std::vector<Batched> batched_cases() {
   all.push_back({.name = "top_k_above_n_scores_rank4", .top_k = 80, .keep = 60, .scores4 = true});
   all.push_back({.name = "caffe_off_normalized", .caffe = 0});
   all.push_back({.name = "num_detections_rank1", .num_rank1 = true});
+  all.push_back({.name = "opset_18_per_class", .opset = 18, .top_k = 20, .keep = 20, .share = false});
   return all;
 }
 
