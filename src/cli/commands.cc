@@ -375,6 +375,14 @@ std::string bytes_text(uint64_t bytes) {
 
 bool is_standard_domain(const std::string& domain) { return domain.empty() || domain == "ai.onnx.ml"; }
 
+// Not a standard op: a custom domain, or an op type the standard domain's table doesn't know
+// (TensorRT plugins exported by onnx-graphsurgeon sit in the default domain: EfficientNMS_TRT).
+bool is_custom_op(const OpKey& key) {
+  if (!is_standard_domain(key.first)) return true;
+  const OpTable* table = OpRegistry::builtin().table(key.first);
+  return table && !table->knows(key.second);
+}
+
 // Rules with a pattern node of this op, per target.
 std::vector<std::string> covering_rules(const RuleSet& rules, const OpKey& key) {
   std::vector<std::string> ids;
@@ -417,7 +425,7 @@ int run_inspect(const std::string& input, const RuleSources& sources, bool json,
     for (const auto& [key, count] : ops) {
       writer.begin_object().key("domain").value(display_domain(key.first)).key("op_type").value(key.second);
       writer.key("count").value(count);
-      const bool custom = !is_standard_domain(key.first);
+      const bool custom = is_custom_op(key);
       writer.key("custom").value(custom);
       writer.key("local_function").value(functions.count(key) != 0);
       if (custom) writer.key("rules").strings(covering_rules(rules, key));
@@ -453,7 +461,7 @@ int run_inspect(const std::string& input, const RuleSources& sources, bool json,
   for (const auto& [key, count] : ops) out << fmt::format("    {:<{}}  {}\n", op_name(key), width, count);
   std::vector<std::string> custom;
   for (const auto& [key, count] : ops) {
-    if (is_standard_domain(key.first)) continue;
+    if (!is_custom_op(key)) continue;
     const auto covering = covering_rules(rules, key);
     custom.push_back(fmt::format("    {} x{}{}: {}", op_name(key), count, functions.count(key) ? " (model-local function)" : "",
                                  covering.empty() ? "no rule" : fmt::format("{}", fmt::join(covering, ", "))));
