@@ -14,11 +14,7 @@ namespace {
 
 using namespace testing;
 
-fs::path reference(const std::string& name) { return source_dir() / "families" / "aten" / (name + ".js"); }
-
-void report(const std::string& what, const OrtComparison& comparison) {
-  std::cout << fmt::format("[ numbers  ] {}: max_abs {:.2e}\n", what, comparison.max_abs);
-}
+fs::path reference(const std::string& name) { return family_file("aten", (name + ".js")); }
 
 // ---- gelu -----------------------------------------------------------------------------------
 
@@ -69,7 +65,7 @@ TEST_P(AtenGelu, ComputesTorchGelu) {
                                                   fmt::format(R"({{"approximate": "{}"}})", c.approximate),
                                                   {"--dim", "N=2", "--float-range", range});
     EXPECT_TRUE(comparison.ok) << comparison.output;
-    report(fmt::format("gelu {} on [{})", c.name, range), comparison);
+    report_numbers(fmt::format("gelu {} on [{})", c.name, range), comparison);
   }
 }
 
@@ -189,7 +185,7 @@ TEST_P(AtenInverse, OrtTargetComputesTheInverse) {
   if (c.dims.front() == "N") run = {"--dim", "N=3"};
   const auto comparison = ort_compare_reference(rewritten->output, reference("matrix_inverse"), R"({"shift": 4})", run);
   EXPECT_TRUE(comparison.ok) << comparison.output;
-  report("inverse " + c.name, comparison);
+  report_numbers("inverse " + c.name, comparison);
 }
 
 TEST_P(AtenInverse, OnnxTargetKeepsTheNodeAndFails) {
@@ -219,9 +215,9 @@ TEST(AtenTestdata, ModelIsGeneratedFromItsText) {
   TempDir dir;
   const auto generated = dir / "generated.onnx";
   const auto made = run_command({(build_dir() / "text-to-onnx").string(),
-                                 (source_dir() / "families" / "aten" / "testdata" / "aten-gelu.onnxtxt").string(), generated.string()});
+                                 (family_file("aten", "testdata") / "aten-gelu.onnxtxt").string(), generated.string()});
   ASSERT_EQ(made.exit_code, 0) << made.err;
-  EXPECT_EQ(read_file(generated), read_file(source_dir() / "families" / "aten" / "testdata" / "aten-gelu.onnx"))
+  EXPECT_EQ(read_file(generated), read_file(family_file("aten", "testdata") / "aten-gelu.onnx"))
       << "regenerate: build/text-to-onnx families/aten/testdata/aten-gelu.onnxtxt families/aten/testdata/aten-gelu.onnx";
 }
 
@@ -251,7 +247,7 @@ onnx::ModelProto with_gelu_20(onnx::ModelProto model) {
 }
 
 TEST(AtenTestdata, RewrittenExportMatchesOnnxRuntimeGelu) {
-  const fs::path seed = source_dir() / "families" / "aten" / "testdata" / "aten-gelu.onnx";
+  const fs::path seed = family_file("aten", "testdata") / "aten-gelu.onnx";
   onnx::ModelProto original;
   ASSERT_TRUE(original.ParseFromString(read_file(seed)));
   TempDir dir;
@@ -264,7 +260,7 @@ TEST(AtenTestdata, RewrittenExportMatchesOnnxRuntimeGelu) {
     EXPECT_EQ(op_count(rewritten->ops, {"", "MatMul"}), 2);
     const auto comparison = ort_compare(kernel, rewritten->output, {"--dim", "batch=3", "--float-range", "-4,4"});
     EXPECT_TRUE(comparison.ok) << comparison.output;
-    report("families/aten/testdata/aten-gelu --target " + target, comparison);
+    report_numbers("families/aten/testdata/aten-gelu --target " + target, comparison);
   }
 }
 

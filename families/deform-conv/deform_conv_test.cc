@@ -151,7 +151,7 @@ std::string reference_params(const Geometry& g, bool use_mask) {
                      use_mask ? "true" : "false");
 }
 
-fs::path reference_module() { return source_dir() / "families" / "deform-conv" / "deform_conv2d.js"; }
+fs::path reference_module() { return family_file("deform-conv", "deform_conv2d.js"); }
 
 // ---- Rewriting and inspecting ---------------------------------------------------------------
 
@@ -216,10 +216,6 @@ fs::path rewrite(const fs::path& input, const fs::path& output, std::optional<in
   return output;
 }
 
-void report(const std::string& what, const OrtComparison& comparison) {
-  std::cout << fmt::format("[deform-conv] {:<64} max_abs {:.2e}\n", what, comparison.max_abs);
-}
-
 // ---- Every form, geometry and opset family against DeformConv-19 and the naive reference -----
 
 struct Case {
@@ -244,7 +240,7 @@ TEST_P(DeformConvCase, MatchesOrtDeformConvAndNaiveReference) {
     const OrtComparison ort_vs_naive =
         ort_compare_reference(reference, reference_module(), reference_params(g, uses_mask), compare_options(g, range));
     EXPECT_TRUE(ort_vs_naive.ok) << ort_vs_naive.output;
-    report(fmt::format("{} ORT DeformConv-19 vs naive (offsets {})", c.name, range), ort_vs_naive);
+    report_numbers(fmt::format("{} ORT DeformConv-19 vs naive (offsets {})", c.name, range), ort_vs_naive);
   }
 
   for (int opset : c.opsets) {
@@ -260,8 +256,8 @@ TEST_P(DeformConvCase, MatchesOrtDeformConvAndNaiveReference) {
         EXPECT_TRUE(vs_ort.ok) << "opset " << opset << ": " << vs_ort.output;
         const OrtComparison vs_naive = ort_compare_reference(rewritten, reference_module(), reference_params(g, uses_mask), options);
         EXPECT_TRUE(vs_naive.ok) << "opset " << opset << ": " << vs_naive.output;
-        report(fmt::format("{} opset {} ({}), offsets {}: vs DeformConv-19", c.name, opset, path_name(path), range), vs_ort);
-        report(fmt::format("{} opset {} ({}), offsets {}: vs naive", c.name, opset, path_name(path), range), vs_naive);
+        report_numbers(fmt::format("{} opset {} ({}), offsets {}: vs DeformConv-19", c.name, opset, path_name(path), range), vs_ort);
+        report_numbers(fmt::format("{} opset {} ({}), offsets {}: vs naive", c.name, opset, path_name(path), range), vs_naive);
       }
     }
   }
@@ -451,7 +447,7 @@ TEST_P(DeformConvBackendCase, LoweredModelsReproduceTheGeneratorsOutputs) {
       const fs::path lowered = rewrite(model, dir / fmt::format("lowered-{}-{}.onnx", opset, path_name(path)), opset, path);
       const OrtComparison comparison = ort_compare(expected, lowered, {"--trials", "1"});
       EXPECT_TRUE(comparison.ok) << "--opset " << opset << ": " << comparison.output;
-      report(fmt::format("backend {} --opset {} ({}) vs generator", c.name, opset, path_name(path)), comparison);
+      report_numbers(fmt::format("backend {} --opset {} ({}) vs generator", c.name, opset, path_name(path)), comparison);
     }
   }
 }
@@ -494,8 +490,8 @@ class DeformConvSeedModel : public ::testing::TestWithParam<SeedModel> {};
 
 TEST_P(DeformConvSeedModel, EveryPathMatchesDeformConv19) {
   const SeedModel& seed = GetParam();
-  const std::string text = read_file(source_dir() / "families" / "deform-conv" / "testdata" / (seed.name + ".onnxtxt"));
-  const fs::path original = source_dir() / "families" / "deform-conv" / "testdata" / (seed.name + ".onnx");
+  const std::string text = read_file(family_file("deform-conv", "testdata") / (seed.name + ".onnxtxt"));
+  const fs::path original = family_file("deform-conv", "testdata") / (seed.name + ".onnx");
   ASSERT_EQ(read_file(original), serialize(parse_model_text(text))) << "regenerate families/deform-conv/testdata/" << seed.name << ".onnx with text-to-onnx";
   const int own = static_cast<int>(opset_import(read_model(original), ""));
   const std::string imports = fmt::format("\"\": {}, \"{}\": 1", own, seed.domain);
@@ -524,7 +520,7 @@ TEST_P(DeformConvSeedModel, EveryPathMatchesDeformConv19) {
   for (const auto& [model, how] : rewritten) {
     const OrtComparison comparison = ort_compare(reference, model, options);
     EXPECT_TRUE(comparison.ok) << how << ": " << comparison.output;
-    report(fmt::format("testdata {} {} vs DeformConv-19", seed.name, how), comparison);
+    report_numbers(fmt::format("testdata {} {} vs DeformConv-19", seed.name, how), comparison);
   }
 }
 
@@ -698,7 +694,7 @@ TEST(DeformConvPrecision, LargeFeatureMap) {
         ort_compare(model, lowered, {"--range", "offset=-4,4", "--range", "mask=0,1", "--trials", "1", "--atol", tolerance,
                                      "--rtol", "1e-4"});
     EXPECT_TRUE(comparison.ok) << comparison.output;
-    report(fmt::format("96x96x64 layer --opset 18 ({}) vs DeformConv-19", path_name(path)), comparison);
+    report_numbers(fmt::format("96x96x64 layer --opset 18 ({}) vs DeformConv-19", path_name(path)), comparison);
   }
 }
 
@@ -719,7 +715,7 @@ TEST(DeformConvEdges, InfiniteOffsetsSampleZeros) {
     const OrtComparison comparison = ort_compare(model, lowered, {"--range", "mask=0,1", "--trials", "1"});
     EXPECT_TRUE(comparison.ok) << comparison.output;
     EXPECT_EQ(comparison.max_abs, 0.0);
-    report(fmt::format("infinite offsets --opset 18 ({}) vs DeformConv-19", path_name(path)), comparison);
+    report_numbers(fmt::format("infinite offsets --opset 18 ({}) vs DeformConv-19", path_name(path)), comparison);
   }
 }
 
@@ -744,7 +740,7 @@ TEST(DeformConvEdges, GridSample20IsLinear) {
   EXPECT_TRUE(linear) << result.out;
   const OrtComparison comparison = ort_compare(reference, rewritten, compare_options(g, "-4,4"));
   EXPECT_TRUE(comparison.ok) << comparison.output;
-  report("GridSample-20 (opset 21, DeformConv rule skipped) vs DeformConv-19", comparison);
+  report_numbers("GridSample-20 (opset 21, DeformConv rule skipped) vs DeformConv-19", comparison);
 }
 
 }  // namespace

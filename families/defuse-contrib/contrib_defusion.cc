@@ -19,15 +19,6 @@ namespace {
 
 using onnx::TensorProto;
 
-// The matched node's own attributes; `otherwise` (the op's default) when absent.
-int64_t int_attribute(const Match& match, const std::string& name, int64_t otherwise) {
-  return onnx_rewrite::int_attribute(*match.anchor, name, otherwise);
-}
-
-float float_attribute(const Match& match, const std::string& name, float otherwise) {
-  return onnx_rewrite::float_attribute(*match.anchor, name, otherwise);
-}
-
 std::optional<int64_t> rank(const Scope& scope, const std::string& value) {
   const auto known = scope.facts(value).rank();
   return known ? std::optional<int64_t>(static_cast<int64_t>(*known)) : std::nullopt;
@@ -90,7 +81,7 @@ std::string defuse_gelu(const Match& match, GraphBuilder& b) {
 // QuickGelu: x·sigmoid(alpha·x).
 std::string defuse_quick_gelu(const Match& match, GraphBuilder& b) {
   Value x{match.value("x")};
-  const float alpha = float_attribute(match, "alpha", 1.702f);
+  const float alpha = float_attribute(*match.anchor, "alpha", 1.702f);
   Value scaled = x;
   if (alpha != 1.f) {
     const int32_t dtype = element_type(match, {"x"});
@@ -128,9 +119,9 @@ bool is_identity(const std::vector<int64_t>& perm) {
 
 // FusedMatMul / TransposeMatMul: alpha · (A with transA/transBatchA) × (B with transB/transBatchB).
 std::string defuse_fused_matmul(const Match& match, GraphBuilder& b) {
-  const bool trans[2] = {int_attribute(match, "transA", 0) != 0, int_attribute(match, "transB", 0) != 0};
-  const bool trans_batch[2] = {int_attribute(match, "transBatchA", 0) != 0,
-                               int_attribute(match, "transBatchB", 0) != 0};
+  const bool trans[2] = {int_attribute(*match.anchor, "transA", 0) != 0, int_attribute(*match.anchor, "transB", 0) != 0};
+  const bool trans_batch[2] = {int_attribute(*match.anchor, "transBatchA", 0) != 0,
+                               int_attribute(*match.anchor, "transBatchB", 0) != 0};
   const char* names[2] = {"a", "b"};
   std::optional<int64_t> ranks[2];
   Value operands[2];
@@ -152,7 +143,7 @@ std::string defuse_fused_matmul(const Match& match, GraphBuilder& b) {
     if (!is_identity(perm)) operands[i] = b.Transpose(operands[i], perm);
   }
   Value y = b.MatMul(operands[0], operands[1]);
-  const float alpha = float_attribute(match, "alpha", 1.f);
+  const float alpha = float_attribute(*match.anchor, "alpha", 1.f);
   if (alpha != 1.f) {
     const int32_t dtype = element_type(match, {"a", "b"});
     if (!dtype) return unknown_type(match.anchor->op_type());
@@ -253,9 +244,9 @@ std::optional<std::vector<int64_t>> trailing_axes(int64_t axis, std::optional<in
 // of ai.onnx 17 and RMSNormalization of ai.onnx 23 where the opset has them.
 std::string defuse_layer_norm(const Match& match, GraphBuilder& b) {
   const bool simplified = match.anchor->op_type() == "SimplifiedLayerNormalization";
-  const int64_t axis = int_attribute(match, "axis", -1);
-  const float epsilon = float_attribute(match, "epsilon", 1e-5f);
-  const int64_t stash_type = int_attribute(match, "stash_type", 1);
+  const int64_t axis = int_attribute(*match.anchor, "axis", -1);
+  const float epsilon = float_attribute(*match.anchor, "epsilon", 1e-5f);
+  const int64_t stash_type = int_attribute(*match.anchor, "stash_type", 1);
   Value x{match.value("x")}, scale{match.value("scale")}, bias{in_use(match, "bias") ? match.value("bias") : ""};
   if (simplified && b.opset() >= 23 && !in_use(match, "inv_std")) {
     b.output(match.value("y"), b.op("RMSNormalization", {x, scale},
@@ -279,7 +270,7 @@ std::string defuse_layer_norm(const Match& match, GraphBuilder& b) {
 // zeros as the mean.
 std::string defuse_skip_layer_norm(const Match& match, GraphBuilder& b) {
   const bool simplified = match.anchor->op_type() == "SkipSimplifiedLayerNormalization";
-  const float epsilon = float_attribute(match, "epsilon", 1e-12f);
+  const float epsilon = float_attribute(*match.anchor, "epsilon", 1e-12f);
   Value sum = b.Add(Value{match.value("input")}, Value{match.value("skip")});
   if (in_use(match, "bias")) sum = b.Add(sum, Value{match.value("bias")});
   Value gamma{match.value("gamma")}, beta{in_use(match, "beta") ? match.value("beta") : ""};
@@ -318,7 +309,7 @@ std::string defuse_skip_layer_norm(const Match& match, GraphBuilder& b) {
 // `axis` on (Softmax-1/11 semantics; the bias_softmax_fusion only builds shapes for which the
 // kernel's is_inner_broadcast indexing is numpy broadcasting).
 std::string defuse_bias_softmax(const Match& match, GraphBuilder& b) {
-  int64_t axis = int_attribute(match, "axis", 1);
+  int64_t axis = int_attribute(*match.anchor, "axis", 1);
   Value sum = b.Add(Value{match.value("data")}, Value{match.value("bias")});
   const int opset = b.opset();
   const auto known_rank = rank(*match.scope, match.value("data"));

@@ -291,7 +291,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- Ops without a CPU kernel: against naive references -----------------------------------------
 
-fs::path reference(const std::string& name) { return source_dir() / "families" / "defuse-contrib" / (name + ".js"); }
+fs::path reference(const std::string& name) { return family_file("defuse-contrib", (name + ".js")); }
 
 void expect_matches_reference(const std::string& text, const std::string& module, const std::string& params,
                               const std::vector<std::string>& must_have) {

@@ -30,11 +30,9 @@ namespace {
 
 using onnx::TensorProto;
 
-bool present(const Match& match, const char* name) { return bound(match, name) && !match.value(name).empty(); }
-
 // Static dims of a value (a constant's header, or declared/inferred dims all known).
 std::optional<std::vector<int64_t>> known_dims(const Match& match, const char* name) {
-  if (!present(match, name)) return std::nullopt;
+  if (!bound(match, name)) return std::nullopt;
   if (const auto* tensor = match.scope->constant_tensor(match.value(name))) {
     return std::vector<int64_t>(tensor->dims().begin(), tensor->dims().end());
   }
@@ -67,7 +65,7 @@ bool gemm_scale_for_b(const std::vector<int64_t>& param, const std::vector<int64
 }
 
 std::string check_type(const Match& match, const char* name, std::initializer_list<int32_t> allowed, const std::string& what) {
-  if (!present(match, name)) return {};
+  if (!bound(match, name)) return {};
   const int32_t type = match.facts(name).elem_type;
   if (!type) return {};
   for (int32_t t : allowed) {
@@ -120,7 +118,7 @@ std::string build(const Match& match, GraphBuilder& b, bool dynamic) {
   const bool b_in_gemm = gemm_scale_for_b(*b_scale_dims, *b_dims);
   if (auto zp = known_dims(match, "b_zero_point"); zp && !gemm_scale_for_b(*zp, *b_dims)) {
     return "b_zero_point is neither per tensor nor per column of B (ORT's kernel refuses it)";
-  } else if (!zp && present(match, "b_zero_point")) {
+  } else if (!zp && bound(match, "b_zero_point")) {
     return "the shape of b_zero_point is unknown";
   }
 
@@ -138,7 +136,7 @@ std::string build(const Match& match, GraphBuilder& b, bool dynamic) {
     if (zp_dims && per_column != !one_element(*zp_dims)) return "the qdq form needs b_scale and b_zero_point of one shape";
     Value da = a_zero_point.absent() ? b.op("DequantizeLinear", {a, a_scale}) : b.op("DequantizeLinear", {a, a_scale, a_zero_point});
     std::vector<Value> b_inputs{Value{match.value("b")}, b_scale};
-    if (present(match, "b_zero_point")) b_inputs.push_back(value_of(match, "b_zero_point"));
+    if (bound(match, "b_zero_point")) b_inputs.push_back(value_of(match, "b_zero_point"));
     Value db;
     if (!per_column) {
       db = b.op("DequantizeLinear", b_inputs);
@@ -155,7 +153,7 @@ std::string build(const Match& match, GraphBuilder& b, bool dynamic) {
     return {};
   }
   std::vector<Value> inputs{a, Value{match.value("b")}};
-  const bool b_zero_point = present(match, "b_zero_point");
+  const bool b_zero_point = bound(match, "b_zero_point");
   if (!a_zero_point.absent() || b_zero_point) inputs.push_back(a_zero_point);
   if (b_zero_point) inputs.push_back(value_of(match, "b_zero_point"));
   Value product = b.Cast(b.op("MatMulInteger", inputs), TensorProto::FLOAT);

@@ -20,7 +20,7 @@ using namespace testing;
 
 constexpr double kTolerance = 1e-4;
 
-fs::path reference_module() { return source_dir() / "families" / "group-norm" / "group_norm.js"; }
+fs::path reference_module() { return family_file("group-norm", "group_norm.js"); }
 
 // Weights for test models, rounded so that the text and the JSON given to the reference agree.
 std::vector<double> weights(size_t count, double low, double high, unsigned seed) {
@@ -41,10 +41,6 @@ std::vector<std::string> dim_arguments(const std::map<std::string, int>& dims) {
     arguments.push_back(fmt::format("{}={}", name, value));
   }
   return arguments;
-}
-
-void report(const std::string& what, const OrtComparison& comparison) {
-  std::cout << fmt::format("[ numbers  ] {}: max_abs {:.2e}\n", what, comparison.max_abs);
 }
 
 // ---- mygroupnorm --------------------------------------------------------------------------
@@ -142,13 +138,13 @@ TEST_P(MyGroupNorm, ComputesTorchGroupNormInOnnxRuntime) {
                                          groups, joined(scale), joined(bias), c.epsilon.value_or(1e-5));
   const auto against_reference = ort_compare_reference(rewritten->output, reference_module(), params, run);
   EXPECT_TRUE(against_reference.ok) << against_reference.output;
-  report(c.name + " vs torch reference", against_reference);
+  report_numbers(c.name + " vs torch reference", against_reference);
 
   if (c.given != GroupsGiven::kGraphInput) {
     const auto kernel = write_model_text(group_normalization_21_model(c, scale, bias), dir / "kernel.onnx");
     const auto against_kernel = ort_compare(kernel, rewritten->output, run);
     EXPECT_TRUE(against_kernel.ok) << against_kernel.output;
-    report(c.name + " vs ORT GroupNormalization-21", against_kernel);
+    report_numbers(c.name + " vs ORT GroupNormalization-21", against_kernel);
   }
 }
 
@@ -283,7 +279,7 @@ TEST(MyGroupNormTestdata, RewrittenExportMatchesOnnxRuntimeKernel) {
     for (const char* batch : {"batch=1", "batch=3"}) {
       const auto comparison = ort_compare(kernel, rewritten->output, {"--dim", batch});
       EXPECT_TRUE(comparison.ok) << comparison.output;
-      report(fmt::format("testdata/mygroupnorm-opset9 --target {} ({})", target, batch), comparison);
+      report_numbers(fmt::format("testdata/mygroupnorm-opset9 --target {} ({})", target, batch), comparison);
     }
   }
 }
@@ -332,11 +328,11 @@ TEST_P(GroupNormalization18, DecomposedAsOnnxRuntimeComputesIt) {
                                          c.groups, joined(scale), joined(bias), c.epsilon.value_or(1e-5));
   const auto against_reference = ort_compare_reference(rewritten->output, reference_module(), params, run);
   EXPECT_TRUE(against_reference.ok) << against_reference.output;
-  report(c.name + " vs per-group reference", against_reference);
+  report_numbers(c.name + " vs per-group reference", against_reference);
   // ONNX Runtime still runs GroupNormalization-18 itself.
   const auto against_kernel = ort_compare(input, rewritten->output, run);
   EXPECT_TRUE(against_kernel.ok) << against_kernel.output;
-  report(c.name + " vs ORT GroupNormalization-18", against_kernel);
+  report_numbers(c.name + " vs ORT GroupNormalization-18", against_kernel);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GroupNormalization18,
@@ -398,7 +394,7 @@ TEST_P(GroupNormalization21Lowering, MatchesOnnxRuntimeKernel) {
   if (!c.x_range.empty()) run.insert(run.end(), {"--range", "x=" + c.x_range});
   const auto comparison = ort_compare(input, rewritten->output, run);
   EXPECT_TRUE(comparison.ok) << comparison.output;
-  report(c.name + " vs ORT GroupNormalization-21", comparison);
+  report_numbers(c.name + " vs ORT GroupNormalization-21", comparison);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -543,12 +539,12 @@ TEST_P(GroupNormInFunction, RewrittenInPlaceAndComputesTheSame) {
                   c.epsilon, c.per_group);
   const auto against_reference = ort_compare_reference(rewritten->output, reference_module(), params, run);
   EXPECT_TRUE(against_reference.ok) << against_reference.output;
-  report(c.name + " vs reference", against_reference);
+  report_numbers(c.name + " vs reference", against_reference);
   // ONNX Runtime runs ai.onnx GroupNormalization itself (the custom op it can't load).
   if (c.body.find("mygroupnorm") == std::string::npos) {
     const auto against_original = ort_compare(input, rewritten->output, run);
     EXPECT_TRUE(against_original.ok) << against_original.output;
-    report(c.name + " vs ORT on the original", against_original);
+    report_numbers(c.name + " vs ORT on the original", against_original);
   }
 }
 

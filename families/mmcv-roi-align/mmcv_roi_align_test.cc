@@ -18,11 +18,7 @@ namespace {
 
 using namespace testing;
 
-fs::path reference_module() { return source_dir() / "families" / "mmcv-roi-align" / "mmcv_roi_align.js"; }
-
-void report(const std::string& what, const OrtComparison& comparison) {
-  std::cout << fmt::format("[roi-align] {:<60} max_abs {:.2e}\n", what, comparison.max_abs);
-}
+fs::path reference_module() { return family_file("mmcv-roi-align", "mmcv_roi_align.js"); }
 
 struct Config {
   std::string mode = "avg";
@@ -94,7 +90,7 @@ TEST_P(RoiAlignCase, MatchesMmcvInOnnxRuntime) {
     for (const std::string wh : {"0,14", "0,1.5"}) {  // ordinary and sub-pixel rois
       const auto comparison = ort_compare_reference(result->output, reference_module(), c.params(), ranges(wh));
       EXPECT_TRUE(comparison.ok) << "opset " << opset << ", wh " << wh << ": " << comparison.output;
-      report(fmt::format("{} opset {} ({}), roi sizes {}", c.name(), opset, domain, wh), comparison);
+      report_numbers(fmt::format("{} opset {} ({}), roi sizes {}", c.name(), opset, domain, wh), comparison);
     }
   }
 }
@@ -125,7 +121,7 @@ TEST(RoiAlignShapes, EmptyRoisAndMmdetDefaults) {
     ASSERT_TRUE(result);
     const auto comparison = ort_compare_reference(result->output, reference_module(), c.params(true), ranges("0,2", 3));
     EXPECT_TRUE(comparison.ok) << c.name() << ": " << comparison.output;
-    report(fmt::format("{} 7x7, empty and 1-pixel rois", c.name()), comparison);
+    report_numbers(fmt::format("{} 7x7, empty and 1-pixel rois", c.name()), comparison);
   }
 }
 

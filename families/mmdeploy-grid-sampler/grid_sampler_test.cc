@@ -19,11 +19,7 @@ namespace {
 
 using namespace testing;
 
-fs::path reference_module() { return source_dir() / "families" / "mmdeploy-grid-sampler" / "grid_sampler.js"; }
-
-void report(const std::string& what, const OrtComparison& comparison) {
-  std::cout << fmt::format("[grid-sampler] {:<60} max_abs {:.2e}\n", what, comparison.max_abs);
-}
+fs::path reference_module() { return family_file("mmdeploy-grid-sampler", "grid_sampler.js"); }
 
 struct Attributes {
   int mode = 0, padding = 0, align_corners = 0;
@@ -117,7 +113,7 @@ TEST_P(GridSamplerCase, GatherAt11IsBitExactGridSampleAt16WithinRounding) {
     options.insert(options.end(), tolerance.begin(), tolerance.end());
     const auto comparison = ort_compare_reference(result->output, reference_module(), a.params(), options);
     EXPECT_TRUE(comparison.ok) << comparison.output;
-    report(fmt::format("{} opset {} ({})", a.name(), opset, grid_sample ? "GridSample" : "Gather"), comparison);
+    report_numbers(fmt::format("{} opset {} ({})", a.name(), opset, grid_sample ? "GridSample" : "Gather"), comparison);
   }
 }
 
@@ -146,7 +142,7 @@ TEST(GridSamplerTies, NearestRoundsHalfToEvenAfterPaddingAsTorchDoes) {
       options.insert(options.end(), tolerance.begin(), tolerance.end());
       const auto comparison = ort_compare_reference(result->output, reference_module(), reference_params(a, true), options);
       EXPECT_TRUE(comparison.ok) << a.name() << " opset " << opset << ": " << comparison.output;
-      if (a.mode == 1) report(fmt::format("ties {} opset {}", a.name(), opset), comparison);
+      if (a.mode == 1) report_numbers(fmt::format("ties {} opset {}", a.name(), opset), comparison);
     }
   }
 }
@@ -216,7 +212,7 @@ TEST(GridSamplerShapes, FiveDimensionalAtOpset20) {
     const auto comparison = ort_compare_reference(result->output, reference_module(), a.params(),
                                                   {"--range", "grid=-2.5,2.5", "--atol", "1e-6", "--rtol", "1e-5"});
     EXPECT_TRUE(comparison.ok) << a.name() << ": " << comparison.output;
-    report(fmt::format("5-D {} opset 20", a.name()), comparison);
+    report_numbers(fmt::format("5-D {} opset 20", a.name()), comparison);
   }
 }
 

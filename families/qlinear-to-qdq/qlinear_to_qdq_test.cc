@@ -43,7 +43,7 @@ struct QuantComparison {
 
 // families/qlinear-to-qdq/quant_compare.js: A (the reference) and B on the same random inputs.
 QuantComparison quant_compare(const fs::path& a, const fs::path& b, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> argv{"node", (source_dir() / "families" / "qlinear-to-qdq" / "quant_compare.js").string(), a.string(),
+  std::vector<std::string> argv{"node", (family_file("qlinear-to-qdq", "quant_compare.js")).string(), a.string(),
                                 b.string()};
   argv.insert(argv.end(), extra.begin(), extra.end());
   const auto result = run_command(argv);

@@ -13,11 +13,7 @@ namespace {
 
 using namespace testing;
 
-fs::path round_reference() { return source_dir() / "families" / "registry-tutorial" / "round_half_even.js"; }
-
-void report(const std::string& what, const OrtComparison& comparison) {
-  std::cout << fmt::format("[ numbers  ] {}: max_abs {:.2e}\n", what, comparison.max_abs);
-}
+fs::path round_reference() { return family_file("registry-tutorial", "round_half_even.js"); }
 
 // ---- CustomOpOne(x, y) = x + y ---------------------------------------------------------------
 
@@ -39,7 +35,7 @@ TEST(CustomOpOne, IsAddExactly) {
       if (shape.starts_with("N")) run.insert(run.end(), {"--dim", "N=3"});
       const auto comparison = ort_compare_reference(rewritten->output, "add", R"({"a": "x", "b": "y", "output": "z"})", run);
       EXPECT_TRUE(comparison.ok) << comparison.output;
-      report(fmt::format("CustomOpOne [{}] --target {} (exact)", shape, target), comparison);
+      report_numbers(fmt::format("CustomOpOne [{}] --target {} (exact)", shape, target), comparison);
     }
   }
 }
@@ -70,7 +66,7 @@ TEST(CustomOpTwo, RoundsHalvesToEven) {
     const auto comparison = ort_compare_reference(rewritten->output, round_reference(), R"({"x": "k", "scale": 0.5})",
                                                   kIntegersAroundZero);
     EXPECT_TRUE(comparison.ok) << comparison.output;
-    report("CustomOpTwo on halves --target " + target, comparison);
+    report_numbers("CustomOpTwo on halves --target " + target, comparison);
     // The inputs do contain halves: rounding them away from zero would not pass.
     const auto away = ort_compare_reference(rewritten->output, round_reference(), R"({"x": "k", "scale": 0.5, "halves": "away"})",
                                             kIntegersAroundZero);
@@ -90,7 +86,7 @@ TEST(CustomOpTwo, RoundsRandomFloats) {
   const auto comparison = ort_compare_reference(rewritten->output, round_reference(), "{}",
                                                 {"--dim", "N=4", "--float-range", "-50,50", "--rtol", "0", "--atol", "0"});
   EXPECT_TRUE(comparison.ok) << comparison.output;
-  report("CustomOpTwo on random floats", comparison);
+  report_numbers("CustomOpTwo on random floats", comparison);
 }
 
 // ONNX Runtime's kernel declares the output int32; a model that says so gets Round then Cast.
@@ -104,7 +100,7 @@ TEST(CustomOpTwo, KeepsADeclaredInt32Output) {
   const auto comparison = ort_compare_reference(rewritten->output, round_reference(),
                                                 R"({"x": "k", "scale": 0.5, "outputType": "int32"})", kIntegersAroundZero);
   EXPECT_TRUE(comparison.ok) << comparison.output;
-  report("CustomOpTwo with int32 output", comparison);
+  report_numbers("CustomOpTwo with int32 output", comparison);
 }
 
 // Round exists from opset 11: an opset-10 model is raised, as every other node allows it.
@@ -125,16 +121,16 @@ TEST(RegistryTutorialTestdata, ModelIsGeneratedFromItsText) {
   TempDir dir;
   const auto generated = dir / "generated.onnx";
   const auto made = run_command({(build_dir() / "text-to-onnx").string(),
-                                 (source_dir() / "families" / "registry-tutorial" / "testdata" / "registry-tutorial-addandround.onnxtxt").string(),
+                                 (family_file("registry-tutorial", "testdata") / "registry-tutorial-addandround.onnxtxt").string(),
                                  generated.string()});
   ASSERT_EQ(made.exit_code, 0) << made.err;
-  EXPECT_EQ(read_file(generated), read_file(source_dir() / "families" / "registry-tutorial" / "testdata" / "registry-tutorial-addandround.onnx"));
+  EXPECT_EQ(read_file(generated), read_file(family_file("registry-tutorial", "testdata") / "registry-tutorial-addandround.onnx"));
 }
 
 // --target onnx inlines the function, --target ort keeps it; either way both custom ops go, and
 // the model computes round(x + x).
 TEST(RegistryTutorialTestdata, ComputesAddAndRound) {
-  const fs::path seed = source_dir() / "families" / "registry-tutorial" / "testdata" / "registry-tutorial-addandround.onnx";
+  const fs::path seed = family_file("registry-tutorial", "testdata") / "registry-tutorial-addandround.onnx";
   TempDir dir;
   for (const std::string target : {"onnx", "ort"}) {
     const auto rewritten = rewrite_and_check(seed, dir / (target + ".onnx"), target);
@@ -146,7 +142,7 @@ TEST(RegistryTutorialTestdata, ComputesAddAndRound) {
                                                   R"({"x": "l_tensor_x_", "output": "custom_addandround_0", "scale": 2})",
                                                   {"--float-range", "-20,20", "--rtol", "0", "--atol", "0", "--trials", "10"});
     EXPECT_TRUE(comparison.ok) << comparison.output;
-    report("families/registry-tutorial/testdata/registry-tutorial-addandround --target " + target, comparison);
+    report_numbers("families/registry-tutorial/testdata/registry-tutorial-addandround --target " + target, comparison);
   }
 }
 

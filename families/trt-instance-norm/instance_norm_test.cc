@@ -12,7 +12,7 @@ namespace {
 
 using namespace testing;
 
-fs::path reference() { return source_dir() / "families" / "trt-instance-norm" / "instance_norm.js"; }
+fs::path reference() { return family_file("trt-instance-norm", "instance_norm.js"); }
 
 struct Case {
   std::string op;      // as the exporter writes it, domain included

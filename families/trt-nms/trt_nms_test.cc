@@ -22,10 +22,6 @@ using namespace testing;
 
 fs::path module(const char* name) { return source_dir() / "families" / "trt-nms" / name; }
 
-void report(const std::string& what, const OrtComparison& comparison) {
-  std::cout << fmt::format("[trt-nms] {:<66} max_abs {:.2e}\n", what, comparison.max_abs);
-}
-
 int count(const onnx::ModelProto& model, const std::string& op) {
   int n = 0;
   for (const auto& node : model.graph().node()) n += node.op_type() == op;
@@ -168,7 +164,7 @@ TEST_P(EfficientNms, MatchesThePluginInOnnxRuntime) {
   if (c.num_type == "int64") params.pop_back(), params += R"(, "numType": "int64"})";
   const auto comparison = ort_compare_reference(result->output, module("efficient_nms.js"), params, c.options());
   EXPECT_TRUE(comparison.ok) << comparison.output;
-  report("EfficientNMS " + c.name, comparison);
+  report_numbers("EfficientNMS " + c.name, comparison);
 }
 
 INSTANTIATE_TEST_SUITE_P(Forms, EfficientNms, ::testing::ValuesIn(efficient_cases()), [](const auto& info) { return info.param.name; });
@@ -191,7 +187,7 @@ TEST(EfficientNmsBoundaries, ThresholdsMetExactlyAndTies) {
       options[1] = "boxes=0,2";
       const auto exact = ort_compare_reference(result->output, module("efficient_nms.js"), c.params(), options);
       EXPECT_TRUE(exact.ok) << "iou " << iou << " agnostic " << agnostic << ": " << exact.output;
-      report(fmt::format("EfficientNMS boundaries iou {:.4f} agnostic {}", iou, agnostic), exact);
+      report_numbers(fmt::format("EfficientNMS boundaries iou {:.4f} agnostic {}", iou, agnostic), exact);
       const auto strict = ort_compare_reference(result->output, module("efficient_nms.js"), c.params(R"(, "strictThresholds": true)"), options);
       EXPECT_EQ(strict.exit_code, 1) << "the data never meets a threshold: " << strict.output;
     }
@@ -211,7 +207,7 @@ TEST(EfficientNmsBoundaries, FiveThousandCandidates) {
   const auto options = with({"--range", "boxes=0,1", "--range", "scores=0,1", "--trials", "1"}, {"--atol", "0", "--rtol", "0"});
   const auto capped = ort_compare_reference(result->output, module("efficient_nms.js"), c.params(), options);
   EXPECT_TRUE(capped.ok) << capped.output;
-  report("EfficientNMS 5100 candidates, the 5000 best", capped);
+  report_numbers("EfficientNMS 5100 candidates, the 5000 best", capped);
   const auto uncapped = ort_compare_reference(result->output, module("efficient_nms.js"), c.params(R"(, "maxCandidates": 100000)"), options);
   EXPECT_EQ(uncapped.exit_code, 1) << uncapped.output;
 }
@@ -227,7 +223,7 @@ TEST(EfficientNmsBoundaries, Yolov8Size) {
   const auto comparison = ort_compare_reference(result->output, module("efficient_nms.js"), c.params(),
                                                 {"--range", "boxes=0,640", "--range", "scores=0,1", "--trials", "1", "--atol", "0", "--rtol", "0"});
   EXPECT_TRUE(comparison.ok) << comparison.output;
-  report("EfficientNMS YOLOv8 1 x 8400 x 80, 100 detections", comparison);
+  report_numbers("EfficientNMS YOLOv8 1 x 8400 x 80, 100 detections", comparison);
 }
 
 // ---- BatchedNMS_TRT / BatchedNMSDynamic_TRT ------------------------------------------------------
@@ -325,7 +321,7 @@ TEST_P(BatchedNms, MatchesThePluginInOnnxRuntime) {
   if (c.num_rank1) params.pop_back(), params += R"(, "numRank1": true})";
   const auto comparison = ort_compare_reference(result->output, module("batched_nms.js"), params, c.options());
   EXPECT_TRUE(comparison.ok) << comparison.output;
-  report("BatchedNMS " + c.name, comparison);
+  report_numbers("BatchedNMS " + c.name, comparison);
 }
 
 INSTANTIATE_TEST_SUITE_P(Forms, BatchedNms, ::testing::ValuesIn(batched_cases()), [](const auto& info) { return info.param.name; });
@@ -343,7 +339,7 @@ TEST(BatchedNmsBoundaries, ThresholdsMetExactlyAndTies) {
                                            "--atol", "0", "--rtol", "0"};
     const auto exact = ort_compare_reference(result->output, module("batched_nms.js"), c.params(), options);
     EXPECT_TRUE(exact.ok) << exact.output;
-    report(fmt::format("BatchedNMS boundaries, {} boxes", share ? "shared" : "per-class"), exact);
+    report_numbers(fmt::format("BatchedNMS boundaries, {} boxes", share ? "shared" : "per-class"), exact);
     const auto inclusive = ort_compare_reference(result->output, module("batched_nms.js"), c.params(R"(, "inclusiveThresholds": true)"), options);
     EXPECT_EQ(inclusive.exit_code, 1) << "the data never meets a threshold: " << inclusive.output;
   }
@@ -413,7 +409,7 @@ TEST_P(MmdeployNms, MatchesThePluginInOnnxRuntime) {
   if (c.anchors == "N") options.insert(options.end(), {"--dim", "N=37"});
   const auto comparison = ort_compare_reference(result->output, module("batched_nms.js"), c.params(), options);
   EXPECT_TRUE(comparison.ok) << comparison.output;
-  report("TRTBatchedNMS " + c.name, comparison);
+  report_numbers("TRTBatchedNMS " + c.name, comparison);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <random>
 #include <regex>
@@ -17,6 +18,8 @@
 
 #include <onnx/defs/parser.h>
 #include <gtest/gtest.h>
+
+#include <fmt/format.h>
 #include <onnx/defs/attr_proto_util.h>
 #include <onnx/defs/printer.h>
 
@@ -336,6 +339,12 @@ OrtComparison ort_compare(const fs::path& expected, const fs::path& candidate, c
   argv.push_back("--json");
   return parse_comparison(run_command(argv));
 }
+
+void report_numbers(const std::string& what, const OrtComparison& comparison) {
+  std::cout << fmt::format("[ numbers  ] {}: max_abs {:.2e}\n", what, comparison.max_abs);
+}
+
+fs::path family_file(const std::string& family, const std::string& name) { return source_dir() / "families" / family / name; }
 
 OrtComparison ort_compare_reference(const fs::path& model, const fs::path& reference_module, const std::string& params_json,
                                     const std::vector<std::string>& extra) {

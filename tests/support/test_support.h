@@ -125,6 +125,11 @@ struct OrtComparison {
 // `extra` are compare.js options (--dim N=2, --shape x=1,3,8,8, --trials 3, --rtol 1e-4 ...);
 // without `--level`, ORT runs both models with graph optimizations disabled.
 OrtComparison ort_compare(const fs::path& expected, const fs::path& candidate, const std::vector<std::string>& extra = {});
+// Prints a comparison's largest difference, for the test log ("[ numbers  ] WHAT: max_abs 1.2e-07"):
+// the figures families quote on their pages.
+void report_numbers(const std::string& what, const OrtComparison& comparison);
+// A file of a rule family's folder (its naive references, test models).
+fs::path family_file(const std::string& family, const std::string& name);
 // compare.js with a naive reference module (--reference MODULE.js --params JSON).
 OrtComparison ort_compare_reference(const fs::path& model, const fs::path& reference_module, const std::string& params_json,
                                     const std::vector<std::string>& extra = {});
