@@ -69,13 +69,28 @@ std::string read_form(const Match& match, Form& f) {
   }
   const auto& query = match.facts("query");
   if (query.rank() && *query.rank() != 3) return fmt::format("query has rank {}; the kernel takes [B, S, D]", *query.rank());
-  const int64_t hidden = query.dim(2);
-  if (hidden <= 0) return "the hidden size of query (dim 2) is unknown";
   f.packed = !bound(match, "key");
   if (f.packed == bound(match, "value")) return "key and value must be given together (or neither: packed QKV)";
   const int64_t parts = f.packed ? f.heads + 2 * f.kv_heads : f.heads;
-  if (hidden % parts != 0) return fmt::format("query's hidden size {} is not {} heads of equal size", hidden, parts);
-  f.head_size = hidden / parts;
+  if (const int64_t hidden = query.dim(2); hidden > 0) {
+    if (hidden % parts != 0) return fmt::format("query's hidden size {} is not {} heads of equal size", hidden, parts);
+    f.head_size = hidden / parts;
+  } else {
+    // query often comes from an op the shapes don't go through (MatMulNBits): the head size
+    // from the cache (a graph input, declared) or the key.
+    const auto& outputs = match.anchor->output();
+    std::vector<int64_t> candidates;
+    if (bound(match, "past_key")) candidates.push_back(match.facts("past_key").dim(3));
+    if (outputs.size() > 1 && !outputs[1].empty()) candidates.push_back(match.scope->facts(outputs[1]).dim(3));
+    if (bound(match, "key") && match.facts("key").dim(2) > 0) candidates.push_back(match.facts("key").dim(2) / f.kv_heads);
+    for (int64_t candidate : candidates) {
+      if (candidate > 0) {
+        f.head_size = candidate;
+        break;
+      }
+    }
+    if (f.head_size <= 0) return "the head size is unknown (query's dim 2, past_key's and present_key's dim 3)";
+  }
   if (bound(match, "past_key") != bound(match, "past_value")) return "past_key and past_value must be given together";
   f.past = bound(match, "past_key");
   // The node's own outputs, used or not: ORT 1.30's kernel reads the cache only through present.

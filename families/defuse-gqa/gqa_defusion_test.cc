@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <random>
 
 #include <fmt/format.h>
 
@@ -236,8 +237,124 @@ INSTANTIATE_TEST_SUITE_P(
                     "do_rotary without cos_cache and sin_cache"},
         DeclineCase{"hidden_size_unknown", R"(g (float[2, 5, d] qkv, int32[2] sl, int32 tot) => (float[2, 5, 32] y) {
           y = com.microsoft.GroupQueryAttention <num_heads = 2, kv_num_heads = 1> (qkv, , , , , sl, tot) })",
-                    "the hidden size of query (dim 2) is unknown"}),
+                    "the head size is unknown (query's dim 2, past_key's and present_key's dim 3)"}),
     [](const auto& info) { return info.param.name; });
+
+// ---- End to end: a decoder layer as onnxruntime-genai writes it ---------------------------------
+
+// Random literals for the quantized weights (uint8 bytes) and float tensors.
+std::string literal(std::mt19937& rng, int64_t count, double lo, double hi, bool bytes = false) {
+  std::vector<std::string> parts;
+  std::uniform_real_distribution<double> real(lo, hi);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int64_t i = 0; i < count; ++i) parts.push_back(bytes ? std::to_string(byte(rng)) : fmt::format("{:.5f}", real(rng)));
+  return fmt::format("{{{}}}", fmt::join(parts, ", "));
+}
+
+// One LLaMA-style layer: SimplifiedLayerNormalization, MatMulNBits (int4, block 32) for QKV,
+// GroupQueryAttention (4 query heads on 2 KV heads of 16, RoPE in the op, KV cache), MatMulNBits
+// out-projection, SkipSimplifiedLayerNormalization with the residual, SiLU MLP of MatMulNBits,
+// residual Add; seqlens_k and total_sequence_length from the attention mask as the builder
+// computes them. `separate_rope`: RotaryEmbedding nodes on q and k before the attention instead
+// (the builder's form where RoPE is not fused; here with position_ids from the mask), whose
+// inputs have value_info as the builder writes it (the shapes don't go through MatMulNBits).
+std::string genai_layer(int opset, bool separate_rope) {
+  std::mt19937 rng(2024);
+  std::vector<std::string> weights{
+      fmt::format("float[64] ln1 = {}", literal(rng, 64, 0.5, 1.5)),
+      fmt::format("float[64] ln2 = {}", literal(rng, 64, 0.5, 1.5)),
+      fmt::format("uint8[128, 2, 16] w_qkv = {}", literal(rng, 128 * 32, 0, 0, true)),
+      fmt::format("float[128, 2] s_qkv = {}", literal(rng, 256, 0.02, 0.08)),
+      fmt::format("uint8[64, 2, 16] w_o = {}", literal(rng, 64 * 32, 0, 0, true)),
+      fmt::format("float[64, 2] s_o = {}", literal(rng, 128, 0.02, 0.08)),
+      fmt::format("uint8[256, 2, 16] w_gu = {}", literal(rng, 256 * 32, 0, 0, true)),
+      fmt::format("float[256, 2] s_gu = {}", literal(rng, 512, 0.02, 0.08)),
+      fmt::format("uint8[64, 4, 16] w_d = {}", literal(rng, 64 * 64, 0, 0, true)),
+      fmt::format("float[64, 4] s_d = {}", literal(rng, 256, 0.02, 0.08)),
+      fmt::format("uint8[64, 2] zp_d = {}", literal(rng, 128, 0, 0, true)),
+      fmt::format("float[32, 8] cos = {}", literal(rng, 256, -1, 1)),
+      fmt::format("float[32, 8] sin = {}", literal(rng, 256, -1, 1)),
+  };
+  const std::string rope = separate_rope ? R"(
+        counted = CumSum (attention_mask, one)
+        positions = Sub (counted, attention_mask)
+        mask_shape = Shape (attention_mask)
+        total_64 = Gather (mask_shape, one)
+        x_shape = Shape (x)
+        seq_64 = Gather (x_shape, one)
+        first_new = Sub (total_64, seq_64)
+        starts = Unsqueeze (first_new, zero_1d)
+        ends = Unsqueeze (total_64, zero_1d)
+        position_ids = Slice (positions, starts, ends, one_1d)
+        q, k, v = Split <axis = 2> (qkv, split_sizes)
+        q_rot = com.microsoft.RotaryEmbedding <num_heads = 4, interleaved = 0> (q, position_ids, cos, sin)
+        k_rot = com.microsoft.RotaryEmbedding <num_heads = 2, interleaved = 0> (k, position_ids, cos, sin)
+        attn, present_k, present_v = com.microsoft.GroupQueryAttention <num_heads = 4, kv_num_heads = 2, scale = 0.25>
+            (q_rot, k_rot, v, past_k, past_v, seqlens_k, total))"
+                                         : R"(
+        attn, present_k, present_v = com.microsoft.GroupQueryAttention <num_heads = 4, kv_num_heads = 2, scale = 0.25, do_rotary = 1>
+            (qkv, , , past_k, past_v, seqlens_k, total, cos, sin))";
+  return model(opset, fmt::format(R"(layer (float[batch, seq, 64] x, int64[batch, total] attention_mask, float[batch, 2, past, 16] past_k,
+                 float[batch, 2, past, 16] past_v)
+      => (float[batch, seq, 64] y, float[batch, 2, total, 16] present_k, float[batch, 2, total, 16] present_v)
+      <{}, float[batch, seq, 64] q, float[batch, seq, 32] k, int64 one = {{1}}, int64[1] one_1d = {{1}}, int64[1] zero_1d = {{0}}, int64[1] axis1 = {{1}}, int64[3] split_sizes = {{64, 32, 32}},
+       int64[2] gate_up_sizes = {{128, 128}}> {{
+        lengths = ReduceSum <keepdims = 0> (attention_mask, axis1)
+        last = Sub (lengths, one)
+        seqlens_k = Cast <to = 6> (last)
+        shape_of_mask = Shape (attention_mask)
+        width = Gather (shape_of_mask, one)
+        total = Cast <to = 6> (width)
+        h = SimplifiedLayerNormalization <epsilon = 1e-5, axis = -1, stash_type = 1> (x, ln1)
+        qkv = com.microsoft.MatMulNBits <K = 64, N = 128, bits = 4, block_size = 32, accuracy_level = 0> (h, w_qkv, s_qkv){}
+        o = com.microsoft.MatMulNBits <K = 64, N = 64, bits = 4, block_size = 32> (attn, w_o, s_o)
+        h2, , , residual = com.microsoft.SkipSimplifiedLayerNormalization <epsilon = 1e-5> (o, x, ln2)
+        gate_up = com.microsoft.MatMulNBits <K = 64, N = 256, bits = 4, block_size = 32> (h2, w_gu, s_gu)
+        gate, up = Split <axis = 2> (gate_up, gate_up_sizes)
+        sig = Sigmoid (gate)
+        silu = Mul (gate, sig)
+        act = Mul (silu, up)
+        down = com.microsoft.MatMulNBits <K = 128, N = 64, bits = 4, block_size = 32> (act, w_d, s_d, zp_d)
+        y = Add (down, residual)
+      }})",
+                                  fmt::join(weights, ",\n       "), rope));
+}
+
+class GenaiLayer : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+// Prompt (empty cache) and token generation (cache of 5) through the whole layer: every
+// com.microsoft op goes, `check --target onnx` passes, ORT computes what it computes with its own
+// kernels (MatMulNBits as DequantizeLinear at opset 21, unpacked below).
+TEST_P(GenaiLayer, DefusedComputesTheOriginal) {
+  const auto [opset, separate_rope] = GetParam();
+  TempDir dir;
+  const auto original = write_model_text(genai_layer(opset, separate_rope), dir / "layer.onnx");
+  const auto rewritten = rewrite_and_check(original, dir / "defused.onnx", "onnx");
+  ASSERT_TRUE(rewritten);
+  EXPECT_EQ(contrib_ops(rewritten->ops), "(none)");
+  EXPECT_EQ(op_count(rewritten->ops, {"", "DequantizeLinear"}), opset >= 21 ? 4 : 0);
+  EXPECT_EQ(op_count(rewritten->ops, {"", "SimplifiedLayerNormalization"}), 0);
+  EXPECT_EQ(op_count(rewritten->ops, {"", "Attention"}), opset >= 23 ? 1 : 0);
+  EXPECT_EQ(op_count(rewritten->ops, {"", "RotaryEmbedding"}), opset >= 23 ? 2 : 0);
+  EXPECT_EQ(op_count(rewritten->ops, {"", "RMSNormalization"}), opset >= 23 ? 2 : 0);
+  for (const auto& sizes : std::vector<std::vector<std::string>>{
+           {"--dim", "batch=2", "--dim", "seq=5", "--dim", "past=0", "--dim", "total=5"},
+           {"--dim", "batch=2", "--dim", "seq=1", "--dim", "past=5", "--dim", "total=6"}}) {
+    std::vector<std::string> options{"--trials", "2", "--float-range", "-2,2", "--range", "attention_mask=1,1", "--rtol", "1e-4",
+                                     "--atol", "1e-4"};
+    options.insert(options.end(), sizes.begin(), sizes.end());
+    const auto comparison = ort_compare(original, rewritten->output, options);
+    EXPECT_TRUE(comparison.ok) << comparison.output;
+    record(sizes[3], comparison.max_abs);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layers, GenaiLayer,
+                         ::testing::Values(std::tuple{17, false}, std::tuple{21, false}, std::tuple{21, true}, std::tuple{23, true}),
+                         [](const auto& info) {
+                           return fmt::format("opset{}_{}", std::get<0>(info.param),
+                                              std::get<1>(info.param) ? "rotary_embedding_nodes" : "rope_in_attention");
+                         });
 
 TEST(Notes, LocalWindowSemanticsIsNamed) {
   RewriteOptions options;

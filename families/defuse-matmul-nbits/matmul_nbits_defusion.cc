@@ -96,6 +96,15 @@ std::string read_nbits(const Match& match, NBits& nb) {
     const int32_t zero_type = match.facts("zero_points").elem_type;
     if (zero_type == TensorProto::UINT8) {
       nb.zero = Zero::kPacked;
+      const auto& z_facts = match.facts("zero_points");
+      if (z_facts.shape) {
+        int64_t count = 1;
+        const auto dims = *z_facts.static_dims();
+        for (int64_t dim : dims) count = dim < 0 || count < 0 ? -1 : count * dim;
+        if (count >= 0 && count != nb.n * nb.zero_columns) {
+          return shape_mismatch("zero_points", z_facts, fmt::format("[{}, {}]", nb.n, nb.zero_columns));
+        }
+      }
     } else if (zero_type == nb.dtype) {
       if (nb.bits != 4) return fmt::format("zero_points of A's type with bits = {}: ONNX Runtime takes them for 4 bits only", nb.bits);
       nb.zero = Zero::kFloat;

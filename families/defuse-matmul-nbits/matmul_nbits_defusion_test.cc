@@ -275,6 +275,9 @@ INSTANTIATE_TEST_SUITE_P(
         DeclineCase{"b_shape_contradicts_k", 17, R"(g (float[2, 64] a, uint8[8, 4, 16] b, float[8, 2] scales) => (float[2, 8] y) {
           y = com.microsoft.MatMulNBits <K = 64, N = 8, bits = 4, block_size = 32> (a, b, scales) })",
                     "B is [8, 4, 16], not [8, 2, 16] as K, N, bits and block_size say"},
+        DeclineCase{"zero_points_shape_contradicts_k", 17, R"(g (float[2, 64] a, uint8[8, 2, 16] b, float[8, 2] scales, uint8[8, 2] zp) => (float[2, 8] y) {
+          y = com.microsoft.MatMulNBits <K = 64, N = 8, bits = 4, block_size = 32> (a, b, scales, zp) })",
+                    "zero_points is [8, 2], not [8, 1] as K, N, bits and block_size say"},
         DeclineCase{"runtime_b_falls_back", 21, fmt::format(R"(g ({}) => (float[2, 8] y) {{
           y = com.microsoft.MatMulNBits <K = 64, N = 8, bits = 4, block_size = 32> (a, b, scales) }})", kInputs),
                     "B is not a constant (DequantizeLinear needs the weights repacked now)", false},

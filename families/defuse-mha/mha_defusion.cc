@@ -67,7 +67,26 @@ std::string read_form(const Match& match, Form& form) {
   if (match.facts("key").rank() == 5) return "packed KV (key [B, L, N, 2, H]): ONNX Runtime's CPU kernel does not implement it";
   if (!bound(match, "value")) return "key without value: ONNX Runtime's CPU kernel takes both or packed forms it does not implement";
   form.hidden = query.dim(2);
-  if (form.hidden <= 0) return "the hidden size of query (dim 2) is unknown";
+  if (form.hidden <= 0) {
+    // query often comes from an op the shapes don't go through (MatMulNBits): D from the key, the
+    // cache (a graph input, declared) or present_key.
+    const auto& key_facts = match.facts("key");
+    const auto& outputs = match.anchor->output();
+    std::vector<int64_t> candidates;
+    if (key_facts.rank() == 3) candidates.push_back(key_facts.dim(2));
+    if (key_facts.rank() == 4 && key_facts.dim(3) > 0) candidates.push_back(key_facts.dim(3) * form.heads);
+    if (bound(match, "past_key") && match.facts("past_key").dim(3) > 0) candidates.push_back(match.facts("past_key").dim(3) * form.heads);
+    if (outputs.size() > 1 && !outputs[1].empty() && match.scope->facts(outputs[1]).dim(3) > 0) {
+      candidates.push_back(match.scope->facts(outputs[1]).dim(3) * form.heads);
+    }
+    for (int64_t candidate : candidates) {
+      if (candidate > 0) {
+        form.hidden = candidate;
+        break;
+      }
+    }
+    if (form.hidden <= 0) return "the hidden size is unknown (query's and key's dim 2, the head size of key, past_key, present_key)";
+  }
   if (form.hidden % form.heads != 0) return fmt::format("the hidden size {} is not divisible by num_heads {}", form.hidden, form.heads);
   form.head_size = form.hidden / form.heads;
   const auto& key = match.facts("key");

@@ -133,6 +133,11 @@ std::vector<OpCase> cases(int opset, const std::vector<std::string>& ops) {
       OpCase{"cross_attention_bnsh_mask", opset, R"(g (float[batch, seq, 16] q, float[batch, 2, keys, 8] k, float[batch, 2, keys, 8] v, int32[batch, keys] mask) => (float[batch, seq, 16] y) {
         y = com.microsoft.MultiHeadAttention <num_heads = 2> (q, k, v, , mask) })", ops,
              {{"--dim", "batch=2", "--dim", "seq=3", "--dim", "keys=9", "--range", "mask=0,1"}}},
+      // query's hidden size known only at run time (a MatMulNBits output, say): D from the cache.
+      OpCase{"query_size_from_cache", opset, R"(g (float[2, 3, d] q, float[2, 3, d] k, float[2, 3, d] v, float[2, 2, 4, 8] pk, float[2, 2, 4, 8] pv)
+          => (float[2, 3, d] y, float[2, 2, 7, 8] present_k, float[2, 2, 7, 8] present_v) {
+        y, present_k, present_v = com.microsoft.MultiHeadAttention <num_heads = 2, unidirectional = 1> (q, k, v, , , , pk, pv) })",
+             ops, {{"--dim", "d=16"}}},
       OpCase{"float16_bias_mask_causal_past", opset, R"(g (float16[2, 3, 16] q, float16[2, 3, 16] k, float16[2, 3, 16] v, float16[48] b, int32[2, 7] mask,
               float16[2, 2, 4, 8] pk, float16[2, 2, 4, 8] pv)
           => (float16[2, 3, 16] y, float16[2, 2, 7, 8] present_k, float16[2, 2, 7, 8] present_v) {
@@ -217,7 +222,7 @@ INSTANTIATE_TEST_SUITE_P(
         DeclineCase{"bfloat16", R"(g (bfloat16[2, 5, 16] q, bfloat16[2, 5, 16] k, bfloat16[2, 5, 16] v) => (bfloat16[2, 5, 16] y) {
           y = com.microsoft.MultiHeadAttention <num_heads = 2> (q, k, v) })", "bfloat16: ONNX Runtime's CPU provider has no bfloat16"},
         DeclineCase{"hidden_size_unknown", R"(g (float[2, 5, d] q, float[2, 5, d] k, float[2, 5, d] v) => (float[2, 5, d] y) {
-          y = com.microsoft.MultiHeadAttention <num_heads = 2> (q, k, v) })", "the hidden size of query (dim 2) is unknown"},
+          y = com.microsoft.MultiHeadAttention <num_heads = 2> (q, k, v) })", "the hidden size is unknown"},
         DeclineCase{"heads_do_not_divide", R"(g (float[2, 5, 15] q, float[2, 5, 15] k, float[2, 5, 15] v) => (float[2, 5, 15] y) {
           y = com.microsoft.MultiHeadAttention <num_heads = 2> (q, k, v) })", "the hidden size 15 is not divisible by num_heads 2"}),
     [](const auto& info) { return info.param.name; });

@@ -44,32 +44,33 @@ std::string read_layout(const Match& match, Layout& layout) {
   const int64_t heads_attribute = match.attribute_int("num_heads", 0);
   if (rotary_attribute > 0 && heads_attribute <= 0) return "rotary_embedding_dim without num_heads (ONNX Runtime refuses the node)";
   const int64_t half_width = match.facts("cos_cache").dim(1);
-  const int64_t hidden = layout.rank == 3 ? input.dim(2) : (input.dim(1) < 0 || input.dim(3) < 0 ? -1 : input.dim(1) * input.dim(3));
-  if (hidden < 0) return unknown(layout.rank == 3 ? "the hidden size (input dim 2)" : "the heads or head size (input dims 1, 3)");
+  if (half_width <= 0) return unknown("the width of cos_cache (dim 1)");
+  // hidden = N·H; -1 when the graph doesn't tell (the input of a MatMulNBits, say): then the
+  // Reshapes take the unknown dim with -1 and ORT's consistency checks can't be repeated here.
+  int64_t hidden = layout.rank == 3 ? input.dim(2) : (input.dim(1) < 0 || input.dim(3) < 0 ? -1 : input.dim(1) * input.dim(3));
   if (rotary_attribute == 0) {
-    if (half_width < 0) return unknown("the width of cos_cache (dim 1)");
     layout.head_size = 2 * half_width;
   } else {
-    layout.head_size = hidden / heads_attribute;
+    layout.head_size = hidden > 0 ? hidden / heads_attribute : -1;
   }
-  if (layout.head_size <= 0) return "the head size is 0";
-  layout.heads = heads_attribute > 0 ? heads_attribute : hidden / layout.head_size;
+  layout.heads = heads_attribute > 0 ? heads_attribute : (hidden > 0 ? hidden / layout.head_size : -1);
   layout.rotary_dim = rotary_attribute > 0 ? rotary_attribute : layout.head_size;
-  if (layout.rotary_dim > layout.head_size) {
+  if (layout.rank == 3 && layout.heads <= 0 && layout.head_size <= 0) return unknown("the hidden size (input dim 2)");
+  if (layout.head_size > 0 && layout.rotary_dim > layout.head_size) {
     return fmt::format("rotary_embedding_dim {} exceeds the head size {} (ONNX Runtime refuses the node)", layout.rotary_dim,
                        layout.head_size);
   }
   if (layout.rotary_dim % 2 != 0) return fmt::format("rotary_embedding_dim {} is odd", layout.rotary_dim);
-  if (layout.heads * layout.head_size != hidden) {
+  if (hidden > 0 && layout.heads * layout.head_size != hidden) {
     return fmt::format("{} heads of {} values don't make the input's {} values per position: the kernel's strides then "
                        "don't follow the input's layout",
                        layout.heads, layout.head_size, hidden);
   }
-  if (layout.rank == 4 && (input.dim(1) != layout.heads || input.dim(3) != layout.head_size)) {
+  if (layout.rank == 4 && ((input.dim(1) >= 0 && input.dim(1) != layout.heads) ||
+                           (input.dim(3) >= 0 && layout.head_size > 0 && input.dim(3) != layout.head_size))) {
     return fmt::format("the 4-D input [B, {}, S, {}] does not have {} heads of {} values (num_heads, cos_cache)", input.dim(1),
                        input.dim(3), layout.heads, layout.head_size);
   }
-  if (half_width < 0) return unknown("the width of cos_cache (dim 1)");
   if (half_width * 2 != layout.rotary_dim) {
     return fmt::format("cos_cache holds {} values per position, not R/2 = {}: ONNX Runtime then reads its rows with stride R/2",
                        half_width, layout.rotary_dim / 2);
@@ -101,6 +102,7 @@ Value offset_positions(GraphBuilder& b, Value input, Value position_ids, const L
 std::string rotary_embedding_as_onnx23(const Match& match, GraphBuilder& b) {
   Layout layout;
   if (auto why = read_layout(match, layout); !why.empty()) return why;
+  if (layout.rank == 3 && layout.heads <= 0) return "the number of heads is unknown (RotaryEmbedding-23 needs num_heads for 3-D input)";
   const Value input{match.value("input")};
   Value positions{match.value("position_ids")};
   if (layout.offset) {  // RotaryEmbedding-23 takes [B, S] positions only
@@ -112,7 +114,9 @@ std::string rotary_embedding_as_onnx23(const Match& match, GraphBuilder& b) {
   }
   Attributes attributes{attr("interleaved", match.attribute_int("interleaved", 0))};
   if (layout.rank == 3) attributes.push_back(attr("num_heads", layout.heads));
-  if (layout.rotary_dim < layout.head_size) attributes.push_back(attr("rotary_embedding_dim", layout.rotary_dim));
+  if (layout.head_size <= 0 || layout.rotary_dim < layout.head_size) {
+    attributes.push_back(attr("rotary_embedding_dim", layout.rotary_dim));
+  }
   b.output(match.value("output"), b.op("RotaryEmbedding", {input, Value{match.value("cos_cache")},
                                                           Value{match.value("sin_cache")}, positions},
                                        std::move(attributes)));
@@ -129,7 +133,8 @@ std::string defuse_rotary_embedding(const Match& match, GraphBuilder& b) {
   Value cos = b.Gather(Value{match.value("cos_cache")}, positions);          // [B, S, R/2] or [S, R/2]
   Value sin = b.Gather(Value{match.value("sin_cache")}, positions);
   if (layout.rank == 3) {
-    x = b.Reshape(x, b.ints({0, 0, layout.heads, layout.head_size}));  // [B, S, N, H]
+    // [B, S, N, H]; one of N, H may be known only at run time
+    x = b.Reshape(x, b.ints({0, 0, layout.heads > 0 ? layout.heads : -1, layout.head_size > 0 ? layout.head_size : -1}));
     cos = b.Unsqueeze(cos, {-2});
     sin = b.Unsqueeze(sin, {-2});
   } else if (!layout.offset) {  // [B, N, S, H]: positions [B, S] -> [B, 1, S, R/2]
@@ -143,7 +148,7 @@ std::string defuse_rotary_embedding(const Match& match, GraphBuilder& b) {
   }
   Value y = rotary_embedding(b, x, cos, sin, layout.head_size, layout.rotary_dim, match.attribute_int("interleaved", 0) != 0);
   if (widen) y = b.Cast(y, layout.dtype);
-  if (layout.rank == 3) y = b.Reshape(y, b.ints({0, 0, layout.heads * layout.head_size}));
+  if (layout.rank == 3) y = b.Reshape(y, b.ints({0, 0, layout.heads > 0 && layout.head_size > 0 ? layout.heads * layout.head_size : -1}));
   b.output(match.value("output"), y);
   return {};
 }

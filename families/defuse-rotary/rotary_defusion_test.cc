@@ -96,6 +96,11 @@ INSTANTIATE_TEST_SUITE_P(
         // Phi-3-like head size 96 without num_heads: heads = hidden / (2·cos_cache.shape[1]).
         OpCase{"bsd_head96_no_num_heads", 20, R"(g (float[1, 3, 192] x, int64[1, 3] pos, float[16, 48] cos, float[16, 48] sin) => (float[1, 3, 192] y) {
           y = com.microsoft.RotaryEmbedding (x, pos, cos, sin) })", {"Gather"}, with(kFloat, {"--range", "pos=0,15"})},
+        // The hidden size known only at run time (an input from MatMulNBits, say): num_heads and
+        // rotary_embedding_dim are enough.
+        OpCase{"bsd_hidden_size_unknown", 17, R"(g (float[2, 3, h] x, int64[2, 3] pos, float[8, 8] cos, float[8, 8] sin) => (float[2, 3, h] y) {
+          y = com.microsoft.RotaryEmbedding <num_heads = 2, rotary_embedding_dim = 16> (x, pos, cos, sin) })", {"Reshape"},
+               with(kFloat, {"--dim", "h=64", "--range", "pos=0,7"})},
         OpCase{"float16_bsd_interleaved_partial", 17, R"(g (float16[2, 3, 64] x, int64[2, 3] pos, float16[8, 8] cos, float16[8, 8] sin) => (float16[2, 3, 64] y) {
           y = com.microsoft.RotaryEmbedding <interleaved = 1, num_heads = 2, rotary_embedding_dim = 16> (x, pos, cos, sin) })",
                {"Cast"}, with(kExact, {"--range", "pos=0,7"})},
@@ -115,6 +120,9 @@ INSTANTIATE_TEST_SUITE_P(
         OpCase{"bnsh_offset", 24, R"(g (float[batch, 2, seq, 16] x, int64[1] pos, float[20, 4] cos, float[20, 4] sin) => (float[batch, 2, seq, 16] y) {
           y = com.microsoft.RotaryEmbedding <num_heads = 2, rotary_embedding_dim = 8, interleaved = 1> (x, pos, cos, sin) })",
                {"RotaryEmbedding", "Expand"}, with(kExact, {"--dim", "batch=2", "--dim", "seq=6", "--range", "pos=0,14"})},
+        OpCase{"bsd_hidden_size_unknown", 23, R"(g (float[2, 3, h] x, int64[2, 3] pos, float[8, 8] cos, float[8, 8] sin) => (float[2, 3, h] y) {
+          y = com.microsoft.RotaryEmbedding <num_heads = 2, rotary_embedding_dim = 16> (x, pos, cos, sin) })", {"RotaryEmbedding"},
+               with(kExact, {"--dim", "h=64", "--range", "pos=0,7"})},
         OpCase{"float16_bsd_half_partial", 23, R"(g (float16[2, 4, 128] x, int64[2, 4] pos, float16[32, 16] cos, float16[32, 16] sin) => (float16[2, 4, 128] y) {
           y = com.microsoft.RotaryEmbedding <num_heads = 4, rotary_embedding_dim = 32> (x, pos, cos, sin) })", {"RotaryEmbedding"},
                with(kExact, {"--range", "pos=0,31"})}),
@@ -155,8 +163,6 @@ INSTANTIATE_TEST_SUITE_P(
         DeclineCase{"rotary_dim_above_head", R"(g (float[2, 3, 64] x, int64[2, 3] pos, float[8, 32] cos, float[8, 32] sin) => (float[2, 3, 64] y) {
           y = com.microsoft.RotaryEmbedding <num_heads = 4, rotary_embedding_dim = 64> (x, pos, cos, sin) })",
                     "rotary_embedding_dim 64 exceeds the head size 16"},
-        DeclineCase{"hidden_size_unknown", R"(g (float[2, 3, h] x, int64[2, 3] pos, float[8, 8] cos, float[8, 8] sin) => (float[2, 3, h] y) {
-          y = com.microsoft.RotaryEmbedding <num_heads = 2> (x, pos, cos, sin) })", "the hidden size (input dim 2) is unknown"},
         DeclineCase{"bnsh_heads_disagree", R"(g (float[2, 4, 3, 16] x, int64[2, 3] pos, float[8, 8] cos, float[8, 8] sin) => (float[2, 4, 3, 16] y) {
           y = com.microsoft.RotaryEmbedding <num_heads = 2, rotary_embedding_dim = 16> (x, pos, cos, sin) })",
                     "the 4-D input [B, 4, S, 16] does not have 2 heads of 32 values"},

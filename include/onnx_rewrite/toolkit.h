@@ -93,7 +93,8 @@ namespace onnx_rewrite {
 // RotaryEmbedding-23:
 //   half split:  y[i] = x[i]·c[i] - x[i + R/2]·s[i],   y[i + R/2] = x[i + R/2]·c[i] + x[i]·s[i]
 //   interleaved: y[2k] = x[2k]·c[k] - x[2k + 1]·s[k],  y[2k + 1] = x[2k + 1]·c[k] + x[2k]·s[k]
-// Computed in x's own type: widen float16 first where the kernel computes in float.
+// Computed in x's own type: widen float16 first where the kernel computes in float. A head size
+// of 0 or less means unknown (the values from R on are sliced off and rejoined, maybe none).
 Value rotary_embedding(GraphBuilder& b, Value x, Value cos, Value sin, int64_t head_size, int64_t rotary_dim,
                        bool interleaved);
 

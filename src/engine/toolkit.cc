@@ -1,6 +1,7 @@
 #include "onnx_rewrite/toolkit.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include <fmt/format.h>
@@ -223,7 +224,7 @@ Value rotary_embedding(GraphBuilder& b, Value x, Value cos, Value sin, int64_t h
   // One builder call per statement: the order of the nodes must not depend on the compiler's
   // order of evaluating arguments.
   const int64_t half = rotary_dim / 2;
-  const bool partial = rotary_dim < head_size;
+  const bool partial = head_size <= 0 || rotary_dim < head_size;  // unknown head size: slice the rest, maybe empty
   auto rotate = [&](Value a, Value c) {  // (a·cos - c·sin, c·cos + a·sin)
     const Value a_cos = b.Mul(a, cos);
     const Value c_sin = b.Mul(c, sin);
@@ -250,7 +251,7 @@ Value rotary_embedding(GraphBuilder& b, Value x, Value cos, Value sin, int64_t h
     y = b.Concat({first_out, second_out}, -1);
   }
   if (partial) {
-    const Value rest = b.Slice(x, {rotary_dim}, {head_size}, {-1});
+    const Value rest = b.Slice(x, {rotary_dim}, {head_size > 0 ? head_size : std::numeric_limits<int64_t>::max()}, {-1});
     y = b.Concat({y, rest}, -1);
   }
   return y;
