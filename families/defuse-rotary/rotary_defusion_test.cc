@@ -78,8 +78,8 @@ INSTANTIATE_TEST_SUITE_P(
           y = com.microsoft.RotaryEmbedding <num_heads = 2> (x, pos, cos, sin) })", {"Gather", "Sub", "Concat"},
                with(kFloat, {"--dim", "batch=2", "--dim", "seq=5", "--range", "pos=0,15"})},
         // What onnxruntime-genai writes for q and k (rope_attrs: interleaved, partial rotary_embedding_dim).
-        OpCase{"bsd_half_partial_genai", 17, R"(g (float[2, 4, 128] x, int64[2, 4] pos, float[32, 16] cos, float[32, 16] sin) => (float[2, 4, 128] y) {
-          y = com.microsoft.RotaryEmbedding <interleaved = 0, num_heads = 4, rotary_embedding_dim = 32> (x, pos, cos, sin) })",
+        OpCase{"bsd_half_partial_genai", 17, R"(g (float[2, 4, 128] x, int64[2, 4] pos, float[32, 8] cos, float[32, 8] sin) => (float[2, 4, 128] y) {
+          y = com.microsoft.RotaryEmbedding <interleaved = 0, num_heads = 4, rotary_embedding_dim = 16> (x, pos, cos, sin) })",
                {"Slice", "Concat"}, with(kFloat, {"--range", "pos=0,31"})},
         OpCase{"bsd_interleaved_partial", 14, R"(g (float[2, 3, 64] x, int64[2, 3] pos, float[8, 8] cos, float[8, 8] sin) => (float[2, 3, 64] y) {
           y = com.microsoft.RotaryEmbedding <interleaved = 1, num_heads = 2, rotary_embedding_dim = 16> (x, pos, cos, sin) })",
