@@ -239,6 +239,10 @@ std::string matmul_nbits_as_dequantize_linear(const Match& match, GraphBuilder& 
     return "zero_points of A's type: DequantizeLinear's zero point has the weights' integer type (the unpacking rule takes them)";
   }
   const bool four = nb.bits == 4;
+  if (four && match.scope->model().proto.ir_version() < 10) {
+    return fmt::format("4-bit initializers need IR version 10 (the model has {}; the unpacking rule keeps B as it is)",
+                       match.scope->model().proto.ir_version());
+  }
   std::string weight_bytes, zero_bytes;
   if (auto why = constant_bytes(match, "B", static_cast<size_t>(nb.n * nb.k_blocks * nb.blob), weight_bytes); !why.empty()) {
     return why;

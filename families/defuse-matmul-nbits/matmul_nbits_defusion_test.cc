@@ -286,6 +286,20 @@ INSTANTIATE_TEST_SUITE_P(
                     "2-bit weights: DequantizeLinear takes 2-bit types from ai.onnx 25 only", false}),
     [](const auto& info) { return info.param.name; });
 
+// A model importing ai.onnx 21 at IR version 9 can't hold int4 initializers: unpacked instead.
+TEST(Dequantized, IrVersion9FallsBackToUnpacking) {
+  auto proto = nbits_model(Spec{"", 21, 64, 8, 4, 32});
+  proto.set_ir_version(9);
+  RewriteOptions options;
+  options.target = "onnx";
+  options.explain = "MatMulNBits";
+  const auto rewritten = rewrite_proto(proto, builtin_rules(), options);
+  EXPECT_EQ(contrib_ops(count_ops(rewritten.model)), "(none)");
+  EXPECT_EQ(op_count(count_ops(rewritten.model), {"", "DequantizeLinear"}), 0);
+  EXPECT_GE(op_count(count_ops(rewritten.model), {"", "BitShift"}), 1);
+  EXPECT_NE(rewritten.explain.find("4-bit initializers need IR version 10 (the model has 9"), std::string::npos) << rewritten.explain;
+}
+
 // accuracy_level 4 is rewritten with a note: ORT's int8 arithmetic is not reproduced.
 TEST(AccuracyLevel4, RewrittenWithANote) {
   RewriteOptions options;
