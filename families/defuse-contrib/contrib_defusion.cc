@@ -271,9 +271,19 @@ std::string defuse_layer_norm(const Match& match, GraphBuilder& b) {
 std::string defuse_skip_layer_norm(const Match& match, GraphBuilder& b) {
   const bool simplified = match.anchor->op_type() == "SkipSimplifiedLayerNormalization";
   const float epsilon = float_attribute(*match.anchor, "epsilon", 1e-12f);
-  Value sum = b.Add(Value{match.value("input")}, Value{match.value("skip")});
-  if (in_use(match, "bias")) sum = b.Add(sum, Value{match.value("bias")});
-  Value gamma{match.value("gamma")}, beta{in_use(match, "beta") ? match.value("beta") : ""};
+  // float16/bfloat16: ORT's kernel (skip_layer_norm.cc) widens every input, sums in float and
+  // normalizes that unrounded sum; the outputs are rounded once. So the sum is taken in float here
+  // too, and the normalization runs on it in float.
+  const int32_t dtype = element_type(match, {"input", "skip", "gamma", "beta", "bias"});
+  const bool widen = computes_in_float(dtype, 1);
+  auto compute = [&](Value x) { return widen ? b.Cast(x, TensorProto::FLOAT) : x; };
+  auto io = [&](Value x) { return widen ? b.Cast(x, dtype) : x; };
+  const Value input = compute(Value{match.value("input")});
+  const Value skip = compute(Value{match.value("skip")});
+  Value sum = b.Add(input, skip);
+  if (in_use(match, "bias")) sum = b.Add(sum, compute(Value{match.value("bias")}));
+  const Value gamma = compute(Value{match.value("gamma")});
+  const Value beta = in_use(match, "beta") ? compute(Value{match.value("beta")}) : Value{};
   Normalized out;
   const bool statistics = in_use(match, "mean") || in_use(match, "inv_std");
   if (!simplified && b.opset() >= 17) {
@@ -284,13 +294,12 @@ std::string defuse_skip_layer_norm(const Match& match, GraphBuilder& b) {
   } else if (simplified && b.opset() >= 23 && !statistics) {
     out.y = b.op("RMSNormalization", {sum, gamma}, {attr("axis", -1), attr("epsilon", epsilon)});
   } else {
-    const int32_t dtype = element_type(match, {"input", "skip", "gamma", "beta", "bias"});
     if (!dtype) return unknown_type(match.anchor->op_type());
     auto axes = trailing_axes(-1, rank(*match.scope, match.value("input")), b.opset());
     if (!axes) return "the rank of the input is unknown (needed below ai.onnx 11)";
-    out = spelled_norm(b, sum, gamma, beta, *axes, epsilon, simplified, dtype, computes_in_float(dtype, 1));
+    out = spelled_norm(b, sum, gamma, beta, *axes, epsilon, simplified, widen ? TensorProto::FLOAT : dtype, false);
   }
-  b.output(match.value("output"), out.y);
+  b.output(match.value("output"), io(out.y));
   if (in_use(match, "mean")) {
     if (simplified) {
       if (b.opset() < 9) return "a zero mean needs ConstantOfShape (ai.onnx >= 9)";
@@ -299,7 +308,7 @@ std::string defuse_skip_layer_norm(const Match& match, GraphBuilder& b) {
     b.output(match.value("mean"), out.mean);
   }
   if (in_use(match, "inv_std")) b.output(match.value("inv_std"), out.inv_std);
-  if (in_use(match, "sum")) b.output(match.value("sum"), sum);
+  if (in_use(match, "sum")) b.output(match.value("sum"), io(sum));
   return {};
 }
 

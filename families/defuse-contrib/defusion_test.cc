@@ -267,8 +267,47 @@ INSTANTIATE_TEST_SUITE_P(
           y = com.microsoft.SkipSimplifiedLayerNormalization <epsilon = 1e-6> (x, skip, gamma) })", {"ReduceMean"}},
         OpCase{"bias_sum_output_opset23", 23, R"(g (float[2, 5, 16] x, float[2, 5, 16] skip, float[16] gamma, float[16] bias) => (float[2, 5, 16] y, float[2, 5, 16] sum) {
           y, , , sum = com.microsoft.SkipSimplifiedLayerNormalization <epsilon = 1e-5> (x, skip, gamma, bias) })",
-               {"RMSNormalization"}}),
+               {"RMSNormalization"}},
+        // float16: ORT's kernel sums input + skip + bias in float and normalizes that unrounded sum.
+        // With x in [1024, 1025) (float16 steps of 1 there), skip in [0, 1) and bias -1024, a
+        // float16 sum keeps nothing of skip. (ORT's CPU provider runs float16 Add in float, so only
+        // the RMSNormalization-23 form, which has a float16 kernel, shows it in ORT; SumStaysInFloat
+        // checks the spelled form.)
+        OpCase{"float16_bias_sum_in_float_opset23", 23, R"(g (float16[2, 5, 64] x, float16[2, 5, 64] skip, float16[64] gamma, float16[64] bias) => (float16[2, 5, 64] y, float16[2, 5, 64] sum) {
+          y, , , sum = com.microsoft.SkipSimplifiedLayerNormalization <epsilon = 1e-5> (x, skip, gamma, bias) })",
+               {"Cast", "RMSNormalization"}, {"--range", "x=1024,1025", "--range", "skip=0,1", "--range", "bias=-1024,-1024", "--rtol", "1e-3", "--atol", "0"}},
+        // Ordinary values: one float16 step at most (summation order). Normalizing the float16-rounded
+        // sum instead, as the rewrite did before, is off by up to 2 steps on 23 % of the elements.
+        OpCase{"float16_opset23_one_step", 23, R"(g (float16[4, 8, 64] x, float16[4, 8, 64] skip, float16[64] gamma, float16[64] bias) => (float16[4, 8, 64] y) {
+          y = com.microsoft.SkipSimplifiedLayerNormalization <epsilon = 1e-5> (x, skip, gamma, bias) })",
+               {"Cast", "RMSNormalization"}, {"--float-range", "-4,4", "--trials", "8", "--rtol", "9.8e-4", "--atol", "0"}}),
     case_name);
+
+// float16 Skip(Simplified)LayerNormalization: input, skip and bias are widened before they are
+// added (ORT's kernel sums in float); a runtime with float16 Add would otherwise round the sum.
+TEST(SkipLayerNorm, SumStaysInFloat) {
+  for (const std::string op : {"SkipSimplifiedLayerNormalization", "SkipLayerNormalization"}) {
+    for (int opset : {14, 17, 23}) {
+      const auto defused = defuse(parse_model_text(model(opset, fmt::format(R"(g (float16[2, 5, 64] x, float16[2, 5, 64] skip, float16[64] gamma, float16[64] bias) => (float16[2, 5, 64] y, float16[2, 5, 64] sum) {{
+        y, , , sum = com.microsoft.{} <epsilon = 1e-5> (x, skip, gamma, {}bias) }})", op, op == "SkipLayerNormalization" ? "bias, " : ""))));
+      std::map<std::string, std::string> producer;  // value -> op type
+      for (const auto& node : defused.model.graph().node()) {
+        for (const auto& output : node.output()) producer[output] = node.op_type();
+      }
+      int adds = 0;  // the two Adds of the sum, each reading widened values (a Cast or the first Add)
+      for (const auto& node : defused.model.graph().node()) {
+        if (node.op_type() != "Add") continue;
+        for (const auto& input : node.input()) {
+          EXPECT_TRUE(input != "x" && input != "skip" && input != "bias") << op << " opset " << opset << ": Add reads " << input;
+        }
+        bool widened = true;
+        for (const auto& input : node.input()) widened = widened && (producer[input] == "Cast" || producer[input] == "Add");
+        if (widened) ++adds;
+      }
+      EXPECT_EQ(adds, 2) << op << " opset " << opset << "\n" << canonical_nodes(defused.model, interface_names(defused.model));
+    }
+  }
+}
 
 INSTANTIATE_TEST_SUITE_P(
     LayerNorm, ContribOp,

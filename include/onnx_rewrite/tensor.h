@@ -23,7 +23,8 @@ struct TensorValues {
   std::vector<int64_t> ints() const;
 };
 
-// Nullopt for complex numbers, external data, or bytes that don't fit the dims.
+// Nullopt for complex numbers, external data, or bytes that don't fit the dims. 4-bit integers
+// (uint4, int4) are unpacked: low nibble first, int4 sign-extended.
 std::optional<TensorValues> decode_tensor(const onnx::TensorProto& tensor);
 
 // A tensor of `data_type` (float, double, float16, integers, bool) holding `numbers`.

@@ -82,3 +82,20 @@ std::optional<Activation> mlas_activation(const onnx::NodeProto& node, std::stri
 std::string apply_activation(GraphBuilder& b, Value x, const Activation& activation, int32_t dtype, Value& y);
 
 }  // namespace onnx_rewrite
+
+// ---- Rotary position embedding (families/defuse-rotary, families/defuse-gqa) --------------------
+
+namespace onnx_rewrite {
+
+// Rotates the first `rotary_dim` (R) values of x's last axis (a head of `head_size` values) by the
+// angles whose cosines and sines are `cos` and `sin` (broadcasting against x[..., :R/2]); values
+// from R on pass through. As ONNX Runtime's RotaryEmbedding kernels (MlasRotaryEmbedOneRow) and
+// RotaryEmbedding-23:
+//   half split:  y[i] = x[i]·c[i] - x[i + R/2]·s[i],   y[i + R/2] = x[i + R/2]·c[i] + x[i]·s[i]
+//   interleaved: y[2k] = x[2k]·c[k] - x[2k + 1]·s[k],  y[2k + 1] = x[2k + 1]·c[k] + x[2k]·s[k]
+// Computed in x's own type: widen float16 first where the kernel computes in float. A head size
+// of 0 or less means unknown (the values from R on are sliced off and rejoined, maybe none).
+Value rotary_embedding(GraphBuilder& b, Value x, Value cos, Value sin, int64_t head_size, int64_t rotary_dim,
+                       bool interleaved);
+
+}  // namespace onnx_rewrite

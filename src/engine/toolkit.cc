@@ -1,6 +1,7 @@
 #include "onnx_rewrite/toolkit.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include <fmt/format.h>
@@ -210,6 +211,50 @@ std::string apply_activation(GraphBuilder& b, Value x, const Activation& activat
     return fmt::format("unknown activation '{}'", name);
   }
   return {};
+}
+
+}  // namespace onnx_rewrite
+
+// ---- Rotary position embedding (families/defuse-rotary, families/defuse-gqa) --------------------
+
+namespace onnx_rewrite {
+
+Value rotary_embedding(GraphBuilder& b, Value x, Value cos, Value sin, int64_t head_size, int64_t rotary_dim,
+                       bool interleaved) {
+  // One builder call per statement: the order of the nodes must not depend on the compiler's
+  // order of evaluating arguments.
+  const int64_t half = rotary_dim / 2;
+  const bool partial = head_size <= 0 || rotary_dim < head_size;  // unknown head size: slice the rest, maybe empty
+  auto rotate = [&](Value a, Value c) {  // (a·cos - c·sin, c·cos + a·sin)
+    const Value a_cos = b.Mul(a, cos);
+    const Value c_sin = b.Mul(c, sin);
+    const Value first = b.Sub(a_cos, c_sin);
+    const Value c_cos = b.Mul(c, cos);
+    const Value a_sin = b.Mul(a, sin);
+    const Value second = b.Add(c_cos, a_sin);
+    return std::pair{first, second};
+  };
+  Value y;
+  if (interleaved) {
+    const Value even = b.Slice(x, {0}, {rotary_dim}, {-1}, {2});
+    const Value odd = b.Slice(x, {1}, {rotary_dim}, {-1}, {2});
+    const auto [even_out, odd_out] = rotate(even, odd);
+    const Value even_pair = b.Unsqueeze(even_out, {-1});
+    const Value odd_pair = b.Unsqueeze(odd_out, {-1});
+    const Value pairs = b.Concat({even_pair, odd_pair}, -1);
+    const Value rotated = partial ? b.Slice(x, {0}, {rotary_dim}, {-1}) : x;
+    y = b.Reshape(pairs, b.Shape(rotated));
+  } else {
+    const Value first = b.Slice(x, {0}, {half}, {-1});
+    const Value second = b.Slice(x, {half}, {rotary_dim}, {-1});
+    const auto [first_out, second_out] = rotate(first, second);
+    y = b.Concat({first_out, second_out}, -1);
+  }
+  if (partial) {
+    const Value rest = b.Slice(x, {rotary_dim}, {head_size > 0 ? head_size : std::numeric_limits<int64_t>::max()}, {-1});
+    y = b.Concat({y, rest}, -1);
+  }
+  return y;
 }
 
 }  // namespace onnx_rewrite

@@ -107,6 +107,25 @@ std::vector<int64_t> exact_integers(const TensorProto& tensor, size_t element_si
   return out;
 }
 
+// 4-bit integers (uint4 = 21, int4 = 22; ONNX IR 10): two per byte, the first element in the low
+// nibble, an odd count padded; raw_data, or int32_data holding one such byte per entry.
+std::optional<TensorValues> decode_4bit(const TensorProto& tensor, TensorValues values, int64_t count) {
+  const bool is_signed = tensor.data_type() == 22;
+  const size_t bytes = static_cast<size_t>((count + 1) / 2);
+  auto byte_at = [&](size_t i) -> uint8_t {
+    return tensor.has_raw_data() ? static_cast<uint8_t>(tensor.raw_data()[i]) : static_cast<uint8_t>(tensor.int32_data(static_cast<int>(i)));
+  };
+  if ((tensor.has_raw_data() ? tensor.raw_data().size() : static_cast<size_t>(tensor.int32_data_size())) != bytes) return std::nullopt;
+  values.integers.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t nibble = (byte_at(static_cast<size_t>(i / 2)) >> (4 * (i % 2))) & 0xF;
+    if (is_signed && nibble >= 8) nibble -= 16;
+    values.integers.push_back(nibble);
+  }
+  values.numbers.assign(values.integers.begin(), values.integers.end());
+  return values;
+}
+
 }  // namespace
 
 std::vector<int64_t> TensorValues::ints() const {
@@ -121,7 +140,7 @@ std::optional<TensorValues> decode_tensor(const TensorProto& tensor) {
   if (tensor.data_location() == TensorProto::EXTERNAL) return std::nullopt;
   const int32_t type = tensor.data_type();
   const size_t element_size = raw_element_size(type);
-  if (element_size == 0 && type != TensorProto::STRING) return std::nullopt;
+  if (element_size == 0 && type != TensorProto::STRING && type != 21 && type != 22) return std::nullopt;
   TensorValues values;
   values.data_type = type;
   int64_t count = 1;
@@ -130,6 +149,7 @@ std::optional<TensorValues> decode_tensor(const TensorProto& tensor) {
     values.dims.push_back(dim);
     count *= dim;
   }
+  if (type == 21 || type == 22) return decode_4bit(tensor, std::move(values), count);
   if (type == TensorProto::STRING) {
     if (tensor.string_data_size() != count) return std::nullopt;
     values.strings.assign(tensor.string_data().begin(), tensor.string_data().end());
