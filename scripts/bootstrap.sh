@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake make g++ libonnx-dev libprotobuf-dev libcli11-dev libfmt-dev libgtest-dev ca-certificates)
+packages=(cmake make g++ libonnx-dev libprotobuf-dev libcli11-dev libfmt-dev libgtest-dev ca-certificates dpkg-dev)
 node_ok() { command -v node >/dev/null && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 18 ]; }
 node_ok && command -v npm >/dev/null || packages+=(nodejs npm)
 

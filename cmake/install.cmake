@@ -1,0 +1,34 @@
+# `cmake --install` and `cpack -G DEB`: the tool, its man page, the library with its public
+# headers, and a CMake package, so that a C++ project can
+#   find_package(onnx_rewrite CONFIG REQUIRED)
+#   target_link_libraries(app PRIVATE onnx_rewrite::onnx_rewrite)   # #include <onnx_rewrite/onnx_rewrite.h>
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(ONNX_REWRITE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/onnx_rewrite)
+
+install(TARGETS onnx-rewrite RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tool)
+install(FILES ${PROJECT_SOURCE_DIR}/docs/onnx-rewrite.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT tool)
+install(TARGETS onnx_rewrite EXPORT onnx_rewrite_targets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT library
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/onnx_rewrite DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT library)
+install(EXPORT onnx_rewrite_targets NAMESPACE onnx_rewrite:: DESTINATION ${ONNX_REWRITE_CMAKE_DIR} COMPONENT library)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/onnx_rewriteConfig.cmake.in
+                              ${PROJECT_BINARY_DIR}/onnx_rewriteConfig.cmake INSTALL_DESTINATION ${ONNX_REWRITE_CMAKE_DIR})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/onnx_rewriteConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/onnx_rewriteConfig.cmake ${PROJECT_BINARY_DIR}/onnx_rewriteConfigVersion.cmake
+        DESTINATION ${ONNX_REWRITE_CMAKE_DIR} COMPONENT library)
+
+# One .deb with everything (the tool is the point; the library and headers are small).
+set(CPACK_PACKAGE_NAME onnx-rewrite)
+set(CPACK_PACKAGE_VENDOR "onnx-rewrite")
+set(CPACK_PACKAGE_CONTACT "onnx-rewrite maintainers <onnx-rewrite@localhost>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "Rewrites ONNX models with pattern rules so that a target runtime can load them")
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)          # onnx-rewrite_<version>_amd64.deb
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)           # Depends: the shared libraries the binary links
+set(CPACK_DEBIAN_PACKAGE_SECTION science)
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "graphviz")    # `--html` draws its pictures with dot
+set(CPACK_PACKAGE_INSTALL_DIRECTORY onnx-rewrite)
+include(CPack)
