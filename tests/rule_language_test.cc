@@ -3,6 +3,8 @@
 // fire (subgraphs, functions), names, clean-up, opsets, fixed point and determinism.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <regex>
 #include <sstream>
 
@@ -987,6 +989,48 @@ end
 )");
   EXPECT_EQ(undefined.rfind("test.rules:6:3: rule x: builder group_norm_per_channel reads 'eps', which the pattern at line 3 neither "
                             "captures nor defaults", 0), 0u) << undefined;
+}
+
+// `is variadic`: a node with more inputs than the pattern lists matches (without it, the extra
+// inputs must be absent); the pattern binds the leading ones.
+TEST(RuleLanguage, AVariadicNodeTakesFurtherInputs) {
+  auto first_of_sum = [](const std::string& where) {
+    return fmt::format(R"(
+rule first-of-sum
+  targets: onnx
+  pattern (a) => (y) {{ y = Sum (a) }}
+  {}
+  replace (a) => (y) {{ y = Identity (a) }}
+  example {{
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] a, float[2] b) => (float[2] y) {{ y = Sum (a, b) }}
+  }}
+  expect {{ y = Identity (a) }}
+end
+)", where);
+  };
+  const char* sum_of_three = R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2] a, float[2] b, float[2] c) => (float[2] y) { y = Sum (a, b, c) })";
+  const auto variadic = rewrite_text(sum_of_three, rules_from_text(first_of_sum("where { y is variadic }")));
+  EXPECT_EQ(variadic.result.rules.count("first-of-sum"), 1u);
+  RewriteOptions explain;
+  explain.explain = "Sum";
+  const auto fixed = rewrite_text(sum_of_three, rules_from_text(first_of_sum("")), explain);
+  EXPECT_TRUE(fixed.result.rules.empty());
+  EXPECT_NE(fixed.explain.find("has input 1, which the pattern does not expect"), std::string::npos) << fixed.explain;
+  EXPECT_NE(load_error(R"(rule x
+  targets: onnx
+  pattern (a) => (y) { y = Sum (a) }
+  where { a is variadic }
+  replace (a) => (y) { y = Identity (a) }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] a) => (float[2] y) { y = Sum (a) }
+  }
+  expect { y = Identity (a) }
+end
+)").find("'a' is variadic, but no pattern node (of fixed operands) computes it"),
+            std::string::npos);
 }
 
 // `targets:` names target files that exist (compiled in, or read on this run).

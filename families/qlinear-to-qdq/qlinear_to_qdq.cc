@@ -24,8 +24,6 @@ namespace {
 using onnx::TensorProto;
 
 constexpr int kMaxDepth = 64;  // how far element types and ranks are followed through producers
-// QLinearConcat patterns are written for 1..kMaxConcatInputs tensors (qlinear-concat.rules).
-constexpr int kMaxConcatInputs = 64;
 
 // For a com.microsoft quantized op: which input is its output's zero point (which gives the
 // output's element type), or -1 when its output has the type of input 0.
@@ -101,15 +99,14 @@ std::optional<int64_t> quantized_rank(const Match& match, const char* name) {
 }
 
 // How many elements a value has when that is known now (a constant's header or static dims).
-std::optional<int64_t> element_count(const Match& match, const std::string& name) {
-  if (!bound(match, name) || match.value(name).empty()) return std::nullopt;
-  const std::string& value = match.value(name);
-  if (const auto* tensor = match.scope->constant_tensor(value)) {
+std::optional<int64_t> element_count(const Scope& scope, const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  if (const auto* tensor = scope.constant_tensor(value)) {
     int64_t count = 1;
     for (int64_t d : tensor->dims()) count *= d;
     return count;
   }
-  auto dims = match.scope->facts(value).static_dims();
+  auto dims = scope.facts(value).static_dims();
   if (!dims) return std::nullopt;
   int64_t count = 1;
   for (int64_t d : *dims) {
@@ -119,8 +116,10 @@ std::optional<int64_t> element_count(const Match& match, const std::string& name
   return count;
 }
 
-// "" if the scale / zero point pattern values `names` are per tensor (one element) as far as can
-// be known: ORT's kernels refuse anything else at run time, and so does the rule, at once.
+std::optional<int64_t> element_count(const Match& match, const std::string& name) {
+  return bound(match, name) ? element_count(*match.scope, match.value(name)) : std::nullopt;
+}
+
 std::string check_per_tensor(const Match& match, const std::string& op, std::initializer_list<const char*> names) {
   for (const char* name : names) {
     auto count = element_count(match, name);
@@ -306,33 +305,43 @@ std::string qlinear_softmax(const Match& match, GraphBuilder& b) {
 // ---- QLinearConcat ------------------------------------------------------------------------------
 
 // (y_scale, y_zero_point, x0, s0, z0, x1, s1, z1, ...) => y <axis>: Q(Concat(DQ(x0), DQ(x1), ...)).
+// The pattern binds the output's scale and zero point; the input triples are the node's own.
 std::string qlinear_concat(const Match& match, GraphBuilder& b) {
   const std::string op = "QLinearConcat";
   const onnx::NodeProto& node = *match.anchor;
+  const Scope& scope = *match.scope;
   const auto* axis_attribute = find_attribute(node, "axis");
   if (!axis_attribute) return "QLinearConcat has no axis attribute (ONNX Runtime refuses the node)";
   int64_t axis = axis_attribute->i();
+  if (node.input_size() < 5 || (node.input_size() - 2) % 3 != 0) {
+    return fmt::format("QLinearConcat has {} inputs: Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) triples",
+                       node.input_size());
+  }
   if (auto why = check_per_tensor(match, op, {"y_scale", "y_zero_point"}); !why.empty()) return why;
   const int32_t type = quantized_type(match, {"y_zero_point"});
   if (auto why = check_8bit(type, "Y_zero_point"); !why.empty()) return why;
   std::vector<Value> parts;
-  for (int i = 0; i < kMaxConcatInputs && bound(match, fmt::format("x{}", i)); ++i) {
-    const std::string x = fmt::format("x{}", i), s = fmt::format("s{}", i), z = fmt::format("z{}", i);
-    const std::string s_name = s, z_name = z;
-    for (const std::string& name : {s, z}) {
-      auto count = element_count(match, name);
-      if (count && *count != 1) return fmt::format("{} has {} elements; ORT's {} kernel takes one", name, *count, op);
+  for (int i = 2; i < node.input_size(); i += 3) {
+    const int k = (i - 2) / 3;
+    const std::string &x = node.input(i), &scale = node.input(i + 1), &zero_point = node.input(i + 2);
+    if (x.empty() || scale.empty()) return fmt::format("input {} of QLinearConcat has no tensor or no scale", k);
+    for (const std::string* value : {&scale, &zero_point}) {
+      auto count = element_count(scope, *value);
+      if (count && *count != 1) return fmt::format("'{}' has {} elements; ORT's {} kernel takes one", *value, *count, op);
     }
-    if (auto why = check_float_scales(match, {s_name.c_str()}); !why.empty()) return why;
-    const int32_t input_type = quantized_type(match, {z_name.c_str(), x.c_str()});
+    if (const int32_t scale_type = scope.facts(scale).elem_type; scale_type && scale_type != TensorProto::FLOAT) {
+      return fmt::format("'{}' is {}; ORT's kernel reads float scales", scale, data_type_name(scale_type));
+    }
+    int32_t input_type = quantized_type(scope, zero_point);
+    if (!input_type) input_type = quantized_type(scope, x);
     if (input_type && input_type != type) {
-      return fmt::format("input {} is {} and the output {}; ORT's kernel takes one type", i, data_type_name(input_type),
+      return fmt::format("input {} is {} and the output {}; ORT's kernel takes one type", k, data_type_name(input_type),
                          data_type_name(type));
     }
-    parts.push_back(dequantize(b, value_of(match, x), value_of(match, s), value_of(match, z)));
+    parts.push_back(dequantize(b, Value{x}, Value{scale}, Value{zero_point}));
   }
   if (axis < 0 && b.opset() < 11) {
-    const auto rank = quantized_rank(match, "x0");
+    const auto rank = quantized_rank(scope, node.input(2));
     if (!rank) return fmt::format("axis {} is negative and the rank of the inputs is unknown (needed below ai.onnx 11)", axis);
     axis += *rank;
   }
@@ -445,12 +454,7 @@ void register_qlinear_to_qdq_builders(BuilderRegistry& registry) {
       qlinear_global_average_pool);
   add("qlinear_softmax_to_qdq",
       {.values = {"x", "x_scale", "y_scale", "y_zero_point", "y"}, .optional_values = {"x_zero_point"}}, qlinear_softmax);
-  std::vector<std::string> concat_inputs;
-  for (int i = 1; i < kMaxConcatInputs; ++i) {
-    for (const char* part : {"x", "s", "z"}) concat_inputs.push_back(fmt::format("{}{}", part, i));
-  }
-  add("qlinear_concat_to_qdq", {.values = {"y_scale", "y_zero_point", "x0", "s0", "z0", "y"}, .optional_values = concat_inputs},
-      qlinear_concat);
+  add("qlinear_concat_to_qdq", {.values = {"y_scale", "y_zero_point", "y"}}, qlinear_concat);
   add("qgemm_to_qdq",
       {.values = {"a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "y"}, .optional_values = {"c", "y_scale", "y_zero_point"}},
       qgemm);

@@ -273,6 +273,17 @@ INSTANTIATE_TEST_SUITE_P(
         QuantCase{"uint8_y_scale_0_003", 13, softmax("uint8", "64, 16", "opset = 13, axis = -1", 0.3, "128", "0", "0.003"), {"Softmax"}}),
     case_name);
 
+std::string concat_of(int tensors) {
+  std::vector<std::string> inputs, args{"ys", "yz"};
+  for (int i = 0; i < tensors; ++i) {
+    inputs.push_back(fmt::format("uint8[1, 2] x{}", i));
+    args.insert(args.end(), {fmt::format("x{}", i), "ys", "yz"});
+  }
+  return fmt::format(R"(g ({}) => (uint8[1, {}] y) <float ys = {{0.05}}, uint8 yz = {{128}}> {{
+    y = com.microsoft.QLinearConcat <axis = 1> ({}) }})",
+                     fmt::join(inputs, ", "), 2 * tensors, fmt::join(args, ", "));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Concat, QuantOp,
     ::testing::Values(
@@ -287,7 +298,9 @@ INSTANTIATE_TEST_SUITE_P(
         QuantCase{"int8_negative_axis_opset10", 10, R"(g (int8[3, 4, 5] a, int8[3, 4, 2] b) => (int8[3, 4, 7] y)
           <float ys = {0.05}, int8 yz = {0}, float as = {0.02}, int8 az = {-10}, float bs = {0.1}, int8 bz = {3}> {
           y = com.microsoft.QLinearConcat <axis = -1> (ys, yz, a, as, az, b, bs, bz) })",
-                  {"Concat"}}),
+                  {"Concat"}},
+        // Any number of inputs: one variadic pattern (no cap at a count written out in the rule).
+        QuantCase{"uint8_65_inputs", 13, concat_of(65), {"Concat"}, 0}),
     case_name);
 
 // QGemm: A [M, K] (uint8 or int8), constant weights B ([K, N] or [N, K] with transB) and
@@ -389,17 +402,6 @@ TEST_P(Declines, NodeStaysWithTheReason) {
 
 std::string declined_name(const ::testing::TestParamInfo<Declined>& info) { return info.param.name; }
 
-std::string concat_of(int tensors) {
-  std::vector<std::string> inputs, args{"ys", "yz"};
-  for (int i = 0; i < tensors; ++i) {
-    inputs.push_back(fmt::format("uint8[1, 2] x{}", i));
-    args.insert(args.end(), {fmt::format("x{}", i), "ys", "yz"});
-  }
-  return fmt::format(R"(g ({}) => (uint8[1, {}] y) <float ys = {{0.05}}, uint8 yz = {{128}}> {{
-    y = com.microsoft.QLinearConcat <axis = 1> ({}) }})",
-                     fmt::join(inputs, ", "), 2 * tensors, fmt::join(args, ", "));
-}
-
 INSTANTIATE_TEST_SUITE_P(
     QLinear, Declines,
     ::testing::Values(
@@ -433,7 +435,10 @@ INSTANTIATE_TEST_SUITE_P(
                  R"(g (uint8[2, 8] x) => (uint8[2, 8] y) <float xs = {0.1}, uint8 xz = {1}, float ys = {0.1}, uint8 yz = {0}> {
                    y = com.microsoft.QLinearGlobalAveragePool (x, xs, xz, ys, yz) })",
                  "QLinearGlobalAveragePool", "X has rank 2; ORT's kernel needs at least 3"},
-        Declined{"concat_of_65_tensors", concat_of(65), "QLinearConcat", "which the pattern does not expect"},
+        Declined{"concat_with_an_incomplete_triple",
+                 R"(g (uint8[1, 2] a, uint8[1, 2] b) => (uint8[1, 4] y) <float ys = {0.05}, uint8 yz = {128}> {
+                   y = com.microsoft.QLinearConcat <axis = 1> (ys, yz, a, ys, yz, b, ys) })",
+                 "QLinearConcat", "QLinearConcat has 7 inputs: Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) triples"},
         Declined{"qgemm_y_scale_without_zero_point",
                  R"(g (uint8[2, 4] a) => (float[2, 3] y) <float as = {0.1}, uint8 az = {1}, int8[4, 3] b = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12},
                    float bs = {0.1}, int8 bz = {0}, float ys = {0.2}> {

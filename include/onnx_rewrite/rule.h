@@ -45,6 +45,9 @@ struct PatternNode {
   // order and association.
   bool associative = false;
   bool commutative = false;
+  // `where { y is variadic }`: the node may have more inputs than the pattern lists (QLinearConcat's
+  // triples); a builder reads them from the node.
+  bool variadic = false;
 };
 
 // A condition on a pattern value or a captured attribute (`where` lines).
@@ -60,6 +63,7 @@ struct Constraint {
     kAbsent,       // x is absent
     kDtype,        // x dtype in [...]
     kRank,         // x rank in [min, max]
+    kVariadic,     // y is variadic: the node computing y may have further inputs
   };
   Kind kind;
   std::string subject;

@@ -225,7 +225,8 @@ class Search {
       return false;
     };
     switch (constraint.kind) {
-      case K::kOptional: return true;
+      case K::kOptional:
+      case K::kVariadic: return true;  // about the node, decided by its pattern node
       case K::kAbsent: return value.empty() ? true : reject("is present, the rule needs it absent");
       case K::kPresent: return value.empty() ? reject("is absent, the rule needs it") : true;
       default: break;
@@ -424,7 +425,7 @@ class Search {
   }
 
   bool match_inputs(const PatternNode& pattern_node, const onnx::NodeProto& node, size_t depth) {
-    for (size_t i = pattern_node.inputs.size(); i < static_cast<size_t>(node.input_size()); ++i) {
+    for (size_t i = pattern_node.inputs.size(); !pattern_node.variadic && i < static_cast<size_t>(node.input_size()); ++i) {
       if (!node.input(static_cast<int>(i)).empty()) {
         fail(depth, fmt::format("node {} has input {}, which the pattern does not expect", node_text(node), i));
         return false;

@@ -48,6 +48,7 @@ std::string Constraint::describe() const {
       return fmt::format("{} dtype in [{}]", subject, fmt::join(names, ", "));
     }
     case Kind::kRank: return fmt::format("{} rank in {}..{}", subject, min_rank, max_rank);
+    case Kind::kVariadic: return subject + " is variadic";
   }
   return {};
 }

@@ -555,9 +555,9 @@ class RuleFileParser {
       } else if (verb == "is" && tokens.size() == 3) {
         static const std::map<std::string, K> kinds = {{"constant", K::kConstant}, {"scalar", K::kScalar},
                                                        {"optional", K::kOptional}, {"absent", K::kAbsent},
-                                                       {"present", K::kPresent}};
+                                                       {"present", K::kPresent},   {"variadic", K::kVariadic}};
         auto it = kinds.find(tokens[2].text);
-        if (it == kinds.end()) error_at(at, "expected constant, scalar, optional, absent or present");
+        if (it == kinds.end()) error_at(at, "expected constant, scalar, optional, absent, present or variadic");
         constraint.kind = it->second;
       } else if (verb == "~=") {
         constraint.kind = K::kApprox;
@@ -746,6 +746,14 @@ class RuleFileParser {
       constraint.on_attribute = is_capture(pattern, constraint.subject);
       if (!pattern_has_name(pattern, constraint.subject)) {
         error(fmt::format("{}: 'where' line {} names '{}', which the pattern does not have", where, constraint.line, constraint.subject));
+      }
+      if (constraint.kind == Constraint::Kind::kVariadic) {
+        auto node = producer.find(constraint.subject);
+        if (node == producer.end() || pattern.nodes[node->second].associative) {
+          error(fmt::format("{}: 'where' line {}: '{}' is variadic, but no pattern node (of fixed operands) computes it", where,
+                            constraint.line, constraint.subject));
+        }
+        pattern.nodes[node->second].variadic = true;
       }
     }
     // Match order: the anchor computes the first output; then producers of bound values
