@@ -142,6 +142,38 @@ TEST(Cli, AnUnknownSubcommandIsNamedWithTheKnownOnes) {
   EXPECT_EQ(result.err, "onnx-rewrite: error: unknown subcommand 'frob' (known: rewrite, check, inspect, rules, targets, batch) (see --help)\n");
 }
 
+TEST(Cli, RepeatableOptionsTakeOneValueEach) {
+  // `--only ID MODEL` once read MODEL as a second rule id and failed "model is required".
+  TempDir dir;
+  const auto model = write_model_text(kCustomOpModel, dir / "m.onnx");
+  write_file(dir / "mine.rules", "");
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"rewrite", "--only", "customop-one-to-add", model.string(), "-o", (dir / "a.onnx").string()},
+           {"rewrite", "--skip", "no-rule-at-all-but-skip-checks-ids", model.string(), "-o", (dir / "b.onnx").string()},
+           {"rewrite", "--rules", (dir / "mine.rules").string(), model.string(), "-o", (dir / "c.onnx").string()},
+           {"rewrite", "--only", "customop-one-to-add", "--only", "customop-one-to-add", model.string(), "-o", (dir / "d.onnx").string()},
+           {"batch", "--rules", (dir / "mine.rules").string(), model.string(), "-o", (dir / "out").string()},
+           {"inspect", "--rules", (dir / "mine.rules").string(), model.string()}}) {
+    const auto result = run_cli(args);
+    const bool skip = args[1] == "--skip";
+    EXPECT_EQ(result.exit_code, skip ? 2 : 0) << ::testing::PrintToString(args) << result.err;
+    if (skip) {
+      EXPECT_EQ(result.err, "onnx-rewrite: error: --skip no-rule-at-all-but-skip-checks-ids: no rule has that id\n");
+    }
+  }
+  onnx::ModelProto written;
+  ASSERT_TRUE(written.ParseFromString(read_file(dir / "a.onnx")));
+  ASSERT_EQ(written.graph().node_size(), 2);
+  EXPECT_EQ(written.graph().node(0).op_type(), "Add");
+  EXPECT_TRUE(fs::exists(dir / "c.onnx"));
+  EXPECT_TRUE(fs::exists(dir / "d.onnx"));
+  EXPECT_TRUE(fs::exists(dir / "out/m.onnx"));
+  // Two values after one flag: the second is the model, and a third word is no argument at all.
+  const auto two = run_cli({"rewrite", "--only", "customop-one-to-add", model.string(), "extra", "-o", (dir / "e.onnx").string()});
+  EXPECT_EQ(two.exit_code, 2);
+  EXPECT_FALSE(fs::exists(dir / "e.onnx"));
+}
+
 // ---- Bad input --------------------------------------------------------------------------------
 
 class BadInput : public ::testing::Test {
