@@ -394,6 +394,36 @@ TEST(ExternalData, NeverReplacesADifferentDataFileAtTheDestination) {
   EXPECT_TRUE(fs::exists(dir / "out/second.onnx"));
 }
 
+TEST(ExternalData, AModelLinkedFromASnapshotMayHaveDataLinksIntoTheDirectoryItsLinkLeadsTo) {
+  // A Hugging Face cache: snap/model.onnx -> ../blobs/HASH, snap/w.bin -> ../blobs/HASH2. The
+  // weights are found beside the link (where runtimes look) and may lead where the model does.
+  TempDir dir;
+  fs::create_directories(dir / "hub/blobs");
+  fs::create_directories(dir / "hub/snap");
+  fs::create_directories(dir / "secret");
+  write_file(dir / "hub/blobs/1f0e", external_model("w.bin"));
+  write_file(dir / "hub/blobs/9a7c", std::string(8192, 'w'));
+  write_file(dir / "secret/s.bin", std::string(8192, 's'));
+  fs::create_symlink("../blobs/1f0e", dir / "hub/snap/m.onnx");
+  fs::create_symlink("../blobs/9a7c", dir / "hub/snap/w.bin");
+  EXPECT_EQ(load_error(dir / "hub/snap/m.onnx"), "");
+  fs::create_directories(dir / "out");
+  write_model(load_model(dir / "hub/snap/m.onnx"), dir / "out/m.onnx");
+  EXPECT_FALSE(fs::is_symlink(dir / "out/w.bin"));
+  EXPECT_EQ(read_file(dir / "out/w.bin"), std::string(8192, 'w'));
+  // Elsewhere is still out of bounds, and so are the blobs for a model that is no link.
+  fs::remove(dir / "hub/snap/w.bin");
+  fs::create_symlink("../../secret/s.bin", dir / "hub/snap/w.bin");
+  EXPECT_NE(load_error(dir / "hub/snap/m.onnx").find("leads outside the model's directory through a symbolic link"), std::string::npos)
+      << load_error(dir / "hub/snap/m.onnx");
+  fs::remove(dir / "hub/snap/w.bin");
+  fs::remove(dir / "hub/snap/m.onnx");
+  fs::create_symlink("../blobs/9a7c", dir / "hub/snap/w.bin");
+  fs::copy_file(dir / "hub/blobs/1f0e", dir / "hub/snap/m.onnx");
+  EXPECT_NE(load_error(dir / "hub/snap/m.onnx").find("leads outside the model's directory through a symbolic link"), std::string::npos)
+      << load_error(dir / "hub/snap/m.onnx");
+}
+
 TEST(ExternalData, OffsetsBeyond4GiBSurviveARewrite) {
   // A model too big for one protobuf: its weight sits 5 GiB into a (sparse) data file.
   TempDir dir;

@@ -8,11 +8,17 @@
 
 namespace onnx_rewrite {
 
+struct LoadOptions {
+  // A missing external-data file is listed in Model::missing_external_data instead of refused
+  // (inspect and check read no weights; a graph-only download can be looked at).
+  bool allow_missing_external_data = false;
+};
+
 // Reads a model without touching its weights' payload bytes. Throws InputError naming the file
 // on anything unreadable: not a file, not protobuf, not an ONNX model, external data whose
 // location is absolute, escapes the model's directory or holds a NUL byte, whose file is missing
 // or too short, or whose length does not match the tensor's type and shape.
-Model load_model(const std::filesystem::path& path);
+Model load_model(const std::filesystem::path& path, const LoadOptions& options = {});
 
 // A fresh copy of a model as it was loaded (its source bytes parsed again; cheap: weights stay put).
 Model reload_model(const Model& model);
