@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <random>
+#include <thread>
 
 #include "onnx_rewrite/opset.h"
 #include "test_support.h"
@@ -543,6 +544,54 @@ end
   EXPECT_TRUE(ids.count("customop-one-to-add"));
   const auto only_mine = run_cli({"rules", "--rules", (dir / "mine.rules").string(), "--no-builtin-rules"});
   EXPECT_NE(only_mine.out.find("1 rules"), std::string::npos) << only_mine.out;
+}
+
+// ---- Writing --------------------------------------------------------------------------------
+
+TEST(Commit, TwoProcessesNeverShareADataFileOfOneNameButOtherBytes) {
+  // Two models whose weights are both `weights.bin`, with other bytes, written into one directory
+  // at the same time: both checked that no weights.bin was there, both wrote one, and both exited
+  // 0 with one model reading the other's weights. Exactly one may succeed, with its own bytes.
+  TempDir dir;
+  const int64_t floats = int64_t{1} << 22;  // 16 MiB each: copying takes long enough to race
+  for (const char* name : {"a", "b"}) {
+    fs::create_directories(dir / name);
+    onnx::ModelProto model = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[4194304] x) => (float[4194304] y) { y = Add (x, w) })");
+    auto* weight = model.mutable_graph()->add_initializer();
+    weight->set_name("w");
+    weight->set_data_type(onnx::TensorProto::FLOAT);
+    weight->add_dims(floats);
+    weight->set_data_location(onnx::TensorProto::EXTERNAL);
+    for (const auto& [key, value] : {std::pair<std::string, std::string>{"location", "weights.bin"}, {"offset", "0"},
+                                     {"length", std::to_string(floats * 4)}}) {
+      auto* entry = weight->add_external_data();
+      entry->set_key(key);
+      entry->set_value(value);
+    }
+    write_file(dir / name / "m.onnx", serialize(model));
+    write_file(dir / name / "weights.bin", std::string(static_cast<size_t>(floats * 4), name[0]));
+  }
+  const std::string conflict = "external data 'weights.bin' would replace a different file already in ";
+  for (int trial = 0; trial < 12; ++trial) {
+    const fs::path out = dir / ("out" + std::to_string(trial));
+    fs::create_directories(out);
+    CommandResult results[2];
+    std::thread first([&] { results[0] = run_cli({"rewrite", (dir / "a/m.onnx").string(), "-o", (out / "a.onnx").string()}); });
+    std::thread second([&] { results[1] = run_cli({"rewrite", (dir / "b/m.onnx").string(), "-o", (out / "b.onnx").string()}); });
+    first.join();
+    second.join();
+    const int winners = (results[0].exit_code == 0) + (results[1].exit_code == 0);
+    ASSERT_EQ(winners, 1) << "trial " << trial << ": " << results[0].err << results[1].err;
+    const int winner = results[0].exit_code == 0 ? 0 : 1;
+    const CommandResult& loser = results[1 - winner];
+    EXPECT_EQ(loser.exit_code, 3);
+    EXPECT_NE(loser.err.find(conflict + out.string()), std::string::npos) << loser.err;
+    EXPECT_TRUE(fs::exists(out / (winner == 0 ? "a.onnx" : "b.onnx")));
+    EXPECT_FALSE(fs::exists(out / (winner == 0 ? "b.onnx" : "a.onnx")));
+    EXPECT_EQ(read_file(out / "weights.bin"), read_file(dir / (winner == 0 ? "a" : "b") / "weights.bin")) << "trial " << trial;
+    fs::remove_all(out);
+  }
 }
 
 // ---- batch ------------------------------------------------------------------------------------
