@@ -1,9 +1,13 @@
 #include "cli/commands.h"
 
+#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -732,42 +736,95 @@ namespace {
 struct BatchItem {
   std::string input;
   std::string output;
-  std::string error;  // the entry could not even be read (a dangling or looping link, ...)
+  std::string error;  // the entry could not even be read (a directory, a dangling or looping link, ...)
+};
+
+using FileId = std::pair<dev_t, ino_t>;
+
+// Walks one input directory. Paths are built from the names met on the way, never from where a
+// symbolic link leads, so every output lies under OUT_DIR at the entry's own relative path.
+// Symbolic links to directories are followed, except one leading to a directory the walk is
+// already inside (a loop), which is a failed item like a directory that can't be listed.
+class BatchWalk {
+ public:
+  BatchWalk(std::optional<FileId> out_dir, std::vector<std::pair<fs::path, fs::path>>& found, std::vector<BatchItem>& unreadable)
+      : out_dir_(out_dir), found_(found), unreadable_(unreadable) {}
+
+  void walk(const fs::path& directory, const fs::path& relative, FileId id) {
+    ancestors_.push_back({id, directory});
+    DIR* listing = ::opendir(directory.c_str());
+    if (!listing) {
+      unreadable_.push_back({directory.string(), {}, std::string("cannot read the directory: ") + std::strerror(errno)});
+      ancestors_.pop_back();
+      return;
+    }
+    std::vector<std::string> names;
+    errno = 0;
+    while (const dirent* entry = ::readdir(listing)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+      errno = 0;
+    }
+    const int listing_error = errno;
+    ::closedir(listing);
+    if (listing_error) {
+      unreadable_.push_back({directory.string(), {}, std::string("cannot read the directory: ") + std::strerror(listing_error)});
+    }
+    std::sort(names.begin(), names.end());
+    for (const auto& name : names) visit(directory / name, relative / name);
+    ancestors_.pop_back();
+  }
+
+ private:
+  void visit(const fs::path& path, const fs::path& relative) {
+    const bool model_name = path.extension() == ".onnx";
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      // A symbolic link that loops or leads nowhere (or an entry gone meanwhile).
+      if (model_name) unreadable_.push_back({path.string(), {}, std::string("cannot read: ") + std::strerror(errno)});
+      return;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      const FileId id{st.st_dev, st.st_ino};
+      if (out_dir_ && id == *out_dir_) return;  // never read our own outputs
+      for (const auto& [ancestor, ancestor_path] : ancestors_) {
+        if (ancestor == id) {
+          unreadable_.push_back({path.string(), {}, "leads to '" + ancestor_path.string() +
+                                                        "', a directory it is in: not followed (a loop)"});
+          return;
+        }
+      }
+      walk(path, relative, id);
+    } else if (model_name) {
+      if (S_ISREG(st.st_mode)) found_.emplace_back(path, relative);
+      else unreadable_.push_back({path.string(), {}, "not a regular file"});
+    }
+  }
+
+  std::optional<FileId> out_dir_;
+  std::vector<std::pair<fs::path, fs::path>>& found_;
+  std::vector<BatchItem>& unreadable_;
+  std::vector<std::pair<FileId, fs::path>> ancestors_;
 };
 
 std::vector<BatchItem> collect_batch(const BatchCommand& command) {
   std::vector<BatchItem> items;
   std::vector<BatchItem> unreadable;
   std::set<std::string> outputs;
-  std::error_code ec;
-  const fs::path out_dir = fs::weakly_canonical(command.output_dir, ec);
+  std::optional<FileId> out_dir;
+  struct stat st {};
+  if (::stat(command.output_dir.c_str(), &st) == 0) out_dir = FileId{st.st_dev, st.st_ino};
   for (const auto& input : command.inputs) {
-    if (!fs::exists(input, ec)) throw InputError(input, "no such file or directory");
+    if (::stat(input.c_str(), &st) != 0) {
+      if (errno == ENOENT) throw InputError(input, "no such file or directory");
+      throw InputError(input, std::string("cannot read: ") + std::strerror(errno));
+    }
     std::vector<std::pair<fs::path, fs::path>> found;  // file, path relative to the input
-    if (fs::is_directory(input, ec)) {
-      for (auto it = fs::recursive_directory_iterator(input, fs::directory_options::skip_permission_denied, ec);
-           it != fs::recursive_directory_iterator(); it.increment(ec)) {
-        if (ec) {
-          unreadable.push_back({it->path().string(), {}, "cannot list: " + ec.message()});
-          ec.clear();
-          continue;
-        }
-        std::error_code status_error;
-        if (it->is_directory(status_error) && fs::weakly_canonical(it->path(), ec) == out_dir) {
-          it.disable_recursion_pending();  // never read our own outputs
-          continue;
-        }
-        if (it->path().extension() != ".onnx") continue;
-        if (it->is_regular_file(status_error)) {
-          found.emplace_back(it->path(), fs::relative(it->path(), input));
-        } else if (status_error) {
-          unreadable.push_back({it->path().string(), {}, "cannot read: " + status_error.message()});
-        }
-      }
+    if (S_ISDIR(st.st_mode)) {
+      BatchWalk(out_dir, found, unreadable).walk(input, {}, FileId{st.st_dev, st.st_ino});
     } else {
       found.emplace_back(input, fs::path(input).filename());
     }
-    std::sort(found.begin(), found.end());
     for (const auto& [file, relative] : found) {
       BatchItem item{file.string(), (fs::path(command.output_dir) / relative).string(), {}};
       if (!outputs.insert(item.output).second) {
@@ -780,7 +837,6 @@ std::vector<BatchItem> collect_batch(const BatchCommand& command) {
   return items;
 }
 
-
 int batch_all(const BatchCommand& command, PendingFile* report, std::ostream& out, std::ostream& err) {
   const Target& target = find_target(command.options.target);
   const RuleSet rules = command.rules.load();
@@ -792,7 +848,8 @@ int batch_all(const BatchCommand& command, PendingFile* report, std::ostream& ou
   if (!fs::is_directory(command.output_dir)) {
     throw UsageError(command.output_dir + ": cannot create the output directory" + (ec ? ": " + ec.message() : ""));
   }
-  const WriteOptions write;
+  WriteOptions write;
+  write.inside = command.output_dir;
 
   std::vector<ModelOutcome> outcomes(items.size());
   std::atomic<size_t> next{0};
@@ -803,7 +860,6 @@ int batch_all(const BatchCommand& command, PendingFile* report, std::ostream& ou
       ModelOutcome& outcome = outcomes[i];
       try {
         if (!items[i].error.empty()) throw InputError(items[i].input, items[i].error);
-        fs::create_directories(fs::path(items[i].output).parent_path());
         Processed processed = process(items[i].input, items[i].output, rules, options, target, false, write, true);
         processed.output->commit();
         outcome = std::move(processed.outcome);
