@@ -7,7 +7,11 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <optional>
 #include <random>
+#include <thread>
 
 #include "onnx_rewrite/opset.h"
 #include "test_support.h"
@@ -142,6 +146,38 @@ TEST(Cli, AnUnknownSubcommandIsNamedWithTheKnownOnes) {
   EXPECT_EQ(result.err, "onnx-rewrite: error: unknown subcommand 'frob' (known: rewrite, check, inspect, rules, targets, batch) (see --help)\n");
 }
 
+TEST(Cli, RepeatableOptionsTakeOneValueEach) {
+  // `--only ID MODEL` once read MODEL as a second rule id and failed "model is required".
+  TempDir dir;
+  const auto model = write_model_text(kCustomOpModel, dir / "m.onnx");
+  write_file(dir / "mine.rules", "");
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"rewrite", "--only", "customop-one-to-add", model.string(), "-o", (dir / "a.onnx").string()},
+           {"rewrite", "--skip", "no-rule-at-all-but-skip-checks-ids", model.string(), "-o", (dir / "b.onnx").string()},
+           {"rewrite", "--rules", (dir / "mine.rules").string(), model.string(), "-o", (dir / "c.onnx").string()},
+           {"rewrite", "--only", "customop-one-to-add", "--only", "customop-one-to-add", model.string(), "-o", (dir / "d.onnx").string()},
+           {"batch", "--rules", (dir / "mine.rules").string(), model.string(), "-o", (dir / "out").string()},
+           {"inspect", "--rules", (dir / "mine.rules").string(), model.string()}}) {
+    const auto result = run_cli(args);
+    const bool skip = args[1] == "--skip";
+    EXPECT_EQ(result.exit_code, skip ? 2 : 0) << ::testing::PrintToString(args) << result.err;
+    if (skip) {
+      EXPECT_EQ(result.err, "onnx-rewrite: error: --skip no-rule-at-all-but-skip-checks-ids: no rule has that id\n");
+    }
+  }
+  onnx::ModelProto written;
+  ASSERT_TRUE(written.ParseFromString(read_file(dir / "a.onnx")));
+  ASSERT_EQ(written.graph().node_size(), 2);
+  EXPECT_EQ(written.graph().node(0).op_type(), "Add");
+  EXPECT_TRUE(fs::exists(dir / "c.onnx"));
+  EXPECT_TRUE(fs::exists(dir / "d.onnx"));
+  EXPECT_TRUE(fs::exists(dir / "out/m.onnx"));
+  // Two values after one flag: the second is the model, and a third word is no argument at all.
+  const auto two = run_cli({"rewrite", "--only", "customop-one-to-add", model.string(), "extra", "-o", (dir / "e.onnx").string()});
+  EXPECT_EQ(two.exit_code, 2);
+  EXPECT_FALSE(fs::exists(dir / "e.onnx"));
+}
+
 // ---- Bad input --------------------------------------------------------------------------------
 
 class BadInput : public ::testing::Test {
@@ -191,18 +227,24 @@ TEST_F(BadInput, MissingExternalDataIsCalledMissingWhateverThePathLooksLike) {
   // like a symbolic link out of the model's directory.
   fs::create_directories(dir_ / "sub");
   write_file(dir_ / "sub/m.onnx", external_data_model("nothere.bin"));
-  for (const char* command : {"rewrite", "check", "inspect"}) {
+  for (const char* command : {"rewrite", "batch"}) {
     for (const auto& [cwd, path] : std::vector<std::pair<fs::path, std::string>>{
              {dir_ / "sub", "m.onnx"}, {dir_ / "sub", "./m.onnx"}, {dir_.path(), "sub/m.onnx"}, {"/", (dir_ / "sub/m.onnx").string()}}) {
-      std::vector<std::string> args{command, path};
-      if (std::string(command) == "rewrite") args.insert(args.end(), {"-o", (dir_ / "out.onnx").string()});
+      const bool batch = std::string(command) == "batch";
+      std::vector<std::string> args{command, path, "-o", (dir_ / (batch ? "out" : "out.onnx")).string()};
       const auto result = run_cli_in(cwd, args);
-      EXPECT_EQ(result.exit_code, 3) << command << " " << path;
-      EXPECT_EQ(result.err, "onnx-rewrite: error: " + path + ": tensor 'y' (main graph): external data file 'nothere.bin' is missing\n")
-          << command << " in " << cwd;
+      const std::string error = "tensor 'y' (main graph): external data file 'nothere.bin' is missing";
+      if (batch) {
+        EXPECT_EQ(result.exit_code, 1) << path;
+        EXPECT_NE(result.out.find("failed: " + path + ": " + error + "\n"), std::string::npos) << result.out;
+      } else {
+        EXPECT_EQ(result.exit_code, 3) << command << " " << path;
+        EXPECT_EQ(result.err, "onnx-rewrite: error: " + path + ": " + error + "\n") << command << " in " << cwd;
+      }
     }
   }
   EXPECT_FALSE(fs::exists(dir_ / "out.onnx"));
+  EXPECT_FALSE(fs::exists(dir_ / "out/m.onnx"));
   // Present, it is found and carried along to another directory, all paths relative.
   write_file(dir_ / "sub/nothere.bin", std::string(24, '\0'));
   fs::create_directories(dir_ / "sub/out");
@@ -214,7 +256,7 @@ TEST_F(BadInput, MissingExternalDataIsCalledMissingWhateverThePathLooksLike) {
 TEST_F(BadInput, ErrorLinesShowControlBytesEscaped) {
   // A newline in a data file's name must not break the one-line error.
   expect_refused(external_data_model("no\nsuch.bin"), "newline in a location");
-  const auto result = run_cli({"check", (dir_ / "bad.onnx").string()});
+  const auto result = run_cli({"rewrite", (dir_ / "bad.onnx").string(), "--dry-run"});
   EXPECT_EQ(result.err, "onnx-rewrite: error: " + (dir_ / "bad.onnx").string() +
                             ": tensor 'y' (main graph): external data file 'no\\x0asuch.bin' is missing\n");
   // Cut at its NUL, this location would name w.bin, which is there.
@@ -511,6 +553,197 @@ end
   EXPECT_TRUE(ids.count("customop-one-to-add"));
   const auto only_mine = run_cli({"rules", "--rules", (dir / "mine.rules").string(), "--no-builtin-rules"});
   EXPECT_NE(only_mine.out.find("1 rules"), std::string::npos) << only_mine.out;
+}
+
+// ---- Graph-only models ------------------------------------------------------------------------
+
+TEST(GraphOnly, InspectAndCheckReadAModelWhoseWeightsFilesAreMissingAndSaySo) {
+  // A graph-only download (the .onnx without its data files) was refused although neither
+  // command reads a weight; rewrite keeps refusing, since it must write them.
+  TempDir dir;
+  write_file(dir / "m.onnx", external_data_model("model.onnx_data"));
+  const std::string note = "note: the external-data file 'model.onnx_data' is missing: the weights were not needed here, "
+                           "but the model can't run (or be rewritten) without them";
+  const auto inspect = run_cli({"inspect", (dir / "m.onnx").string()});
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_NE(inspect.out.find("external data: model.onnx_data (missing)"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find(note), std::string::npos) << inspect.out;
+  const auto inspect_json = run_cli({"inspect", (dir / "m.onnx").string(), "--json"});
+  EXPECT_EQ(inspect_json.exit_code, 0) << inspect_json.err;
+  const auto fields = parse_json(inspect_json.out).struct_value().fields();
+  const auto& file = fields.at("initializers").struct_value().fields().at("external_files").list_value().values(0).struct_value().fields();
+  EXPECT_EQ(file.at("location").string_value(), "model.onnx_data");
+  EXPECT_TRUE(file.at("missing").bool_value());
+  EXPECT_EQ(file.at("bytes").kind_case(), google::protobuf::Value::kNullValue);
+  EXPECT_EQ("note: " + fields.at("notes").list_value().values(0).string_value(), note);
+
+  const auto check = run_cli({"check", (dir / "m.onnx").string()});
+  EXPECT_EQ(check.exit_code, 1) << "CustomOpOne is not loadable: " << check.err;
+  EXPECT_NE(check.out.find("test.customop.CustomOpOne x1"), std::string::npos) << check.out;
+  EXPECT_NE(check.out.find(note), std::string::npos) << check.out;
+  const auto check_json = run_cli({"check", (dir / "m.onnx").string(), "--json"});
+  const auto notes = parse_json(check_json.out).struct_value().fields().at("result").struct_value().fields().at("notes").list_value();
+  ASSERT_EQ(notes.values_size(), 1) << check_json.out;
+  EXPECT_EQ("note: " + notes.values(0).string_value(), note);
+
+  const auto rewrite = run_cli({"rewrite", (dir / "m.onnx").string(), "-o", (dir / "out.onnx").string()});
+  EXPECT_EQ(rewrite.exit_code, 3);
+  EXPECT_EQ(rewrite.err, "onnx-rewrite: error: " + (dir / "m.onnx").string() +
+                             ": tensor 'y' (main graph): external data file 'model.onnx_data' is missing\n");
+  EXPECT_FALSE(fs::exists(dir / "out.onnx"));
+  // Everything else about the data is still checked.
+  write_file(dir / "m.onnx", external_data_model("../model.onnx_data"));
+  EXPECT_EQ(run_cli({"inspect", (dir / "m.onnx").string()}).exit_code, 3);
+}
+
+// ---- Errors in JSON ---------------------------------------------------------------------------
+
+// The error object of docs/cli.md: {"file", "message", "exit_code"}.
+void expect_error_object(const google::protobuf::Value& value, const std::optional<std::string>& file, const std::string& message,
+                         int exit_code) {
+  const auto& error = value.struct_value().fields();
+  if (file) {
+    EXPECT_EQ(error.at("file").string_value(), *file);
+  } else {
+    EXPECT_EQ(error.at("file").kind_case(), google::protobuf::Value::kNullValue);
+  }
+  EXPECT_EQ(error.at("message").string_value(), message);
+  EXPECT_EQ(error.at("exit_code").number_value(), exit_code);
+}
+
+TEST(JsonErrors, CheckAndInspectPrintAnErrorObjectBesidesTheErrorLine) {
+  TempDir dir;
+  const fs::path missing = dir / "nope.onnx";
+  for (const char* command : {"check", "inspect"}) {
+    const auto result = run_cli({command, missing.string(), "--json"});
+    EXPECT_EQ(result.exit_code, 3);
+    EXPECT_EQ(result.err, "onnx-rewrite: error: " + missing.string() + ": no such file\n");
+    const auto fields = parse_json(result.out).struct_value().fields();
+    EXPECT_EQ(fields.at("model").string_value(), missing.string());
+    expect_error_object(fields.at("error"), missing.string(), "no such file", 3);
+  }
+  const auto model = write_model_text(kCustomOpModel, dir / "m.onnx");
+  const auto target = run_cli({"check", model.string(), "--target", "tensorrt", "--json"});
+  EXPECT_EQ(target.exit_code, 2);
+  const auto fields = parse_json(target.out).struct_value().fields();
+  EXPECT_EQ(target.err, "onnx-rewrite: error: " + fields.at("error").struct_value().fields().at("message").string_value() + "\n");
+  expect_error_object(fields.at("error"), std::nullopt, fields.at("error").struct_value().fields().at("message").string_value(), 2);
+}
+
+TEST(JsonErrors, AFailedRewriteWritesTheErrorObjectAsItsReportAndNoModel) {
+  TempDir dir;
+  write_file(dir / "bad.onnx", "not a model");
+  const auto result = run_cli({"rewrite", (dir / "bad.onnx").string(), "-o", (dir / "out.onnx").string(), "--report",
+                               (dir / "r.json").string()});
+  EXPECT_EQ(result.exit_code, 3);
+  EXPECT_FALSE(fs::exists(dir / "out.onnx"));
+  const auto report = parse_json(read_file(dir / "r.json")).struct_value().fields();
+  EXPECT_EQ(report.at("model").string_value(), (dir / "bad.onnx").string());
+  EXPECT_EQ(report.at("output").string_value(), (dir / "out.onnx").string());
+  EXPECT_EQ(report.at("status").string_value(), "failed");
+  const std::string message = report.at("error").struct_value().fields().at("message").string_value();
+  EXPECT_EQ(result.err, "onnx-rewrite: error: " + (dir / "bad.onnx").string() + ": " + message + "\n");
+  expect_error_object(report.at("error"), (dir / "bad.onnx").string(), message, 3);
+
+  // A usage error after the options were read: exit 2, no file in the object.
+  const auto model = write_model_text(kCustomOpModel, dir / "m.onnx");
+  const auto usage = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--only", "no-such-rule", "--report",
+                              (dir / "r.json").string()});
+  EXPECT_EQ(usage.exit_code, 2);
+  expect_error_object(parse_json(read_file(dir / "r.json")).struct_value().fields().at("error"), std::nullopt,
+                      "--only no-such-rule: no rule has that id", 2);
+  EXPECT_FALSE(fs::exists(dir / "out.onnx"));
+}
+
+// ---- Outputs and reports commit together ------------------------------------------------------
+
+// The CLI without the capabilities that let root ignore file permissions (see batch_test.cc).
+std::optional<CommandResult> run_cli_unprivileged(const std::vector<std::string>& args) {
+  std::vector<std::string> argv;
+  if (::geteuid() == 0) {
+    if (!fs::exists("/usr/bin/setpriv")) return std::nullopt;
+    argv = {"/usr/bin/setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--"};
+  }
+  argv.push_back(cli_path().string());
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv);
+}
+
+TEST(Commit, AReportThatCantBeWrittenLeavesNoModel) {
+  // It exited 3 with the output model written.
+  TempDir dir;
+  const auto model = write_model_text(kCustomOpModel, dir / "m.onnx");
+  fs::create_directories(dir / "readonly");
+  fs::permissions(dir / "readonly", fs::perms::owner_read | fs::perms::owner_exec);
+  const auto result = run_cli_unprivileged(
+      {"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--report", (dir / "readonly/r.json").string()});
+  fs::permissions(dir / "readonly", fs::perms::owner_all);
+  if (!result) GTEST_SKIP() << "running as root without setpriv: permissions can't be made to matter";
+  EXPECT_EQ(result->exit_code, 3);
+  EXPECT_EQ(result->err, "onnx-rewrite: error: " + (dir / "readonly/r.json").string() + ": cannot create a file there: Permission denied\n");
+  EXPECT_FALSE(fs::exists(dir / "out.onnx"));
+  EXPECT_TRUE(fs::is_empty(dir / "readonly"));
+}
+
+TEST(Commit, AReportPathThatCantHoldAReportIsRefusedBeforeAnyWork) {
+  TempDir dir;
+  const auto model = write_model_text(kCustomOpModel, dir / "m.onnx");
+  const std::string before = read_file(model);
+  fs::create_directories(dir / "r.json");
+  const auto directory = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--report", (dir / "r.json").string()});
+  EXPECT_EQ(directory.exit_code, 2);
+  EXPECT_EQ(directory.err, "onnx-rewrite: error: " + (dir / "r.json").string() + ": the report is a directory\n");
+  const auto input = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--report", model.string()});
+  EXPECT_EQ(input.exit_code, 2);
+  EXPECT_EQ(input.err, "onnx-rewrite: error: " + model.string() + ": the report would replace the model " + model.string() + "\n");
+  EXPECT_EQ(read_file(model), before);
+  EXPECT_FALSE(fs::exists(dir / "out.onnx"));
+}
+
+TEST(Commit, TwoProcessesNeverShareADataFileOfOneNameButOtherBytes) {
+  // Two models whose weights are both `weights.bin`, with other bytes, written into one directory
+  // at the same time: both checked that no weights.bin was there, both wrote one, and both exited
+  // 0 with one model reading the other's weights. Exactly one may succeed, with its own bytes.
+  TempDir dir;
+  const int64_t floats = int64_t{1} << 22;  // 16 MiB each: copying takes long enough to race
+  for (const char* name : {"a", "b"}) {
+    fs::create_directories(dir / name);
+    onnx::ModelProto model = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[4194304] x) => (float[4194304] y) { y = Add (x, w) })");
+    auto* weight = model.mutable_graph()->add_initializer();
+    weight->set_name("w");
+    weight->set_data_type(onnx::TensorProto::FLOAT);
+    weight->add_dims(floats);
+    weight->set_data_location(onnx::TensorProto::EXTERNAL);
+    for (const auto& [key, value] : {std::pair<std::string, std::string>{"location", "weights.bin"}, {"offset", "0"},
+                                     {"length", std::to_string(floats * 4)}}) {
+      auto* entry = weight->add_external_data();
+      entry->set_key(key);
+      entry->set_value(value);
+    }
+    write_file(dir / name / "m.onnx", serialize(model));
+    write_file(dir / name / "weights.bin", std::string(static_cast<size_t>(floats * 4), name[0]));
+  }
+  const std::string conflict = "external data 'weights.bin' would replace a different file already in ";
+  for (int trial = 0; trial < 12; ++trial) {
+    const fs::path out = dir / ("out" + std::to_string(trial));
+    fs::create_directories(out);
+    CommandResult results[2];
+    std::thread first([&] { results[0] = run_cli({"rewrite", (dir / "a/m.onnx").string(), "-o", (out / "a.onnx").string()}); });
+    std::thread second([&] { results[1] = run_cli({"rewrite", (dir / "b/m.onnx").string(), "-o", (out / "b.onnx").string()}); });
+    first.join();
+    second.join();
+    const int winners = (results[0].exit_code == 0) + (results[1].exit_code == 0);
+    ASSERT_EQ(winners, 1) << "trial " << trial << ": " << results[0].err << results[1].err;
+    const int winner = results[0].exit_code == 0 ? 0 : 1;
+    const CommandResult& loser = results[1 - winner];
+    EXPECT_EQ(loser.exit_code, 3);
+    EXPECT_NE(loser.err.find(conflict + out.string()), std::string::npos) << loser.err;
+    EXPECT_TRUE(fs::exists(out / (winner == 0 ? "a.onnx" : "b.onnx")));
+    EXPECT_FALSE(fs::exists(out / (winner == 0 ? "b.onnx" : "a.onnx")));
+    EXPECT_EQ(read_file(out / "weights.bin"), read_file(dir / (winner == 0 ? "a" : "b") / "weights.bin")) << "trial " << trial;
+    fs::remove_all(out);
+  }
 }
 
 // ---- batch ------------------------------------------------------------------------------------

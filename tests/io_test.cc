@@ -394,6 +394,116 @@ TEST(ExternalData, NeverReplacesADifferentDataFileAtTheDestination) {
   EXPECT_TRUE(fs::exists(dir / "out/second.onnx"));
 }
 
+TEST(ExternalData, AModelLinkedFromASnapshotMayHaveDataLinksIntoTheDirectoryItsLinkLeadsTo) {
+  // A Hugging Face cache: snap/model.onnx -> ../blobs/HASH, snap/w.bin -> ../blobs/HASH2. The
+  // weights are found beside the link (where runtimes look) and may lead where the model does.
+  TempDir dir;
+  fs::create_directories(dir / "hub/blobs");
+  fs::create_directories(dir / "hub/snap");
+  fs::create_directories(dir / "secret");
+  write_file(dir / "hub/blobs/1f0e", external_model("w.bin"));
+  write_file(dir / "hub/blobs/9a7c", std::string(8192, 'w'));
+  write_file(dir / "secret/s.bin", std::string(8192, 's'));
+  fs::create_symlink("../blobs/1f0e", dir / "hub/snap/m.onnx");
+  fs::create_symlink("../blobs/9a7c", dir / "hub/snap/w.bin");
+  EXPECT_EQ(load_error(dir / "hub/snap/m.onnx"), "");
+  fs::create_directories(dir / "out");
+  write_model(load_model(dir / "hub/snap/m.onnx"), dir / "out/m.onnx");
+  EXPECT_FALSE(fs::is_symlink(dir / "out/w.bin"));
+  EXPECT_EQ(read_file(dir / "out/w.bin"), std::string(8192, 'w'));
+  // Elsewhere is still out of bounds, and so are the blobs for a model that is no link.
+  fs::remove(dir / "hub/snap/w.bin");
+  fs::create_symlink("../../secret/s.bin", dir / "hub/snap/w.bin");
+  EXPECT_NE(load_error(dir / "hub/snap/m.onnx").find("leads outside the model's directory through a symbolic link"), std::string::npos)
+      << load_error(dir / "hub/snap/m.onnx");
+  fs::remove(dir / "hub/snap/w.bin");
+  fs::remove(dir / "hub/snap/m.onnx");
+  fs::create_symlink("../blobs/9a7c", dir / "hub/snap/w.bin");
+  fs::copy_file(dir / "hub/blobs/1f0e", dir / "hub/snap/m.onnx");
+  EXPECT_NE(load_error(dir / "hub/snap/m.onnx").find("leads outside the model's directory through a symbolic link"), std::string::npos)
+      << load_error(dir / "hub/snap/m.onnx");
+}
+
+// A model with two weights, in `first` and `second`, 16 bytes each at offset 0.
+std::string two_file_model(const std::string& first, const std::string& second) {
+  onnx::ModelProto model = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[4] x) => (float[4] y) { t = Add (x, v) y = Add (t, w) })");
+  for (const auto& [name, location] : {std::pair{"v", first}, {"w", second}}) {
+    auto* weight = model.mutable_graph()->add_initializer();
+    weight->set_name(name);
+    weight->set_data_type(onnx::TensorProto::FLOAT);
+    weight->add_dims(4);
+    weight->set_data_location(onnx::TensorProto::EXTERNAL);
+    for (const auto& [key, value] : {std::pair<std::string, std::string>{"location", location}, {"offset", "0"}, {"length", "16"}}) {
+      auto* entry = weight->add_external_data();
+      entry->set_key(key);
+      entry->set_value(value);
+    }
+  }
+  return serialize(model);
+}
+
+std::vector<std::string> names_in(const fs::path& directory) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(directory)) names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(ExternalData, ADataFileThatAppearsBeforeTheCommitIsComparedNeverReplaced) {
+  // What another process may do between preparing a model and committing it.
+  TempDir dir;
+  fs::create_directories(dir / "in");
+  fs::create_directories(dir / "out");
+  write_file(dir / "in/m.onnx", two_file_model("a.bin", "b.bin"));
+  write_file(dir / "in/a.bin", std::string(16, 'a'));
+  write_file(dir / "in/b.bin", std::string(16, 'b'));
+  const Model model = load_model(dir / "in/m.onnx");
+  {
+    PendingModel pending(model, dir / "out/m.onnx");
+    write_file(dir / "out/b.bin", std::string(16, 'X'));
+    try {
+      pending.commit();
+      ADD_FAILURE() << "expected a refusal";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.file(), (dir / "out/m.onnx").string());
+      EXPECT_EQ(std::string(e.what()), "external data 'b.bin' would replace a different file already in " + (dir / "out").string());
+    }
+  }
+  EXPECT_EQ(names_in(dir / "out"), std::vector<std::string>{"b.bin"}) << "a.bin, placed first, is taken back";
+  EXPECT_EQ(read_file(dir / "out/b.bin"), std::string(16, 'X'));
+  // The same bytes are simply shared.
+  write_file(dir / "out/b.bin", std::string(16, 'b'));
+  {
+    PendingModel pending(model, dir / "out/m.onnx");
+    fs::remove(dir / "out/b.bin");
+    write_file(dir / "out/b.bin", std::string(16, 'b'));  // another file, the same bytes
+    pending.commit();
+  }
+  EXPECT_EQ(names_in(dir / "out"), (std::vector<std::string>{"a.bin", "b.bin", "m.onnx"}));
+}
+
+TEST(AtomicWrite, APendingModelShowsNothingUntilCommitted) {
+  TempDir dir;
+  fs::create_directories(dir / "in");
+  fs::create_directories(dir / "out");
+  write_file(dir / "in/m.onnx", two_file_model("a.bin", "sub/b.bin"));
+  write_file(dir / "in/a.bin", std::string(16, 'a'));
+  fs::create_directories(dir / "in/sub");
+  write_file(dir / "in/sub/b.bin", std::string(16, 'b'));
+  const Model model = load_model(dir / "in/m.onnx");
+  {
+    PendingModel pending(model, dir / "out/m.onnx");
+    for (const auto& name : names_in(dir / "out")) EXPECT_TRUE(name == "sub" || name.rfind(".", 0) == 0) << name;
+  }
+  EXPECT_EQ(names_in(dir / "out"), std::vector<std::string>{"sub"}) << "only the (empty) directory made for the data";
+  EXPECT_TRUE(fs::is_empty(dir / "out/sub"));
+  PendingModel pending(model, dir / "out/m.onnx");
+  pending.commit();
+  EXPECT_EQ(names_in(dir / "out"), (std::vector<std::string>{"a.bin", "m.onnx", "sub"}));
+  EXPECT_EQ(read_file(dir / "out/sub/b.bin"), std::string(16, 'b'));
+}
+
 TEST(ExternalData, OffsetsBeyond4GiBSurviveARewrite) {
   // A model too big for one protobuf: its weight sits 5 GiB into a (sparse) data file.
   TempDir dir;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <onnx/onnx_pb.h>
 
@@ -63,8 +64,14 @@ class Model {
   // a copy of its source file.
   bool changed = false;
 
-  // "." for a bare file name, so that it always names a directory.
+  // "." for a bare file name, so that it always names a directory. External-data locations are
+  // relative to it: the directory of the path the model was reached by, a symbolic link's own
+  // directory rather than its target's, as ONNX Runtime and onnx read them.
   std::filesystem::path directory() const { return path.has_parent_path() ? path.parent_path() : "."; }
+
+  // External-data files the model names that are not there (locations as written), when the
+  // loader was asked to allow that (inspect, check); such a model can't be written.
+  std::vector<std::string> missing_external_data;
 
   // The serialized initializer field (tag, length, TensorProto) a header stands for, if its
   // payload was left in the source file.

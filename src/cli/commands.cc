@@ -1,12 +1,20 @@
 #include "cli/commands.h"
 
+#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -32,8 +40,8 @@ bool g_leave_models_to_exit = false;
 // costs seconds on huge graphs and buys nothing.
 class LoadedModel {
  public:
-  explicit LoadedModel(const std::string& path, bool may_leave = true)
-      : model_(std::make_unique<Model>(load_model(path))), leave_(may_leave && g_leave_models_to_exit) {}
+  explicit LoadedModel(const std::string& path, bool may_leave = true, const LoadOptions& options = {})
+      : model_(std::make_unique<Model>(load_model(path, options))), leave_(may_leave && g_leave_models_to_exit) {}
   ~LoadedModel() {
     if (leave_) (void)model_.release();
   }
@@ -60,6 +68,43 @@ RuleSet RuleSources::load() const {
 namespace {
 
 std::string op_name(const OpKey& key) { return display_domain(key.first) + "." + key.second; }
+
+// ---- Errors as JSON ------------------------------------------------------------------------
+
+// What an error is about, for the JSON error object (docs/cli.md, "Errors in JSON"): the file it
+// names (none for usage errors), the message, and the exit code main.cc gives it.
+struct ErrorInfo {
+  std::string file;
+  std::string message;
+  ExitCode exit_code = ExitCode::kBadInput;
+};
+
+ErrorInfo describe_error(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InputError& e) {
+    return {e.file(), e.what(), ExitCode::kBadInput};
+  } catch (const UsageError& e) {
+    return {"", e.what(), ExitCode::kUsage};
+  } catch (const std::bad_alloc&) {
+    return {"", "out of memory", ExitCode::kBadInput};
+  } catch (const std::exception& e) {
+    return {"", std::string("internal error: ") + e.what(), ExitCode::kBadInput};
+  } catch (...) {
+    return {"", "internal error", ExitCode::kBadInput};
+  }
+}
+
+// {"file", "message", "exit_code"}
+void write_error_json(JsonWriter& json, const ErrorInfo& error) {
+  json.begin_object();
+  json.key("file");
+  if (error.file.empty()) json.null();
+  else json.value(error.file);
+  json.key("message").value(error.message);
+  json.key("exit_code").value(static_cast<int>(error.exit_code));
+  json.end_object();
+}
 
 // ---- Reports -------------------------------------------------------------------------------
 
@@ -127,10 +172,17 @@ struct ModelOutcome {
   std::string input;
   std::string output;
   std::string status;  // rewritten, unchanged, target-not-met, failed
-  std::string error;
+  std::optional<ErrorInfo> error;
   RewriteResult result;
   CheckReport check;
 };
+
+// A failed model's error for a line that already names the model: the file only when it is another.
+std::string error_text(const ModelOutcome& outcome) {
+  if (!outcome.error) return "";
+  const ErrorInfo& error = *outcome.error;
+  return error.file.empty() || error.file == outcome.input ? error.message : error.file + ": " + error.message;
+}
 
 void write_outcome_json(JsonWriter& json, const ModelOutcome& outcome, const std::string& target) {
   json.begin_object();
@@ -138,8 +190,9 @@ void write_outcome_json(JsonWriter& json, const ModelOutcome& outcome, const std
   json.key("output").value(outcome.output);
   json.key("target").value(target);
   json.key("status").value(outcome.status);
-  if (!outcome.error.empty()) {
-    json.key("error").value(outcome.error);
+  if (outcome.error) {
+    json.key("error");
+    write_error_json(json, *outcome.error);
     json.end_object();
     return;
   }
@@ -231,9 +284,33 @@ void require_directory_of(const std::string& path, const std::string& what) {
   }
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
+// The report's temporary file, made before any work: a report that can't be written stops the
+// command before anything is done, and the report commits with the outputs (or alone, holding
+// the error, when the command fails).
+std::unique_ptr<PendingFile> reserve_report(const std::string& path) {
+  if (path.empty()) return nullptr;
   require_directory_of(path, "report");
-  write_file_atomically(path, text);
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw UsageError(path + ": the report is a directory");
+  return std::make_unique<PendingFile>(path);
+}
+
+// On a failed command: the report holds `prefix`'s fields and the error object, and is committed
+// alone. The error itself is what matters, so a report that fails now is left unwritten.
+void report_failure(PendingFile* report, const std::exception_ptr& error,
+                    const std::function<void(JsonWriter&)>& prefix) {
+  if (!report) return;
+  try {
+    JsonWriter json;
+    json.begin_object();
+    prefix(json);
+    json.key("error");
+    write_error_json(json, describe_error(error));
+    json.end_object();
+    report->set_contents(json.str());
+    report->commit();
+  } catch (...) {
+  }
 }
 
 // A graph ONNX Runtime would refuse (a cycle, a value computed twice or by nothing) is bad input:
@@ -243,10 +320,16 @@ void refuse_invalid(const Model& model) {
 }
 
 
-// Loads, rewrites, checks and (unless dry) writes one model.
-ModelOutcome process(const std::string& input, const std::string& output, const RuleSet& rules,
-                     const RewriteOptions& options, const Target& target, bool dry_run, bool in_place, bool in_batch) {
+// One model loaded, rewritten and checked, its output prepared (unless dry) but not yet in place.
+struct Processed {
   ModelOutcome outcome;
+  std::unique_ptr<PendingModel> output;
+};
+
+Processed process(const std::string& input, const std::string& output, const RuleSet& rules, const RewriteOptions& options,
+                  const Target& target, bool dry_run, const WriteOptions& write, bool in_batch) {
+  Processed processed;
+  ModelOutcome& outcome = processed.outcome;
   outcome.input = input;
   outcome.output = output;
   LoadedModel loaded(input, !in_batch);
@@ -255,13 +338,9 @@ ModelOutcome process(const std::string& input, const std::string& output, const 
   if (const auto opsets = impossible_opset_imports(model.proto); !opsets.empty()) throw InputError(input, opsets.front());
   outcome.result = rewrite_model(model, rules, options);
   outcome.check = check_model(model, target, options.max_opset);
-  if (!dry_run) {
-    WriteOptions write;
-    write.allow_overwrite_input = in_place;
-    write_model(model, output, write);
-  }
+  if (!dry_run) processed.output = std::make_unique<PendingModel>(model, output, write);
   outcome.status = !outcome.check.ok() ? "target-not-met" : outcome.result.changed() ? "rewritten" : "unchanged";
-  return outcome;
+  return processed;
 }
 
 // What the target implies where the command line is silent: inlining for runtimes that don't run
@@ -273,9 +352,7 @@ RewriteOptions effective_options(RewriteOptions options, std::optional<bool> inl
   return options;
 }
 
-}  // namespace
-
-int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& err) {
+int rewrite_one(const RewriteCommand& command, PendingFile* report, std::ostream& out, std::ostream& err) {
   if (command.in_place && !command.output.empty()) throw UsageError("--in-place and -o exclude each other");
   if (!command.in_place && !command.dry_run && command.output.empty()) throw UsageError("rewrite needs -o OUT.onnx (or --in-place, --dry-run)");
   const Target& target = find_target(command.options.target);
@@ -284,14 +361,19 @@ int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& 
   active_rules(rules, options);  // unknown --only/--skip ids are usage errors, before any work
   const std::string output = command.in_place ? command.input : command.output;
   if (!command.dry_run) require_directory_of(output, "output");
-  if (!command.report.empty()) require_directory_of(command.report, "report");
-  const ModelOutcome outcome = process(command.input, output, rules, options, target, command.dry_run, command.in_place, false);
-  print_summary(outcome, target.name, command.dry_run, out);
-  if (!command.report.empty()) {
+  WriteOptions write;
+  write.allow_overwrite_input = command.in_place;
+  Processed processed = process(command.input, output, rules, options, target, command.dry_run, write, false);
+  const ModelOutcome& outcome = processed.outcome;
+  // Everything is prepared: the model, its data files and the report appear together.
+  if (report) {
     JsonWriter json;
     write_outcome_json(json, outcome, target.name);
-    write_text_file(command.report, json.str());
+    report->set_contents(json.str());
   }
+  if (processed.output) processed.output->commit();
+  if (report) report->commit();
+  print_summary(outcome, target.name, command.dry_run, out);
   if (!outcome.check.ok()) {
     print_unmet(target, outcome.check, rules, err);
     return static_cast<int>(ExitCode::kTargetNotMet);
@@ -299,13 +381,51 @@ int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& 
   return 0;
 }
 
-int run_check(const std::string& input, const std::string& target_name, std::optional<int> max_opset, bool json,
-              std::ostream& out, std::ostream& err) {
+}  // namespace
+
+int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& err) {
+  std::error_code ec;
+  for (const auto& model : {command.input, command.output}) {
+    if (!command.report.empty() && !model.empty() && fs::equivalent(command.report, model, ec)) {
+      throw UsageError(command.report + ": the report would replace the model " + model);
+    }
+  }
+  const auto report = reserve_report(command.report);
+  try {
+    return rewrite_one(command, report.get(), out, err);
+  } catch (...) {
+    report_failure(report.get(), std::current_exception(), [&](JsonWriter& json) {
+      json.key("model").value(command.input);
+      json.key("output").value(command.in_place ? command.input : command.output);
+      json.key("target").value(command.options.target);
+      json.key("status").value("failed");
+    });
+    throw;
+  }
+}
+
+namespace {
+
+// A note for a model whose weights' files are not there (a graph-only download).
+std::string missing_data_note(const Model& model) {
+  const auto& missing = model.missing_external_data;
+  std::vector<std::string> names;
+  for (const auto& location : missing) names.push_back("'" + printable(location) + "'");
+  return fmt::format("the external-data file{} {} {} missing: the weights were not needed here, but the model can't run "
+                     "(or be rewritten) without them",
+                     missing.size() == 1 ? "" : "s", fmt::join(names, ", "), missing.size() == 1 ? "is" : "are");
+}
+
+const LoadOptions kGraphOnly{.allow_missing_external_data = true};
+
+int check_one(const std::string& input, const std::string& target_name, std::optional<int> max_opset, bool json,
+              std::ostream& out) {
   const Target& target = find_target(target_name);
-  LoadedModel loaded(input);
+  LoadedModel loaded(input, true, kGraphOnly);
   const Model& model = *loaded;
   refuse_invalid(model);
-  const CheckReport report = check_model(model, target, max_opset);
+  CheckReport report = check_model(model, target, max_opset);
+  if (!model.missing_external_data.empty()) report.notes.push_back(missing_data_note(model));
   if (json) {
     JsonWriter writer;
     writer.begin_object();
@@ -330,8 +450,32 @@ int run_check(const std::string& input, const std::string& target_name, std::opt
   if (!json) {
     for (const auto& note : report.notes) out << "  note: " << note << "\n";
   }
-  (void)err;
   return report.ok() ? 0 : static_cast<int>(ExitCode::kTargetNotMet);
+}
+
+// --json on a failure: the model and the error object on stdout, as CI reads it; the one-line
+// error still goes to stderr.
+void print_json_failure(const std::string& input, const std::exception_ptr& error, std::ostream& out) {
+  JsonWriter writer;
+  writer.begin_object();
+  writer.key("model").value(input);
+  writer.key("error");
+  write_error_json(writer, describe_error(error));
+  writer.end_object();
+  out << writer.str();
+}
+
+}  // namespace
+
+int run_check(const std::string& input, const std::string& target_name, std::optional<int> max_opset, bool json,
+              std::ostream& out, std::ostream& err) {
+  (void)err;
+  try {
+    return check_one(input, target_name, max_opset, json, out);
+  } catch (...) {
+    if (json) print_json_failure(input, std::current_exception(), out);
+    throw;
+  }
 }
 
 namespace {
@@ -340,7 +484,7 @@ struct InitializerStats {
   int64_t count = 0;
   uint64_t inline_bytes = 0;
   uint64_t external_bytes = 0;
-  std::map<std::string, uint64_t> external_files;
+  std::map<std::string, std::optional<uint64_t>> external_files;  // nullopt: missing
 };
 
 InitializerStats initializer_stats(const Model& model) {
@@ -354,8 +498,11 @@ InitializerStats initializer_stats(const Model& model) {
         if (entry.key() == "location") location = entry.value();
         if (entry.key() == "length") length = std::strtoull(entry.value().c_str(), nullptr, 10);
       }
-      std::error_code ec;
-      if (!stats.external_files.count(location)) stats.external_files[location] = fs::file_size(model.directory() / location, ec);
+      if (!stats.external_files.count(location)) {
+        std::error_code ec;
+        const uintmax_t size = fs::file_size(model.directory() / location, ec);
+        stats.external_files[location] = ec ? std::nullopt : std::optional<uint64_t>(size);
+      }
       stats.external_bytes += length;
     } else if (const FileRange* range = model.deferred_field(tensor)) {
       stats.inline_bytes += range->size();
@@ -398,9 +545,11 @@ std::vector<std::string> covering_rules(const RuleSet& rules, const OpKey& key) 
 
 }  // namespace
 
-int run_inspect(const std::string& input, const RuleSources& sources, bool json, std::ostream& out) {
+namespace {
+
+int inspect_one(const std::string& input, const RuleSources& sources, bool json, std::ostream& out) {
   const RuleSet rules = sources.load();
-  LoadedModel loaded(input);
+  LoadedModel loaded(input, true, kGraphOnly);
   const Model& model = *loaded;
   const onnx::ModelProto& proto = model.proto;
   const OpCounts ops = count_ops(proto);
@@ -441,9 +590,15 @@ int run_inspect(const std::string& input, const RuleSources& sources, bool json,
     writer.key("external_bytes").value(initializers.external_bytes);
     writer.key("external_files").begin_array();
     for (const auto& [file, size] : initializers.external_files) {
-      writer.begin_object().key("location").value(file).key("bytes").value(size).end_object();
+      writer.begin_object().key("location").value(file).key("bytes");
+      if (size) writer.value(*size);
+      else writer.null();
+      writer.key("missing").value(!size).end_object();
     }
     writer.end_array().end_object();
+    writer.key("notes").begin_array();
+    if (!model.missing_external_data.empty()) writer.value(missing_data_note(model));
+    writer.end_array();
     writer.end_object();
     out << writer.str();
     return 0;
@@ -474,8 +629,22 @@ int run_inspect(const std::string& input, const RuleSources& sources, bool json,
   }
   out << fmt::format("  initializers: {}, {} inline, {} external\n", initializers.count, bytes_text(initializers.inline_bytes),
                      bytes_text(initializers.external_bytes));
-  for (const auto& [file, size] : initializers.external_files) out << fmt::format("  external data: {} ({})\n", file, bytes_text(size));
+  for (const auto& [file, size] : initializers.external_files) {
+    out << fmt::format("  external data: {} ({})\n", file, size ? bytes_text(*size) : "missing");
+  }
+  if (!model.missing_external_data.empty()) out << "  note: " << missing_data_note(model) << "\n";
   return 0;
+}
+
+}  // namespace
+
+int run_inspect(const std::string& input, const RuleSources& sources, bool json, std::ostream& out) {
+  try {
+    return inspect_one(input, sources, json, out);
+  } catch (...) {
+    if (json) print_json_failure(input, std::current_exception(), out);
+    throw;
+  }
 }
 
 int run_rules(const RuleSources& sources, bool json, std::ostream& out) {
@@ -567,42 +736,95 @@ namespace {
 struct BatchItem {
   std::string input;
   std::string output;
-  std::string error;  // the entry could not even be read (a dangling or looping link, ...)
+  std::string error;  // the entry could not even be read (a directory, a dangling or looping link, ...)
+};
+
+using FileId = std::pair<dev_t, ino_t>;
+
+// Walks one input directory. Paths are built from the names met on the way, never from where a
+// symbolic link leads, so every output lies under OUT_DIR at the entry's own relative path.
+// Symbolic links to directories are followed, except one leading to a directory the walk is
+// already inside (a loop), which is a failed item like a directory that can't be listed.
+class BatchWalk {
+ public:
+  BatchWalk(std::optional<FileId> out_dir, std::vector<std::pair<fs::path, fs::path>>& found, std::vector<BatchItem>& unreadable)
+      : out_dir_(out_dir), found_(found), unreadable_(unreadable) {}
+
+  void walk(const fs::path& directory, const fs::path& relative, FileId id) {
+    ancestors_.push_back({id, directory});
+    DIR* listing = ::opendir(directory.c_str());
+    if (!listing) {
+      unreadable_.push_back({directory.string(), {}, std::string("cannot read the directory: ") + std::strerror(errno)});
+      ancestors_.pop_back();
+      return;
+    }
+    std::vector<std::string> names;
+    errno = 0;
+    while (const dirent* entry = ::readdir(listing)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+      errno = 0;
+    }
+    const int listing_error = errno;
+    ::closedir(listing);
+    if (listing_error) {
+      unreadable_.push_back({directory.string(), {}, std::string("cannot read the directory: ") + std::strerror(listing_error)});
+    }
+    std::sort(names.begin(), names.end());
+    for (const auto& name : names) visit(directory / name, relative / name);
+    ancestors_.pop_back();
+  }
+
+ private:
+  void visit(const fs::path& path, const fs::path& relative) {
+    const bool model_name = path.extension() == ".onnx";
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      // A symbolic link that loops or leads nowhere (or an entry gone meanwhile).
+      if (model_name) unreadable_.push_back({path.string(), {}, std::string("cannot read: ") + std::strerror(errno)});
+      return;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      const FileId id{st.st_dev, st.st_ino};
+      if (out_dir_ && id == *out_dir_) return;  // never read our own outputs
+      for (const auto& [ancestor, ancestor_path] : ancestors_) {
+        if (ancestor == id) {
+          unreadable_.push_back({path.string(), {}, "leads to '" + ancestor_path.string() +
+                                                        "', a directory it is in: not followed (a loop)"});
+          return;
+        }
+      }
+      walk(path, relative, id);
+    } else if (model_name) {
+      if (S_ISREG(st.st_mode)) found_.emplace_back(path, relative);
+      else unreadable_.push_back({path.string(), {}, "not a regular file"});
+    }
+  }
+
+  std::optional<FileId> out_dir_;
+  std::vector<std::pair<fs::path, fs::path>>& found_;
+  std::vector<BatchItem>& unreadable_;
+  std::vector<std::pair<FileId, fs::path>> ancestors_;
 };
 
 std::vector<BatchItem> collect_batch(const BatchCommand& command) {
   std::vector<BatchItem> items;
   std::vector<BatchItem> unreadable;
   std::set<std::string> outputs;
-  std::error_code ec;
-  const fs::path out_dir = fs::weakly_canonical(command.output_dir, ec);
+  std::optional<FileId> out_dir;
+  struct stat st {};
+  if (::stat(command.output_dir.c_str(), &st) == 0) out_dir = FileId{st.st_dev, st.st_ino};
   for (const auto& input : command.inputs) {
-    if (!fs::exists(input, ec)) throw InputError(input, "no such file or directory");
+    if (::stat(input.c_str(), &st) != 0) {
+      if (errno == ENOENT) throw InputError(input, "no such file or directory");
+      throw InputError(input, std::string("cannot read: ") + std::strerror(errno));
+    }
     std::vector<std::pair<fs::path, fs::path>> found;  // file, path relative to the input
-    if (fs::is_directory(input, ec)) {
-      for (auto it = fs::recursive_directory_iterator(input, fs::directory_options::skip_permission_denied, ec);
-           it != fs::recursive_directory_iterator(); it.increment(ec)) {
-        if (ec) {
-          unreadable.push_back({it->path().string(), {}, "cannot list: " + ec.message()});
-          ec.clear();
-          continue;
-        }
-        std::error_code status_error;
-        if (it->is_directory(status_error) && fs::weakly_canonical(it->path(), ec) == out_dir) {
-          it.disable_recursion_pending();  // never read our own outputs
-          continue;
-        }
-        if (it->path().extension() != ".onnx") continue;
-        if (it->is_regular_file(status_error)) {
-          found.emplace_back(it->path(), fs::relative(it->path(), input));
-        } else if (status_error) {
-          unreadable.push_back({it->path().string(), {}, "cannot read: " + status_error.message()});
-        }
-      }
+    if (S_ISDIR(st.st_mode)) {
+      BatchWalk(out_dir, found, unreadable).walk(input, {}, FileId{st.st_dev, st.st_ino});
     } else {
       found.emplace_back(input, fs::path(input).filename());
     }
-    std::sort(found.begin(), found.end());
     for (const auto& [file, relative] : found) {
       BatchItem item{file.string(), (fs::path(command.output_dir) / relative).string(), {}};
       if (!outputs.insert(item.output).second) {
@@ -615,11 +837,7 @@ std::vector<BatchItem> collect_batch(const BatchCommand& command) {
   return items;
 }
 
-}  // namespace
-
-int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err) {
-  if (command.output_dir.empty()) throw UsageError("batch needs -o OUT_DIR");
-  if (!command.report.empty()) require_directory_of(command.report, "report");
+int batch_all(const BatchCommand& command, PendingFile* report, std::ostream& out, std::ostream& err) {
   const Target& target = find_target(command.options.target);
   const RuleSet rules = command.rules.load();
   const RewriteOptions options = effective_options(command.options, command.inline_functions);
@@ -630,6 +848,8 @@ int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err)
   if (!fs::is_directory(command.output_dir)) {
     throw UsageError(command.output_dir + ": cannot create the output directory" + (ec ? ": " + ec.message() : ""));
   }
+  WriteOptions write;
+  write.inside = command.output_dir;
 
   std::vector<ModelOutcome> outcomes(items.size());
   std::atomic<size_t> next{0};
@@ -640,18 +860,15 @@ int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err)
       ModelOutcome& outcome = outcomes[i];
       try {
         if (!items[i].error.empty()) throw InputError(items[i].input, items[i].error);
-        fs::create_directories(fs::path(items[i].output).parent_path());
-        outcome = process(items[i].input, items[i].output, rules, options, target, false, false, true);
-      } catch (const InputError& e) {
+        Processed processed = process(items[i].input, items[i].output, rules, options, target, false, write, true);
+        processed.output->commit();
+        outcome = std::move(processed.outcome);
+      } catch (...) {
+        outcome = ModelOutcome{};
         outcome.input = items[i].input;
         outcome.output = items[i].output;
         outcome.status = "failed";
-        outcome.error = e.file() == items[i].input ? e.what() : e.file() + ": " + e.what();  // the line names the input
-      } catch (const std::exception& e) {
-        outcome.input = items[i].input;
-        outcome.output = items[i].output;
-        outcome.status = "failed";
-        outcome.error = e.what();
+        outcome.error = describe_error(std::current_exception());
       }
       std::lock_guard lock(print);
       const size_t finished = ++done;
@@ -659,7 +876,7 @@ int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err)
         err << fmt::format("\r\033[K[{}/{}] {}", finished, items.size(), items[i].input) << std::flush;
       } else {
         err << fmt::format("[{}/{}] {} {}{}\n", finished, items.size(), outcome.status, items[i].input,
-                           outcome.error.empty() ? "" : ": " + outcome.error);
+                           outcome.error ? ": " + error_text(outcome) : "");
       }
     }
   };
@@ -674,7 +891,7 @@ int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err)
   out << fmt::format("batch: {} model(s): {} rewritten, {} unchanged, {} target not met, {} failed\n", items.size(),
                      counts["rewritten"], counts["unchanged"], counts["target-not-met"], counts["failed"]);
   for (const auto& outcome : outcomes) {
-    if (outcome.status == "failed") out << fmt::format("  failed: {}: {}\n", outcome.input, outcome.error);
+    if (outcome.status == "failed") out << fmt::format("  failed: {}: {}\n", outcome.input, error_text(outcome));
   }
   for (const auto& outcome : outcomes) {
     if (outcome.status != "target-not-met") continue;
@@ -683,7 +900,7 @@ int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err)
     kinds.insert(kinds.end(), outcome.check.opset_problems.begin(), outcome.check.opset_problems.end());
     out << fmt::format("  target {} not met: {}: {}\n", target.name, outcome.input, fmt::join(kinds, ", "));
   }
-  if (!command.report.empty()) {
+  if (report) {
     JsonWriter json;
     json.begin_object();
     json.key("target").value(target.name);
@@ -695,9 +912,23 @@ int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err)
     for (const auto& outcome : outcomes) write_outcome_json(json, outcome, target.name);
     json.end_array();
     json.end_object();
-    write_text_file(command.report, json.str());
+    report->set_contents(json.str());
+    report->commit();
   }
   return counts["failed"] + counts["target-not-met"] > 0 ? static_cast<int>(ExitCode::kTargetNotMet) : 0;
+}
+
+}  // namespace
+
+int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err) {
+  if (command.output_dir.empty()) throw UsageError("batch needs -o OUT_DIR");
+  const auto report = reserve_report(command.report);
+  try {
+    return batch_all(command, report.get(), out, err);
+  } catch (...) {
+    report_failure(report.get(), std::current_exception(), [&](JsonWriter& json) { json.key("target").value(command.options.target); });
+    throw;
+  }
 }
 
 }  // namespace onnx_rewrite

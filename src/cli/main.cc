@@ -18,8 +18,12 @@ using namespace onnx_rewrite;
 
 constexpr const char* kProgram = "onnx-rewrite";
 
+// A repeatable option takes one value per occurrence (--only A --only B): CLI11 would otherwise
+// let it swallow the words after it, the model path included.
+CLI::Option* one_value_each(CLI::Option* option) { return option->allow_extra_args(false); }
+
 void add_rule_sources(CLI::App& command, RuleSources& sources) {
-  command.add_option("--rules", sources.paths, "Rule file or directory of *.rules files to add (repeatable)");
+  one_value_each(command.add_option("--rules", sources.paths, "Rule file or directory of *.rules files to add (repeatable)"));
   command.add_flag("--no-builtin-rules{false}", sources.builtin, "Drop the rules compiled into the binary");
 }
 
@@ -42,8 +46,8 @@ void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources
                          std::optional<bool>& inline_functions, std::string& report) {
   add_target(command, options.target, options.max_opset);
   add_rule_sources(command, sources);
-  command.add_option("--only", options.only, "Apply only this rule id (repeatable)");
-  command.add_option("--skip", options.skip, "Don't apply this rule id (repeatable)");
+  one_value_each(command.add_option("--only", options.only, "Apply only this rule id (repeatable)"));
+  one_value_each(command.add_option("--skip", options.skip, "Don't apply this rule id (repeatable)"));
   // A flag callback: CLI11 would set an optional<bool> to false when the flag is absent.
   command.add_flag_callback(
       "--inline-functions", [&inline_functions] { inline_functions = true; },

@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>  // renameat2
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -23,7 +25,7 @@ namespace {
 
 // Temporary files being written, removed if the process is interrupted. A fixed table of
 // atomics, because a signal handler may neither lock nor allocate.
-std::array<std::atomic<const char*>, 64> g_pending_files{};
+std::array<std::atomic<const char*>, 256> g_pending_files{};
 
 extern "C" void remove_pending_files(int signal_number) {
   for (auto& slot : g_pending_files) {
@@ -97,6 +99,10 @@ void AtomicFile::write(const char* data, size_t size) {
   }
 }
 
+void AtomicFile::clear() {
+  if (::ftruncate(fd_, 0) != 0 || ::lseek(fd_, 0, SEEK_SET) != 0) fail("cannot truncate the temporary file");
+}
+
 void AtomicFile::copy_from(int source_fd, const uint8_t* source_data, FileRange range) {
   if (source_fd < 0) return write(reinterpret_cast<const char*>(source_data) + range.begin, range.size());
   loff_t offset = static_cast<loff_t>(range.begin);
@@ -125,20 +131,54 @@ void AtomicFile::copy_from(int source_fd, const uint8_t* source_data, FileRange 
   }
 }
 
-void AtomicFile::commit(mode_t mode) {
+void AtomicFile::close_for_commit(mode_t mode) {
+  if (fd_ < 0) return;
   if (::fchmod(fd_, mode) != 0) fail("cannot set permissions");
   if (::close(fd_) != 0) {
     fd_ = -1;
     fail("close failed");
   }
   fd_ = -1;
+}
+
+void AtomicFile::commit(mode_t mode) {
+  close_for_commit(mode);
   if (::rename(temp_.c_str(), target_.c_str()) != 0) fail("cannot rename the temporary file into place");
   committed_ = true;
 }
 
 void AtomicFile::commit() { commit(mode_of_existing_or_default(target_)); }
 
+bool AtomicFile::commit_if_absent(mode_t mode) {
+  close_for_commit(mode);
+  if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, target_.c_str(), RENAME_NOREPLACE) == 0) {
+    committed_ = true;
+    return true;
+  }
+  if (errno == EEXIST) return false;
+  if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) fail("cannot move the temporary file into place");
+  // No RENAME_NOREPLACE on this file system (NFS, ...): a hard link is made only if the name is free.
+  if (::link(temp_.c_str(), target_.c_str()) != 0) {
+    if (errno == EEXIST) return false;
+    fail("cannot move the temporary file into place");
+  }
+  ::unlink(temp_.c_str());
+  committed_ = true;
+  return true;
+}
+
 void AtomicFile::fail(const std::string& what) { throw os_error(target_.string(), what); }
+
+PendingFile::PendingFile(const fs::path& path) : file_(std::make_unique<AtomicFile>(path)) {}
+
+PendingFile::~PendingFile() = default;
+
+void PendingFile::set_contents(const std::string& bytes) {
+  file_->clear();
+  file_->write(bytes.data(), bytes.size());
+}
+
+void PendingFile::commit() { file_->commit(); }
 
 void write_file_atomically(const fs::path& path, const std::string& bytes) {
   AtomicFile out(path);

@@ -26,6 +26,8 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   void write(const char* data, size_t size);
+  // Drops what was written so far (a report whose contents change before it is committed).
+  void clear();
 
   // Copies `range` of the file open as `source_fd` in the kernel: no page of it enters this
   // process. Without a file (`source_fd` < 0) it writes the range of `source_data`.
@@ -35,9 +37,16 @@ class AtomicFile {
   void commit(mode_t mode);
   // Same with the permissions of the file it replaces, or the default ones for a new file.
   void commit();
+  // Gives the file `mode` and moves it to the target only if no file of that name exists, in one
+  // step no other process can come between: false (and the temporary file still removed
+  // later) when one does. renameat2(RENAME_NOREPLACE), or link() where a file system lacks it.
+  bool commit_if_absent(mode_t mode);
+
+  const std::filesystem::path& target() const { return target_; }
 
  private:
   [[noreturn]] void fail(const std::string& what);
+  void close_for_commit(mode_t mode);
 
   std::filesystem::path target_;
   std::string temp_;

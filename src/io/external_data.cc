@@ -3,6 +3,7 @@
 // must describe the tensor's bytes within that file. Only names and sizes are looked at.
 #include "io/external_data.h"
 
+#include <algorithm>
 #include <charconv>
 #include <optional>
 
@@ -75,10 +76,20 @@ std::optional<int64_t> data_bytes(const onnx::TensorProto& tensor, const std::st
 
 }  // namespace
 
-void check_external_data(const Model& model, const std::string& name) {
+std::vector<std::string> check_external_data(const Model& model, const std::string& name, bool allow_missing) {
   std::error_code ec;
   const fs::path base = fs::absolute(model.directory(), ec);
   const fs::path directory = fs::weakly_canonical(base, ec);
+  // A model reached through a symbolic link (a Hugging Face snapshot: snap/model.onnx ->
+  // ../blobs/HASH, snap/model.onnx_data -> ../blobs/HASH2) may have data files that are links
+  // into the directory its own link leads to: nothing there is less trusted than the model.
+  fs::path real_directory = directory;
+  if (fs::is_symlink(model.path, ec)) real_directory = fs::weakly_canonical(fs::absolute(model.path, ec), ec).parent_path();
+  auto inside = [](const fs::path& resolved, const fs::path& root) {
+    const fs::path relative = resolved.lexically_relative(root);
+    return !relative.empty() && !escapes_directory(relative.string());
+  };
+  std::vector<std::string> missing;
   for_each_tensor(model.proto, [&](const onnx::TensorProto& tensor, const Place& place) {
     if (tensor.data_location() != onnx::TensorProto::EXTERNAL) return;
     const std::string what = "tensor '" + printable(tensor.name()) + "' (" + printable(place.text()) + "): external data";
@@ -107,16 +118,19 @@ void check_external_data(const Model& model, const std::string& name) {
     // Once symbolic links are resolved, the file must still lie inside the directory.
     const fs::path resolved = fs::weakly_canonical(base / location, ec);
     if (ec) throw InputError(name, what + " location '" + shown + "' cannot be resolved: " + ec.message());
-    const fs::path inside = resolved.lexically_relative(directory);
-    if (inside.empty() || escapes_directory(inside.string())) {
+    if (!inside(resolved, directory) && !inside(resolved, real_directory)) {
       throw InputError(name, what + " location '" + shown + "' leads outside the model's directory through a symbolic link");
     }
-    const fs::path file = base / location;
-    if (!fs::is_regular_file(file, ec)) throw InputError(name, what + " file '" + shown + "' is missing");
     const std::optional<int64_t> needed = data_bytes(tensor, name, what);
     if (needed && length && *length != *needed) {
       throw InputError(name, what + " length " + std::to_string(*length) + " does not match the tensor: " + shape_text(tensor) +
                                  " takes " + std::to_string(*needed) + " bytes");
+    }
+    const fs::path file = base / location;
+    if (!fs::is_regular_file(file, ec)) {
+      if (!allow_missing) throw InputError(name, what + " file '" + shown + "' is missing");
+      if (std::find(missing.begin(), missing.end(), location) == missing.end()) missing.push_back(location);
+      return;
     }
     const auto size = static_cast<int64_t>(fs::file_size(file, ec));
     // Without a length, the tensor's own size is read from the offset on.
@@ -126,6 +140,7 @@ void check_external_data(const Model& model, const std::string& name) {
                                  ") lies outside '" + shown + "' (" + std::to_string(size) + " bytes)");
     }
   });
+  return missing;
 }
 
 void refuse_external_data(const Model& model, const std::string& name) {

@@ -99,16 +99,17 @@ Model parse_source(std::shared_ptr<const SourceBytes> source, const std::string&
   return model;
 }
 
-Model load_model(const fs::path& path) {
+Model load_model(const fs::path& path, const LoadOptions& options) {
   Model model = parse_source(SourceBytes::map_file(path), path.string());
   model.path = path;
-  check_external_data(model, path.string());
+  model.missing_external_data = check_external_data(model, path.string(), options.allow_missing_external_data);
   return model;
 }
 
 Model reload_model(const Model& model) {
   Model fresh = parse_source(model.source, model.path.string());
   fresh.path = model.path;
+  fresh.missing_external_data = model.missing_external_data;
   return fresh;
 }
 

@@ -4,13 +4,15 @@
 #include "onnx_rewrite/model_io.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
-#include <mutex>
+#include <memory>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -80,20 +82,22 @@ std::vector<Piece> serialize_pieces(const Model& model) {
   return pieces;
 }
 
-void copy_file_atomically(const fs::path& from, const fs::path& to) {
+// A temporary copy of `from` beside `to`, with `from`'s permissions, not yet in place.
+std::unique_ptr<AtomicFile> copy_to_temporary(const fs::path& from, const fs::path& to, mode_t& mode) {
   const int fd = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw os_error(from.string(), "cannot open external data");
   struct stat st {};
   ::fstat(fd, &st);
+  mode = st.st_mode & 07777;
   try {
-    AtomicFile out(to);
-    out.copy_from(fd, nullptr, FileRange{0, static_cast<size_t>(st.st_size)});
-    out.commit(st.st_mode & 07777);
+    auto out = std::make_unique<AtomicFile>(to);
+    out->copy_from(fd, nullptr, FileRange{0, static_cast<size_t>(st.st_size)});
+    ::close(fd);
+    return out;
   } catch (...) {
     ::close(fd);
     throw;
   }
-  ::close(fd);
 }
 
 bool same_contents(const fs::path& a, const fs::path& b) {
@@ -126,25 +130,86 @@ std::set<std::string> external_locations(const Model& model) {
   return locations;
 }
 
-// Copies the model's external-data files into `directory`, where the model at `output` will
-// refer to them. A different file already there (another model's weights of the same name) is
-// never replaced.
-void copy_external_data(const Model& model, const fs::path& output, const fs::path& directory) {
-  if (same_file(model.directory(), directory)) return;
+bool lies_inside(const fs::path& path, const fs::path& root) {
+  const fs::path inside = path.lexically_relative(root);
+  return !inside.empty() && *inside.begin() != "..";
+}
+
+// Creates `directory` and the directories on the way to it. With a `root` (batch's OUT_DIR),
+// `directory` is `root` / something, and every directory on the way must be inside `root` once
+// symbolic links are resolved: a link already there (OUT/sub -> /elsewhere) must not carry the
+// output out of it. Directories it creates stay (empty) if the write is abandoned: another
+// writer may be about to use them.
+void make_directories(const fs::path& directory, const fs::path& root, const fs::path& output) {
   std::error_code ec;
-  for (const auto& location : external_locations(model)) {
-    const fs::path from = model.directory() / location;
-    const fs::path to = directory / location;
-    if (same_file(from, to)) continue;
-    if (fs::exists(to, ec)) {
-      if (same_contents(from, to)) continue;
-      throw InputError(output.string(), "external data '" + printable(location) +
-                                            "' would replace a different file already in " + directory.string());
+  if (root.empty()) {
+    fs::create_directories(directory, ec);
+    if (ec) throw InputError(output.string(), "cannot create the directory '" + directory.string() + "': " + ec.message());
+    return;
+  }
+  const fs::path real_root = fs::weakly_canonical(root, ec);
+  const fs::path relative = directory.lexically_normal().lexically_relative(root.lexically_normal());
+  if (relative.empty() || *relative.begin() == "..") {
+    throw InputError(output.string(), "'" + directory.string() + "' is not inside " + root.string());
+  }
+  fs::path at = root;
+  for (const auto& part : relative) {
+    if (part.empty() || part == ".") continue;
+    at /= part;
+    struct stat st {};
+    if (::lstat(at.c_str(), &st) != 0) {
+      if (errno != ENOENT) throw os_error(output.string(), "cannot look at '" + at.string() + "'");
+      if (::mkdir(at.c_str(), 0777) != 0 && errno != EEXIST) {
+        throw os_error(output.string(), "cannot create the directory '" + at.string() + "'");
+      }
+      if (::lstat(at.c_str(), &st) != 0) throw os_error(output.string(), "cannot look at '" + at.string() + "'");
     }
-    fs::create_directories(to.parent_path(), ec);
-    copy_file_atomically(from, to);
+    if (S_ISLNK(st.st_mode)) {
+      const fs::path resolved = fs::weakly_canonical(at, ec);
+      if (ec || !lies_inside(resolved, real_root) || !fs::is_directory(resolved, ec)) {
+        throw InputError(output.string(), "'" + at.string() + "' is a symbolic link leading out of " + root.string() +
+                                              "; nothing is written outside it");
+      }
+    } else if (!S_ISDIR(st.st_mode)) {
+      throw InputError(output.string(), "'" + at.string() + "' is in the way: not a directory");
+    }
   }
 }
+
+// An flock() on each directory a commit writes into, taken in one global order (device, inode)
+// so that processes locking several never deadlock. Where a file system has no flock (some
+// network file systems), the commit goes on without it: RENAME_NOREPLACE alone still never
+// replaces a different file.
+class DirectoryLocks {
+ public:
+  explicit DirectoryLocks(const std::vector<fs::path>& directories) {
+    std::vector<std::tuple<dev_t, ino_t, int>> opened;
+    for (const auto& directory : directories) {
+      const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd < 0) continue;
+      struct stat st {};
+      ::fstat(fd, &st);
+      bool seen = false;
+      for (const auto& [dev, ino, other] : opened) seen = seen || (dev == st.st_dev && ino == st.st_ino);
+      if (seen) ::close(fd);
+      else opened.emplace_back(st.st_dev, st.st_ino, fd);
+    }
+    std::sort(opened.begin(), opened.end());
+    for (const auto& [dev, ino, fd] : opened) {
+      while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+      }
+      fds_.push_back(fd);
+    }
+  }
+  ~DirectoryLocks() {
+    for (auto it = fds_.rbegin(); it != fds_.rend(); ++it) ::close(*it);  // closing unlocks
+  }
+  DirectoryLocks(const DirectoryLocks&) = delete;
+  DirectoryLocks& operator=(const DirectoryLocks&) = delete;
+
+ private:
+  std::vector<int> fds_;
+};
 
 }  // namespace
 
@@ -161,36 +226,159 @@ std::string serialize_model(const Model& model) {
   return out;
 }
 
-void write_model(const Model& model, const fs::path& path, const WriteOptions& options) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) throw UsageError(path.string() + ": the output is a directory");
-  const fs::path directory = directory_of(path);
-  if (!fs::is_directory(directory, ec)) {
-    throw UsageError(path.string() + ": output directory '" + directory.string() + "' does not exist");
-  }
-  if (!options.allow_overwrite_input && !model.path.empty() && same_file(model.path, path)) {
-    throw UsageError(path.string() + ": refusing to overwrite the input (use --in-place)");
-  }
+struct PendingModel::State {
+  struct Data {
+    std::string location;
+    fs::path from;
+    fs::path to;
+    std::unique_ptr<AtomicFile> copy;  // null: the file already at `to` holds the same bytes
+    mode_t mode = 0;
+    dev_t device = 0;                   // of the file reused, or of the copy once in place
+    ino_t inode = 0;
+    bool placed = false;                // the copy was moved into place by this commit
+  };
+  fs::path output;  // as named, for errors
+  std::vector<Data> data;
+  std::unique_ptr<AtomicFile> model;
 
-  // Weights first, so that the model never appears without its data. Models written at the
-  // same time (batch) take turns, so that the second one sees the first one's file.
-  static std::mutex copying_external_data;
-  std::lock_guard lock(copying_external_data);
-  copy_external_data(model, path, directory);
-
-  // Writing through a symbolic link (e.g. --in-place on a linked model) replaces what it points to.
-  const fs::path target = fs::is_symlink(path, ec) ? fs::canonical(path, ec) : path;
-  AtomicFile out(target);
-  const SourceBytes& source = *model.source;
-  if (!model.changed) {
-    out.copy_from(source.fd(), source.data(), FileRange{0, source.size()});
-  } else {
-    for (const auto& piece : serialize_pieces(model)) {
-      if (piece.from_source) out.copy_from(source.fd(), source.data(), piece.source_range);
-      else out.write(piece.bytes.data(), piece.bytes.size());
+  [[noreturn]] void conflict(const Data& item) const {
+    throw InputError(output.string(), "external data '" + printable(item.location) +
+                                          "' would replace a different file already in " + directory_of(item.to).string());
+  }
+  // Data files this commit put in place, removed again when a later step fails. Under the
+  // directory locks, so no other onnx-rewrite can have started to rely on them.
+  void take_back_data() {
+    for (auto& item : data) {
+      if (!item.placed) continue;
+      struct stat st {};
+      if (::lstat(item.to.c_str(), &st) == 0 && st.st_dev == item.device && st.st_ino == item.inode) ::unlink(item.to.c_str());
+      item.placed = false;
     }
   }
-  out.commit();
+};
+
+PendingModel::PendingModel(const Model& model, const fs::path& path, const WriteOptions& options)
+    : state_(std::make_unique<State>()) {
+  State& state = *state_;
+  state.output = path;
+  std::error_code ec;
+  const bool confined = !options.inside.empty();
+  if (fs::is_directory(path, ec)) throw UsageError(path.string() + ": the output is a directory");
+  if (!model.missing_external_data.empty()) {
+    throw InputError(model.path.string(), "external data file '" + printable(model.missing_external_data.front()) +
+                                              "' is missing, and a written model needs it");
+  }
+  const fs::path directory = directory_of(path);
+  try {
+    if (confined) {
+      make_directories(directory, options.inside, path);
+    } else if (!fs::is_directory(directory, ec)) {
+      throw UsageError(path.string() + ": output directory '" + directory.string() + "' does not exist");
+    }
+    // Inside OUT_DIR a symbolic link at the output is replaced; elsewhere (--in-place on a linked
+    // model, -o naming a link) what it points to is.
+    const bool follow = !confined && fs::is_symlink(path, ec);
+    const fs::path target = follow ? fs::canonical(path, ec) : path;
+    if (!options.allow_overwrite_input && !model.path.empty() && !(confined && fs::is_symlink(path, ec)) &&
+        same_file(model.path, target)) {
+      throw UsageError(path.string() + ": refusing to overwrite the input (use --in-place)");
+    }
+
+    // The data files, next to the output, where the model will look for them.
+    if (!same_file(model.directory(), directory)) {
+      for (const auto& location : external_locations(model)) {
+        State::Data item;
+        item.location = location;
+        item.from = model.directory() / location;
+        item.to = directory / location;
+        if (same_file(item.from, item.to)) continue;
+        make_directories(directory_of(item.to), confined ? options.inside : fs::path(), path);
+        struct stat st {};
+        if (::lstat(item.to.c_str(), &st) == 0) {
+          if (confined && S_ISLNK(st.st_mode)) {
+            throw InputError(path.string(), "external data '" + printable(location) + "' would be written through the symbolic link '" +
+                                                item.to.string() + "'");
+          }
+          if (!same_contents(item.from, item.to)) state.conflict(item);  // fails before copying anything
+          ::stat(item.to.c_str(), &st);
+          item.device = st.st_dev;
+          item.inode = st.st_ino;
+        } else {
+          item.copy = copy_to_temporary(item.from, item.to, item.mode);
+        }
+        state.data.push_back(std::move(item));
+      }
+    }
+
+    state.model = std::make_unique<AtomicFile>(target);
+    const SourceBytes& source = *model.source;
+    if (!model.changed) {
+      state.model->copy_from(source.fd(), source.data(), FileRange{0, source.size()});
+    } else {
+      for (const auto& piece : serialize_pieces(model)) {
+        if (piece.from_source) state.model->copy_from(source.fd(), source.data(), piece.source_range);
+        else state.model->write(piece.bytes.data(), piece.bytes.size());
+      }
+    }
+  } catch (...) {
+    state_.reset();  // removes the temporary files
+    throw;
+  }
+}
+
+PendingModel::~PendingModel() = default;
+
+void PendingModel::commit() {
+  if (!state_) throw std::logic_error("PendingModel committed twice");
+  State& state = *state_;
+  std::vector<fs::path> directories{directory_of(state.model->target())};
+  for (const auto& item : state.data) directories.push_back(directory_of(item.to));
+  {
+    DirectoryLocks locks(directories);
+    for (auto& item : state.data) {
+      struct stat st {};
+      if (!item.copy) {
+        // Reused: still the very file compared (onnx-rewrite never rewrites a data file in place).
+        const bool there = ::stat(item.to.c_str(), &st) == 0;
+        if (there && st.st_dev == item.device && st.st_ino == item.inode) continue;
+        if (there && same_contents(item.from, item.to)) continue;
+        state.take_back_data();
+        if (!there) {
+          throw InputError(state.output.string(), "external data '" + printable(item.location) + "' vanished from " +
+                                                      directory_of(item.to).string() + " while the model was written");
+        }
+        state.conflict(item);
+      }
+      bool placed = false;
+      try {
+        placed = item.copy->commit_if_absent(item.mode);
+      } catch (...) {
+        state.take_back_data();
+        throw;
+      }
+      if (placed) {
+        ::lstat(item.to.c_str(), &st);
+        item.device = st.st_dev;
+        item.inode = st.st_ino;
+        item.placed = true;
+      } else if (!same_contents(item.from, item.to)) {
+        // Another process put a file of this name there since the model was prepared.
+        state.take_back_data();
+        state.conflict(item);
+      }
+    }
+    try {
+      state.model->commit();
+    } catch (...) {
+      state.take_back_data();
+      throw;
+    }
+  }
+  state_.reset();
+}
+
+void write_model(const Model& model, const fs::path& path, const WriteOptions& options) {
+  PendingModel(model, path, options).commit();
 }
 
 }  // namespace onnx_rewrite
