@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <fstream>
 #include <optional>
 #include <random>
 #include <thread>
@@ -367,6 +368,59 @@ TEST(Inspect, JsonStaysValidWhateverBytesTheModelsNamesHold) {
 }
 
 // ---- check, inspect, rules --------------------------------------------------------------------
+
+// check answers "and now?": the rules `rewrite` would use for each op the target can't load,
+// the rules of other targets when only those cover it, or that none does.
+TEST(Check, NamesTheRulesCoveringEachUnloadableOp) {
+  const auto mmcv = family_file("deform-conv", "testdata/mmcv-deform-conv2d.onnx");
+  const auto text = run_cli({"check", mmcv.string()});
+  EXPECT_EQ(text.exit_code, 1);
+  EXPECT_NE(text.out.find("mmcv.MMCVDeformConv2d x1 (main graph): domain mmcv is not loadable by target onnx; "
+                          "`rewrite --target onnx` covers it: mmcv-deform-conv2d-to-deform-conv"),
+            std::string::npos)
+      << text.out;
+
+  const auto json = run_cli({"check", mmcv.string(), "--json"});
+  const auto report = parse_json(json.out);
+  const auto& entry = report.struct_value().fields().at("result").struct_value().fields().at("unloadable")
+                          .list_value().values(0).struct_value().fields();
+  const auto& rules = entry.at("rules").list_value();
+  ASSERT_GT(rules.values_size(), 0) << json.out;
+  EXPECT_EQ(rules.values(0).struct_value().fields().at("id").string_value(), "mmcv-deform-conv2d-to-deform-conv");
+  EXPECT_TRUE(rules.values(0).struct_value().fields().at("serves_target").bool_value());
+
+  TempDir dir;
+  const auto custom = write_model_text(kUnknownOpModel, dir / "custom.onnx");
+  const auto none = run_cli({"check", custom.string()});
+  EXPECT_NE(none.out.find("acme.Frobnicate x1 (main graph): domain acme is not loadable by target onnx; no rule covers it"),
+            std::string::npos)
+      << none.out;
+
+  // Rule files given to check count as they would for rewrite.
+  std::ofstream(dir / "frob.rules") << R"(rule frob-as-identity
+  description: acme::Frobnicate is the identity
+  targets: onnx
+  pattern (x) => (y) {
+    y = acme.Frobnicate (x)
+  }
+  replace (x) => (y) {
+    y = Identity (x)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "acme": 1]>
+    g (float[2] x) => (float[2] y) { y = acme.Frobnicate (x) }
+  }
+  expect {
+    y = Identity (x)
+  }
+end
+)";
+  const auto given = run_cli({"check", custom.string(), "--rules", (dir / "frob.rules").string()});
+  EXPECT_NE(given.out.find("acme.Frobnicate x1 (main graph): domain acme is not loadable by target onnx; "
+                           "`rewrite --target onnx` covers it: frob-as-identity"),
+            std::string::npos)
+      << given.out << given.err;
+}
 
 TEST(Check, ListsWhatTheTargetCantLoadAndTheOpsetLimit) {
   TempDir dir;

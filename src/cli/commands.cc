@@ -108,7 +108,54 @@ void write_error_json(JsonWriter& json, const ErrorInfo& error) {
 
 // ---- Reports -------------------------------------------------------------------------------
 
-void write_check_json(JsonWriter& json, const CheckReport& report) {
+// Rules anchored at an op a target can't load (for ATen, at the same operator): what `rewrite`
+// would use, or where to go when only other targets' rules cover it.
+std::vector<const Rule*> rules_covering(const RuleSet& rules, const Unloadable& entry) {
+  std::vector<const Rule*> covering;
+  for (const auto& rule : rules.rules) {
+    for (const auto& pattern : rule->patterns) {
+      const auto& anchor = pattern.anchor();
+      if (anchor.domain != normalize_domain(entry.domain) || anchor.op_type != entry.op_type) continue;
+      bool other_operator = false;
+      for (const auto& attribute : anchor.attributes) {
+        if (attribute.name == "operator" && attribute.literal) other_operator = attribute.literal->s() != entry.aten_operator;
+      }
+      if (other_operator) continue;
+      covering.push_back(rule.get());
+      break;
+    }
+  }
+  return covering;
+}
+
+std::vector<std::string> rules_for_other_targets(const RuleSet& rules, const Unloadable& entry, const Target& target) {
+  std::vector<std::string> hints;
+  for (const Rule* rule : rules_covering(rules, entry)) {
+    if (!rule->serves(target)) hints.push_back(fmt::format("{} (--target {})", rule->id, fmt::join(rule->targets, "|")));
+  }
+  return hints;
+}
+
+// "; rewrite covers it with RULE" / "; no built-in rule covers it": check's answer to "and now?".
+std::string coverage_text(const RuleSet& rules, const Unloadable& entry, const Target& target) {
+  std::vector<std::string> own;
+  for (const Rule* rule : rules_covering(rules, entry)) {
+    if (rule->serves(target)) own.push_back(rule->id);
+  }
+  if (!own.empty()) return fmt::format("; `rewrite --target {}` covers it: {}", target.name, fmt::join(own, ", "));
+  const auto others = rules_for_other_targets(rules, entry, target);
+  if (!others.empty()) return fmt::format("; only rules for another target cover it: {}", fmt::join(others, ", "));
+  return "; no rule covers it";
+}
+
+// The rules covering what a target can't load, where the caller has them (check does; a rewrite's
+// report says what the rules it ran left).
+struct Coverage {
+  const RuleSet& rules;
+  const Target& target;
+};
+
+void write_check_json(JsonWriter& json, const CheckReport& report, const Coverage* coverage = nullptr) {
   json.begin_object();
   json.key("ok").value(report.ok());
   json.key("unloadable").begin_array();
@@ -120,6 +167,14 @@ void write_check_json(JsonWriter& json, const CheckReport& report) {
     json.key("count").value(entry.count);
     json.key("where").value(entry.place);
     json.key("reason").value(entry.reason);
+    if (coverage) {
+      json.key("rules").begin_array();
+      for (const Rule* rule : rules_covering(coverage->rules, entry)) {
+        json.begin_object().key("id").value(rule->id).key("targets").strings(rule->targets);
+        json.key("serves_target").value(rule->serves(coverage->target)).end_object();
+      }
+      json.end_array();
+    }
     json.end_object();
   }
   json.end_array();
@@ -132,26 +187,6 @@ std::string op_text(const Unloadable& entry) {
   std::string text = display_domain(entry.domain) + "." + entry.op_type;
   if (!entry.aten_operator.empty()) text += " (operator " + entry.aten_operator + ")";
   return text;
-}
-
-// Rules for other targets anchored at an op that this target can't load: a hint where to go.
-std::vector<std::string> rules_for_other_targets(const RuleSet& rules, const Unloadable& entry, const Target& target) {
-  std::vector<std::string> hints;
-  for (const auto& rule : rules.rules) {
-    if (rule->serves(target)) continue;
-    for (const auto& pattern : rule->patterns) {
-      const auto& anchor = pattern.anchor();
-      if (anchor.domain != normalize_domain(entry.domain) || anchor.op_type != entry.op_type) continue;
-      bool other_operator = false;
-      for (const auto& attribute : anchor.attributes) {
-        if (attribute.name == "operator" && attribute.literal) other_operator = attribute.literal->s() != entry.aten_operator;
-      }
-      if (other_operator) continue;
-      hints.push_back(fmt::format("{} (--target {})", rule->id, fmt::join(rule->targets, "|")));
-      break;
-    }
-  }
-  return hints;
 }
 
 void print_unmet(const Target& target, const CheckReport& report, const RuleSet& rules, std::ostream& err) {
@@ -418,9 +453,11 @@ std::string missing_data_note(const Model& model) {
 
 const LoadOptions kGraphOnly{.allow_missing_external_data = true};
 
-int check_one(const std::string& input, const std::string& target_name, std::optional<int> max_opset, bool json,
-              std::ostream& out) {
+int check_one(const std::string& input, const std::string& target_name, std::optional<int> max_opset,
+              const RuleSources& sources, bool json, std::ostream& out) {
   const Target& target = find_target(target_name);
+  const RuleSet rules = sources.load();
+  const Coverage coverage{rules, target};
   LoadedModel loaded(input, true, kGraphOnly);
   const Model& model = *loaded;
   refuse_invalid(model);
@@ -435,7 +472,7 @@ int check_one(const std::string& input, const std::string& target_name, std::opt
     if (max_opset) writer.value(*max_opset);
     else writer.null();
     writer.key("result");
-    write_check_json(writer, report);
+    write_check_json(writer, report, &coverage);
     writer.end_object();
     out << writer.str();
   } else if (report.ok()) {
@@ -443,7 +480,8 @@ int check_one(const std::string& input, const std::string& target_name, std::opt
   } else {
     out << fmt::format("{}: target {}: NOT loadable\n", input, target.name);
     for (const auto& entry : report.unloadable) {
-      out << fmt::format("  {} x{} ({}): {}\n", op_text(entry), entry.count, entry.place, entry.reason);
+      out << fmt::format("  {} x{} ({}): {}{}\n", op_text(entry), entry.count, entry.place, entry.reason,
+                         coverage_text(rules, entry, target));
     }
     for (const auto& problem : report.opset_problems) out << "  " << problem << "\n";
   }
@@ -467,11 +505,11 @@ void print_json_failure(const std::string& input, const std::exception_ptr& erro
 
 }  // namespace
 
-int run_check(const std::string& input, const std::string& target_name, std::optional<int> max_opset, bool json,
-              std::ostream& out, std::ostream& err) {
+int run_check(const std::string& input, const std::string& target_name, std::optional<int> max_opset,
+              const RuleSources& rules, bool json, std::ostream& out, std::ostream& err) {
   (void)err;
   try {
-    return check_one(input, target_name, max_opset, json, out);
+    return check_one(input, target_name, max_opset, rules, json, out);
   } catch (...) {
     if (json) print_json_failure(input, std::current_exception(), out);
     throw;

@@ -46,8 +46,8 @@ struct BatchCommand {
 void leave_models_to_process_exit();
 
 int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& err);
-int run_check(const std::string& input, const std::string& target, std::optional<int> max_opset, bool json,
-              std::ostream& out, std::ostream& err);
+int run_check(const std::string& input, const std::string& target, std::optional<int> max_opset,
+              const RuleSources& rules, bool json, std::ostream& out, std::ostream& err);
 int run_inspect(const std::string& input, const RuleSources& rules, bool json, std::ostream& out);
 int run_rules(const RuleSources& rules, bool json, std::ostream& out);
 int run_targets(bool json, std::ostream& out);

@@ -94,10 +94,12 @@ int main(int argc, char** argv) {
   std::string check_model_path, check_target = "onnx";
   std::optional<int> check_opset;
   bool check_json = false;
+  RuleSources check_rules;
   auto* check_app = app.add_subcommand("check", "List the nodes a target runtime can't load (exit 1 if any)");
   check_app->add_option("model", check_model_path, "Model (.onnx)")->required();
   add_target(*check_app, check_target, check_opset);
   check_app->add_flag("--json", check_json, "Machine-readable output");
+  add_rule_sources(*check_app, check_rules);
 
   std::string inspect_path;
   bool inspect_json = false;
@@ -143,7 +145,7 @@ int main(int argc, char** argv) {
       rewrite.options.explain_out = &std::cout;
       return run_rewrite(rewrite, std::cout, std::cerr);
     }
-    if (*check_app) return run_check(check_model_path, check_target, check_opset, check_json, std::cout, std::cerr);
+    if (*check_app) return run_check(check_model_path, check_target, check_opset, check_rules, check_json, std::cout, std::cerr);
     if (*inspect_app) return run_inspect(inspect_path, inspect_rules, inspect_json, std::cout);
     if (*rules_app) return run_rules(listed_rules, rules_json, std::cout);
     if (*targets_app) return run_targets(targets_json, std::cout);
