@@ -307,6 +307,43 @@ g (float[1, 2, 3, 4] x) => (float[1, 2, 3, 4] y) { y = my.Softmax <)" + attribut
   EXPECT_FALSE(fired("mode = \"fast\"")) << "captured attribute absent, no default: the set can't hold";
 }
 
+// A tolerance on a captured attribute holds the match to it: HardSigmoid(alpha = 0.2) * x is
+// not HardSwish (alpha = 1/6), and fusing it changed numbers by 0.0176 before.
+TEST(RuleLanguage, ToleranceOnACapturedAttributeIsEnforced) {
+  const RuleSet rules = rules_from_text(R"(
+rule hard-swish
+  description: test
+  targets: onnx
+  pattern (x) => (y) {
+    h = HardSigmoid <alpha: float = @alpha, beta: float = @beta> (x)
+    y = Mul (x, h)
+  }
+  where {
+    alpha ≈ 0.16666667 ± 1e-6
+    beta ~= 0.5
+  }
+  replace (x) => (y) { y = HardSwish (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] x) => (float[2] y) { h = HardSigmoid <alpha = 0.16666667, beta = 0.5> (x)
+      y = Mul (x, h) }
+  }
+  expect { y = HardSwish (x) }
+end
+)");
+  auto fired = [&](const std::string& attributes) {
+    const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2] x) => (float[2] y) { h = HardSigmoid <)" + attributes + R"(> (x)
+  y = Mul (x, h) })",
+                                        rules);
+    return count(rewritten.model, "HardSwish") == 1;
+  };
+  EXPECT_TRUE(fired("alpha = 0.16666667, beta = 0.5"));
+  EXPECT_FALSE(fired("alpha = 0.2, beta = 0.5")) << "alpha outside the tolerance";
+  EXPECT_FALSE(fired("alpha = 0.16666667, beta = 0.6")) << "beta outside the default tolerance";
+  EXPECT_FALSE(fired("beta = 0.5")) << "alpha's schema default is 0.2";
+}
+
 TEST(RuleLanguage, LetsComputeAttributesFromConstantsAndCaptures) {
   const RuleSet rules = rules_from_text(R"(
 rule padded
@@ -912,6 +949,30 @@ std::string load_error(const std::string& text) {
     return e.file() + ": " + e.what();
   }
   return "";
+}
+
+// What only a value can satisfy is refused on an attribute at load, not silently true.
+TEST(RuleFiles, ValueOnlyConstraintsOnAnAttributeAreRefused) {
+  auto rule = [](const std::string& constraint) {
+    return R"(rule r
+  description: test
+  targets: onnx
+  pattern (x) => (y) { y = my.Op <alpha: float = @alpha> (x) }
+  where {
+    )" + constraint + R"(
+  }
+  replace (x) => (y) { y = Relu (x) }
+end
+)";
+  };
+  EXPECT_EQ(load_error(rule("alpha is constant")),
+            "test.rules:6:5: rule r (pattern at line 4): 'alpha' is an attribute; 'alpha is constant' applies to values "
+            "(attributes take ==, in, ≈, is present, is absent)");
+  EXPECT_NE(load_error(rule("alpha is scalar")).find("test.rules:6:5: "), std::string::npos);
+  EXPECT_NE(load_error(rule("alpha dtype in [float]")).find("'alpha' is an attribute"), std::string::npos);
+  EXPECT_NE(load_error(rule("alpha rank == 0")).find("'alpha' is an attribute"), std::string::npos);
+  EXPECT_NE(load_error(rule("alpha is optional")).find("which may always be absent"), std::string::npos);
+  EXPECT_NE(load_error(rule("alpha ≈ 0.5")).find("has no example"), std::string::npos) << "≈ is allowed on attributes";
 }
 
 TEST(RuleFiles, ErrorsNameFileLineAndColumn) {

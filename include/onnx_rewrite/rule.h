@@ -72,7 +72,7 @@ struct Constraint {
   double number = 0, tolerance = 0;          // kApprox
   std::vector<int32_t> dtypes;               // kDtype
   int min_rank = 0, max_rank = INT_MAX;      // kRank
-  int line = 0;
+  int line = 0, column = 0;
   std::string describe() const;
 };
 

@@ -308,7 +308,24 @@ class Search {
           if (same_attribute_value(*value, allowed)) return true;
         }
         return reject("= " + attribute_value_text(*value) + ", not " + constraint.describe());
-      default: return true;
+      case K::kApprox: {
+        if (!value) return reject("is absent and has no default");
+        std::vector<double> numbers;
+        switch (value->type()) {
+          case onnx::AttributeProto::FLOAT: numbers = {value->f()}; break;
+          case onnx::AttributeProto::INT: numbers = {static_cast<double>(value->i())}; break;
+          case onnx::AttributeProto::FLOATS: numbers.assign(value->floats().begin(), value->floats().end()); break;
+          case onnx::AttributeProto::INTS: numbers.assign(value->ints().begin(), value->ints().end()); break;
+          default: return reject("= " + attribute_value_text(*value) + ", not a number");
+        }
+        for (double number : numbers) {
+          if (std::fabs(number - constraint.number) > constraint.tolerance) {
+            return reject("= " + attribute_value_text(*value) + ", not " + constraint.describe());
+          }
+        }
+        return true;
+      }
+      default: return true;  // the parser admits no other constraint on an attribute
     }
   }
 

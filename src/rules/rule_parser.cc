@@ -56,6 +56,9 @@ class RuleFileParser {
     throw InputError(fmt::format("{}:{}:{}", file_, line, column), what);
   }
   [[noreturn]] void error(const std::string& what) const { error_at(pos_, what); }
+  [[noreturn]] void error_at(const Constraint& constraint, const std::string& what) const {
+    throw InputError(fmt::format("{}:{}:{}", file_, constraint.line, constraint.column), what);
+  }
 
   std::pair<int, int> line_column(size_t at) const {
     int line = 1, column = 1;
@@ -538,7 +541,6 @@ class RuleFileParser {
                    std::vector<VersionRange>& opsets) {
     for (const auto& [line, at] : block_lines()) {
       const auto tokens = tokenize(line, at);
-      const int line_number = line_column(at).first;
       if (tokens.size() < 2) error_at(at, "expected a constraint");
       if (tokens[0].text == "opset") {
         opsets.push_back(parse_version(line.substr(line.find("opset") + 5), at));
@@ -546,7 +548,7 @@ class RuleFileParser {
       }
       Constraint constraint;
       constraint.subject = tokens[0].text;
-      constraint.line = line_number;
+      std::tie(constraint.line, constraint.column) = line_column(at);
       const std::string& verb = tokens[1].text;
       using K = Constraint::Kind;
       if (verb == "default") {
@@ -719,6 +721,25 @@ class RuleFileParser {
     return false;
   }
 
+  // An attribute is a literal of the node: only what compares its value applies to it. The
+  // rest would be silently true, and a rule trusting it would fire where it must not.
+  void refuse_value_only_constraint(const Constraint& constraint, const std::string& where) const {
+    using K = Constraint::Kind;
+    switch (constraint.kind) {
+      case K::kEquals:
+      case K::kIn:
+      case K::kApprox:
+      case K::kPresent:
+      case K::kAbsent: return;
+      case K::kOptional:
+        error_at(constraint, fmt::format("{}: '{}' is an attribute, which may always be absent (a default or 'is present' "
+                                         "says what the rule needs)", where, constraint.subject));
+      default:
+        error_at(constraint, fmt::format("{}: '{}' is an attribute; '{}' applies to values (attributes take ==, in, ≈, "
+                                         "is present, is absent)", where, constraint.subject, constraint.describe()));
+    }
+  }
+
   void finish_pattern(const Rule& rule, Pattern& pattern) {
     const std::string where = fmt::format("rule {} (pattern at line {})", rule.id, pattern.line);
     std::map<std::string, size_t> producer;
@@ -744,6 +765,7 @@ class RuleFileParser {
     }
     for (auto& constraint : pattern.constraints) {
       constraint.on_attribute = is_capture(pattern, constraint.subject);
+      if (constraint.on_attribute) refuse_value_only_constraint(constraint, where);
       if (!pattern_has_name(pattern, constraint.subject)) {
         error(fmt::format("{}: 'where' line {} names '{}', which the pattern does not have", where, constraint.line, constraint.subject));
       }
