@@ -583,6 +583,46 @@ g (float[2, 3] x) => (float[2, 3] z) <float[2, 3] w = {1, 2, 3, 4, 5, 6}> {
   EXPECT_TRUE(found);
 }
 
+// `rules --test`: a user's rule checked without our test suite.
+TEST(Rules, TestRunsEachRulesExampleAgainstItsExpect) {
+  TempDir dir;
+  auto rule = [](const std::string& id, const std::string& replacement, const std::string& expect) {
+    return "rule " + id + R"(
+  description: test
+  targets: onnx
+  pattern (x) => (y) { y = my.Op (x) }
+  replace (x) => (y) { )" + replacement + R"( }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "my": 1]>
+    g (float[2] x) => (float[2] y) { y = my.Op (x) }
+  }
+  expect { )" + expect + R"( }
+end
+)";
+  };
+  write_file(dir / "good.rules", rule("as-identity", "y = Identity (x)", "y = Identity (x)"));
+  const auto good = run_cli({"rules", "--test", (dir / "good.rules").string()});
+  EXPECT_EQ(good.exit_code, 0) << good.out << good.err;
+  EXPECT_EQ(good.out, "PASS as-identity\n1 rule tested, 0 failed\n");
+
+  write_file(dir / "bad.rules", rule("as-neg", "y = Neg (x)", "y = Identity (x)"));
+  const auto bad = run_cli({"rules", "--test", (dir / "good.rules").string(), "--test", (dir / "bad.rules").string()});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.out, "PASS as-identity\nFAIL as-neg (" + (dir / "bad.rules").string() +
+                         ":6): its example rewrites to other nodes than its expect\n  expected:\n    y = Identity(x)\n"
+                         "  got:\n    y = Neg(x)\n2 rules tested, 1 failed\n");
+
+  // A built-in family's file tests as it is, in place of the compiled-in copy.
+  const auto family = run_cli({"rules", "--test", family_file("trt-instance-norm", "trt-instance-norm.rules").string(), "--json"});
+  EXPECT_EQ(family.exit_code, 0) << family.out << family.err;
+  const auto tested = parse_json(family.out);
+  ASSERT_EQ(tested.list_value().values_size(), 2) << family.out;
+  EXPECT_TRUE(tested.list_value().values(0).struct_value().fields().at("passed").bool_value());
+
+  const auto empty = run_cli({"rules", "--test", dir.path().string() + "/nothing"});
+  EXPECT_EQ(empty.exit_code, 3) << empty.err;
+}
+
 TEST(Rules, ListsBuiltinAndUserRules) {
   TempDir dir;
   write_file(dir / "mine.rules", R"(

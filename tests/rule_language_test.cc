@@ -314,6 +314,7 @@ TEST(RuleLanguage, ToleranceOnACapturedAttributeIsEnforced) {
 rule hard-swish
   description: test
   targets: onnx
+  requires: ai.onnx >= 14
   pattern (x) => (y) {
     h = HardSigmoid <alpha: float = @alpha, beta: float = @beta> (x)
     y = Mul (x, h)
@@ -352,7 +353,10 @@ rule padded
   pattern (x, n) => (y) {
     y = my.PadTo <ph: int = @ph, pw: int = @pw> (x, n)
   }
-  where { n is scalar }
+  where {
+    n is scalar
+    opset ai.onnx 2..10
+  }
   let {
     pads = [0, 0, ph, pw, 0, 0, ph + int(n), pw * 2]
   }
@@ -973,6 +977,52 @@ end
   EXPECT_NE(load_error(rule("alpha rank == 0")).find("'alpha' is an attribute"), std::string::npos);
   EXPECT_NE(load_error(rule("alpha is optional")).find("which may always be absent"), std::string::npos);
   EXPECT_NE(load_error(rule("alpha ≈ 0.5")).find("has no example"), std::string::npos) << "≈ is allowed on attributes";
+}
+
+// Rule files are checked against the op tables, the rule's targets and ONNX's schemas when they
+// load: each mistake below was accepted before, and gave a rule that never fired or a model no
+// runtime loads.
+TEST(RuleFiles, OpsAttributesAndDomainsAreCheckedAtLoad) {
+  auto rule = [](const std::string& pattern, const std::string& replacement, const std::string& clauses = "") {
+    return "rule r\n  description: test\n  targets: onnx\n" + clauses + "  pattern (x) => (y) {\n" + pattern +
+           "\n  }\n  replace (x) => (y) {\n" + replacement + "\n  }\nend\n";
+  };
+  const std::string relu = "    y = Relu (x)";
+  const std::string custom = "    y = my.Op (x)";
+  // A typo in a replacement op: no target loads it.
+  EXPECT_EQ(load_error(rule(custom, "    y = Reluu (x)")),
+            "test.rules:8:9: rule r: no target of the rule (onnx) loads ai.onnx.Reluu (did you mean Relu?)");
+  // A replacement op newer than the models the pattern matches, without `requires:`.
+  EXPECT_EQ(load_error(rule(custom, "    y = Gelu (x)")),
+            "test.rules:8:9: rule r: ai.onnx.Gelu is not loadable at ai.onnx opset 1 (the lowest a model this pattern "
+            "matches has) by onnx: add `requires: ai.onnx >= 20` (or a `where { opset ... }` the pattern needs)");
+  EXPECT_NE(load_error(rule(custom, "    y = Gelu (x)", "  requires: ai.onnx >= 20\n")).find("has no example"), std::string::npos);
+  // Attributes: unknown names, wrong types, required ones missing; input counts.
+  EXPECT_EQ(load_error(rule(custom, "    y = Softmax <axs = 1> (x)")),
+            "test.rules:8:9: rule r: Softmax-1 has no attribute 'axs' (it has axis)");
+  EXPECT_EQ(load_error(rule(custom, "    y = Softmax <axis = 1.5> (x)")),
+            "test.rules:8:9: rule r: Softmax-1's attribute 'axis' is INT, not FLOAT");
+  EXPECT_EQ(load_error(rule(custom, "    y = Cast (x)")), "test.rules:8:9: rule r: Cast-1 needs attribute 'to'");
+  EXPECT_EQ(load_error(rule(custom, "    y = Relu (x, x)")), "test.rules:8:9: rule r: Relu-1 takes 1..1 inputs, not 2");
+  // An attribute valid at the lowest import but gone later: Squeeze's axes became an input at 13.
+  EXPECT_EQ(load_error(rule(custom, "    y = Squeeze <axes = [0]> (x)")),
+            "test.rules:8:9: rule r: Squeeze-13 has no attribute 'axes' (it has none)");
+  EXPECT_NE(load_error(rule("    y = my.Op (x)\n  }\n  where {\n    opset ai.onnx 1..12", "    y = Squeeze <axes = [0]> (x)"))
+                .find("has no example"),
+            std::string::npos)
+      << "valid for every import the pattern admits";
+  // A misspelled domain in `requires:`.
+  EXPECT_EQ(load_error(rule(custom, relu, "  requires: ai.onnx.mll >= 2\n")),
+            "test.rules:4:3: rule r: requires: 'ai.onnx.mll' is no domain the op tables know (ai.onnx, ai.onnx.ml, "
+            "com.microsoft, com.microsoft.nchwc), nor one the rule's nodes use");
+  // A typo in a pattern op (one letter from a standard op); a plugin op in the default domain is fine.
+  EXPECT_EQ(load_error(rule("    y = Sigmod (x)", relu)), "test.rules:5:9: rule r: the pattern's Sigmod is no ai.onnx op (did you mean Sigmoid?)");
+  EXPECT_NE(load_error(rule("    y = EfficientNMS_TRT (x)", relu)).find("has no example"), std::string::npos);
+  EXPECT_EQ(load_error(rule("    y = LeakyRelu <alpah: float = @a> (x)", relu)),
+            "test.rules:5:9: rule r: ai.onnx.LeakyRelu has no attribute 'alpah' (it has alpha, consumed_inputs)");
+  // A pattern node whose output nothing uses.
+  EXPECT_EQ(load_error(rule("    t = Neg (x)\n    y = my.Op (x)", relu)),
+            "test.rules:5:9: rule r: the pattern's Neg computes nothing the pattern reads or outputs");
 }
 
 TEST(RuleFiles, ErrorsNameFileLineAndColumn) {

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -24,6 +25,7 @@
 #include "cli/json.h"
 #include "onnx_rewrite/model_io.h"
 #include "onnx_rewrite/opset.h"
+#include "onnx_rewrite/rule_example.h"
 #include "onnx_rewrite/target.h"
 #include "onnx_rewrite/tensor.h"
 #include "onnx_rewrite/verify.h"
@@ -685,6 +687,17 @@ int run_inspect(const std::string& input, const RuleSources& sources, bool json,
   }
 }
 
+namespace {
+
+std::string indented(const std::string& lines) {
+  std::string text;
+  std::istringstream in(lines);
+  for (std::string line; std::getline(in, line);) text += "    " + line + "\n";
+  return text;
+}
+
+}  // namespace
+
 int run_rules(const RuleSources& sources, bool json, std::ostream& out) {
   const RuleSet rules = sources.load();
   auto anchors = [](const Rule& rule) {
@@ -725,6 +738,45 @@ int run_rules(const RuleSources& sources, bool json, std::ostream& out) {
   }
   out << fmt::format("{} rules\n", rules.rules.size());
   return 0;
+}
+
+int run_rule_tests(const std::vector<std::string>& paths, const RuleSources& sources, bool json, std::ostream& out) {
+  std::vector<std::string> tested;
+  for (const auto& path : paths) {
+    RuleSet own;
+    own.load_path(path);
+    if (own.rules.empty()) throw InputError(path, "no rules to test (a .rules file, or a directory holding some)");
+    for (const auto& rule : own.rules) tested.push_back(rule->id);
+  }
+  // The files tested stand in for rules of the same id (a built-in family's file being edited).
+  RuleSet rules = sources.load();
+  std::erase_if(rules.rules, [&](const auto& rule) { return std::count(tested.begin(), tested.end(), rule->id) > 0; });
+  for (const auto& path : paths) rules.load_path(path);
+  int failed = 0;
+  JsonWriter writer;
+  writer.begin_array();
+  for (const auto& id : tested) {
+    const Rule& rule = *rules.find(id);
+    const ExampleOutcome outcome = run_rule_example(rule, rules);
+    const std::string where = fmt::format("{}:{}", rule.file, rule.example ? rule.example->line : rule.line);
+    failed += outcome.passed() ? 0 : 1;
+    if (json) {
+      writer.begin_object().key("id").value(rule.id).key("example").value(where).key("passed").value(outcome.passed());
+      writer.key("problem").value(outcome.problem).key("expected").value(outcome.expected).key("actual").value(outcome.actual);
+      writer.end_object();
+    } else if (outcome.passed()) {
+      out << fmt::format("PASS {}\n", rule.id);
+    } else {
+      out << fmt::format("FAIL {} ({}): {}\n", rule.id, where, outcome.problem);
+      if (!outcome.expected.empty() || !outcome.actual.empty()) {
+        out << "  expected:\n" << indented(outcome.expected) << "  got:\n" << indented(outcome.actual);
+      }
+    }
+  }
+  writer.end_array();
+  if (json) out << writer.str();
+  else out << fmt::format("{} rule{} tested, {} failed\n", tested.size(), tested.size() == 1 ? "" : "s", failed);
+  return failed ? static_cast<int>(ExitCode::kTargetNotMet) : 0;
 }
 
 // ---- targets -------------------------------------------------------------------------------

@@ -50,6 +50,9 @@ int run_check(const std::string& input, const std::string& target, std::optional
               const RuleSources& rules, bool json, std::ostream& out, std::ostream& err);
 int run_inspect(const std::string& input, const RuleSources& rules, bool json, std::ostream& out);
 int run_rules(const RuleSources& rules, bool json, std::ostream& out);
+// `rules --test PATH...`: each rule in the files runs its example (with `rules` loaded too, for
+// `expect like` and the rules they sit beside); exit 1 if any does not rewrite as documented.
+int run_rule_tests(const std::vector<std::string>& paths, const RuleSources& rules, bool json, std::ostream& out);
 int run_targets(bool json, std::ostream& out);
 int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err);
 

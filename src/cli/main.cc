@@ -111,9 +111,12 @@ int main(int argc, char** argv) {
 
   RuleSources listed_rules;
   bool rules_json = false;
+  std::vector<std::string> tested_rules;
   auto* rules_app = app.add_subcommand("rules", "List the rules: ids, descriptions, targets, what they match and need");
   add_rule_sources(*rules_app, listed_rules);
   rules_app->add_flag("--json", rules_json, "Machine-readable output");
+  one_value_each(rules_app->add_option(
+      "--test", tested_rules, "Rule file or directory: run each of its rules' examples against their expect (repeatable)"));
 
   bool targets_json = false;
   auto* targets_app = app.add_subcommand("targets", "List the targets: what each runtime loads, and what it builds on");
@@ -147,7 +150,8 @@ int main(int argc, char** argv) {
     }
     if (*check_app) return run_check(check_model_path, check_target, check_opset, check_rules, check_json, std::cout, std::cerr);
     if (*inspect_app) return run_inspect(inspect_path, inspect_rules, inspect_json, std::cout);
-    if (*rules_app) return run_rules(listed_rules, rules_json, std::cout);
+    if (*rules_app) return (tested_rules.empty() ? run_rules(listed_rules, rules_json, std::cout)
+                                           : run_rule_tests(tested_rules, listed_rules, rules_json, std::cout));
     if (*targets_app) return run_targets(targets_json, std::cout);
     if (*batch_app) {
       batch.progress_line = ::isatty(STDERR_FILENO);

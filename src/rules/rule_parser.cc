@@ -1,6 +1,7 @@
 // Reads rule files (docs/rules.md): our thin layer of clauses around ONNX textual syntax, which
 // ONNX's own parser reads for patterns, replacements and examples.
 #include "rules/rule_parser.h"
+#include "rules/rule_checks.h"
 
 #include <algorithm>
 #include <cstring>
@@ -210,6 +211,9 @@ class RuleFileParser {
     std::vector<std::string> replacement_inputs, replacement_outputs;
     size_t replacement_at = 0;
     size_t targets_at = 0;
+    size_t requires_at = 0;
+    std::vector<std::vector<size_t>> pattern_node_at;  // where each pattern node's op is written
+    std::vector<size_t> replacement_node_at;
     std::string builder_name;
 
     for (;;) {
@@ -225,9 +229,12 @@ class RuleFileParser {
           targets_at = clause_at;
         }
         else if (clause == "priority") rule->priority = parse_int(value, clause_at);
-        else rule->requires_opsets = parse_version_list(value, clause_at);
+        else {
+          rule->requires_opsets = parse_version_list(value, clause_at);
+          requires_at = clause_at;
+        }
       } else if (clause == "pattern") {
-        rule->patterns.push_back(parse_pattern());
+        rule->patterns.push_back(parse_pattern(pattern_node_at.emplace_back()));
         if (peek_word() == "where") {  // this pattern's own constraints
           pos_ += 5;
           parse_where(rule->patterns.back().constraints, rule->patterns.back().defaults, rule->patterns.back().opsets);
@@ -247,7 +254,9 @@ class RuleFileParser {
         } else {
           parse_signature(replacement_inputs, replacement_outputs);
           skip_space();
+          const size_t nodes_at = pos_;
           parse_onnx(replacement_nodes, "the replacement");
+          replacement_node_at = op_positions(nodes_at, replacement_nodes);
         }
       } else if (clause == "example") {
         RuleExample example;
@@ -302,6 +311,13 @@ class RuleFileParser {
     }
     for (auto& pattern : rule->patterns) finish_pattern(*rule, pattern);
 
+    if (auto problem = check_rule_ops(*rule, builder_name.empty() ? &replacement_nodes : nullptr)) {
+      using Place = RuleProblem::Place;
+      const size_t at = problem->place == Place::kPatternNode       ? pattern_node_at[problem->pattern][problem->index]
+                        : problem->place == Place::kReplacementNode ? replacement_node_at[problem->index]
+                                                                    : requires_at;
+      error_at(at, fmt::format("rule {}: {}", rule->id, problem->message));
+    }
     if (!builder_name.empty()) {
       const BuilderRegistry& registry = BuilderRegistry::builtin();
       const Builder* builder = registry.find(builder_name);
@@ -384,7 +400,7 @@ class RuleFileParser {
     names(outputs);
   }
 
-  Pattern parse_pattern() {
+  Pattern parse_pattern(std::vector<size_t>& node_at) {
     Pattern pattern;
     pattern.line = line_column(pos_).first;
     parse_signature(pattern.inputs, pattern.outputs);
@@ -393,7 +409,30 @@ class RuleFileParser {
     onnx::NodeList nodes;
     parse_onnx(nodes, "the pattern");
     for (const auto& node : nodes) pattern.nodes.push_back(pattern_node(node, at));
+    node_at = op_positions(at, nodes);
     return pattern;
+  }
+
+  // Where each node's op (with its domain) is written, from `at` on, in order: ONNX's parser
+  // keeps no positions, and errors about a node point at it.
+  std::vector<size_t> op_positions(size_t at, const onnx::NodeList& nodes) const {
+    auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    std::vector<size_t> positions;
+    size_t from = at;
+    for (const auto& node : nodes) {
+      const std::string written = node.domain().empty() ? node.op_type() : node.domain() + "." + node.op_type();
+      size_t found = from;
+      for (;; ++found) {
+        found = text_.find(written, found);
+        if (found == std::string::npos) break;
+        const bool starts = found == 0 || (!word_char(text_[found - 1]) && text_[found - 1] != '.');
+        const bool ends = found + written.size() >= text_.size() || !word_char(text_[found + written.size()]);
+        if (starts && ends) break;
+      }
+      positions.push_back(found == std::string::npos ? at : found);
+      if (found != std::string::npos) from = found + written.size();
+    }
+    return positions;
   }
 
   PatternNode pattern_node(const onnx::NodeProto& node, size_t at) {

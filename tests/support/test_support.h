@@ -14,6 +14,7 @@
 #include "onnx_rewrite/engine.h"
 #include "onnx_rewrite/model.h"
 #include "onnx_rewrite/rule.h"
+#include "onnx_rewrite/rule_example.h"
 
 namespace onnx_rewrite::testing {
 
@@ -71,17 +72,6 @@ struct Rewritten {
 };
 Rewritten rewrite_proto(const onnx::ModelProto& proto, const RuleSet& rules, RewriteOptions options = {});
 Rewritten rewrite_text(const std::string& model_text, const RuleSet& rules, RewriteOptions options = {});
-
-// The main graph's nodes as ONNX text with every name that is not in `kept` (graph inputs,
-// outputs and the original initializers) renamed in order of appearance, node names dropped,
-// and initializers that are not in `kept` shown as Constant nodes right before their first use:
-// a rewrite's result compared with what a rule documents, whatever fresh names it chose.
-std::string canonical_nodes(const onnx::ModelProto& model, const std::set<std::string>& kept);
-// The same for a node list written in ONNX text (`{ ... }`), in the context of `model`.
-std::string canonical_nodes_text(const std::string& nodes_text, const onnx::ModelProto& model,
-                                 const std::set<std::string>& kept);
-// Graph inputs, outputs and initializers: the names a rewrite keeps.
-std::set<std::string> interface_names(const onnx::ModelProto& model);
 
 // The rules compiled into the binary (loaded once).
 const RuleSet& builtin_rules();
