@@ -16,6 +16,7 @@
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/inline.h"
 #include "onnx_rewrite/model_io.h"
+#include "onnx_rewrite/verify.h"
 #include "test_support.h"
 
 namespace onnx_rewrite {
@@ -253,6 +254,76 @@ TEST(Nesting, RecursionIsAnError) {
     }
   )");
   EXPECT_THROW(inline_local_functions(model), InputError);
+}
+
+// A chain F0 -> F1 -> ... -> F(n-1) -> Relu, built in memory (ONNX's text parser recurses).
+onnx::ModelProto function_chain(int length) {
+  onnx::ModelProto model = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17, "local": 1]>
+g (float[2] x) => (float[2] y) { y = local.F0 (x) })");
+  for (int i = 0; i < length; ++i) {
+    onnx::FunctionProto& function = *model.add_functions();
+    function.set_domain("local");
+    function.set_name("F" + std::to_string(i));
+    function.add_input("a");
+    function.add_output("b");
+    for (const auto& [domain, version] : {std::pair<std::string, int>{"", 17}, {"local", 1}}) {
+      auto* import = function.add_opset_import();
+      import->set_domain(domain);
+      import->set_version(version);
+    }
+    onnx::NodeProto& node = *function.add_node();
+    node.set_op_type(i + 1 < length ? "F" + std::to_string(i + 1) : "Relu");
+    if (i + 1 < length) node.set_domain("local");
+    node.add_input("a");
+    node.add_output("b");
+  }
+  return model;
+}
+
+// A chain deeper than any fixed limit is no recursion: 100,000 functions each calling the next
+// are inlined, without recursion on the call stack (it crashed the release build before), and
+// with names that don't grow with the depth.
+TEST(Nesting, ADeepChainIsInlinedAndOnlyACycleIsRecursion) {
+  const onnx::ModelProto chain = function_chain(100000);
+  EXPECT_EQ(input_problem(chain), std::nullopt) << "a chain is not a cycle";
+  Model model = parse_model(serialize(chain), "chain.onnx");
+  EXPECT_EQ(inline_local_functions(model), 100000);
+  ASSERT_EQ(model.proto.graph().node_size(), 1);
+  EXPECT_EQ(model.proto.graph().node(0).op_type(), "Relu");
+  EXPECT_LE(model.proto.graph().node(0).name().size(), 300u);
+  EXPECT_EQ(output_problem(model.proto), std::nullopt);
+
+  Model short_chain = parse_model(serialize(function_chain(65)), "chain65.onnx");
+  EXPECT_EQ(inline_local_functions(short_chain), 65) << "65 deep was refused as 'calls itself' before";
+
+  onnx::ModelProto cycle = function_chain(1000);
+  cycle.mutable_functions(999)->mutable_node(0)->set_op_type("F500");
+  cycle.mutable_functions(999)->mutable_node(0)->set_domain("local");
+  const auto problem = input_problem(cycle);
+  ASSERT_TRUE(problem.has_value());
+  EXPECT_NE(problem->find("model-local function local.F500 calls itself (local.F500 -> "), std::string::npos) << *problem;
+  Model cyclic = parse_model(serialize(cycle), "cycle.onnx");
+  EXPECT_THROW(inline_local_functions(cyclic), InputError);
+}
+
+// A call with more outputs than its function declares is refused as input (ONNX Runtime refuses
+// it too): inlining it gave an output computed by nothing, with exit 0 and "target met".
+TEST(Nesting, ACallWithMoreOutputsThanItsFunctionIsRefused) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 8, opset_import: ["": 17, "local": 1]>
+g (float[2] x) => (float[2] y, float[2] z) { y, z = local.F (x) }
+<domain: "local", opset_import: ["": 17]>
+F (a) => (b) { b = Relu (a) })",
+                                      dir / "m.onnx");
+  for (const auto& command : {std::vector<std::string>{"rewrite", input.string(), "-o", (dir / "out.onnx").string()},
+                              std::vector<std::string>{"check", input.string()}}) {
+    const auto result = run_cli(command);
+    EXPECT_EQ(result.exit_code, 3) << result.out;
+    EXPECT_EQ(result.err, "onnx-rewrite: error: " + input.string() +
+                              ": main graph: node 'F -> y' calls model-local function local.F with 1 input(s) and 2 "
+                              "output(s); it declares 1 and 1\n");
+  }
+  EXPECT_FALSE(fs::exists(dir / "out.onnx"));
 }
 
 // ---- subgraphs ----------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 // input_problem: the same for input models, in any node order, plus cycles; the CLI refuses them.
 #include <gtest/gtest.h>
 
+#include "onnx_rewrite/model_io.h"
+#include "onnx_rewrite/target.h"
 #include "onnx_rewrite/verify.h"
 #include "test_support.h"
 
@@ -133,6 +135,78 @@ g (float[2] x) => (float[2] y) {
                               ": main graph: the nodes form a cycle (node 'QuickGelu -> a' depends on its own output)\n");
   }
   EXPECT_FALSE(fs::exists(output));
+}
+
+// Graphs nested 10,000 deep (Ifs in then-branches, a custom op at the bottom), built in memory:
+// every walk is iterative, so checking, verifying and rewriting them can't exhaust the stack.
+TEST(Nesting, TenThousandNestedSubgraphsAreWalkedWithoutRecursion) {
+  onnx::ModelProto model = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17, "custom": 1]>
+g (bool c, float[2] x) => (float[2] y) { y = Identity (x) })");
+  onnx::NodeProto* node = model.mutable_graph()->mutable_node(0);
+  for (int depth = 0; depth < 10000; ++depth) {
+    const std::string out = node->output(0);
+    node->Clear();
+    node->set_op_type("If");
+    node->add_input("c");
+    node->add_output(out);
+    auto* then_branch = node->add_attribute();
+    then_branch->set_name("then_branch");
+    then_branch->set_type(onnx::AttributeProto::GRAPH);
+    auto* else_branch = node->add_attribute();
+    else_branch->set_name("else_branch");
+    else_branch->set_type(onnx::AttributeProto::GRAPH);
+    auto* else_graph = else_branch->mutable_g();
+    else_graph->set_name("e" + std::to_string(depth));
+    *else_graph->add_output() = model.graph().output(0);
+    else_graph->mutable_output(0)->set_name("e" + std::to_string(depth));
+    auto* copy = else_graph->add_node();
+    copy->set_op_type("Identity");
+    copy->add_input("x");
+    copy->add_output("e" + std::to_string(depth));
+    auto* graph = then_branch->mutable_g();
+    graph->set_name("t" + std::to_string(depth));
+    *graph->add_output() = model.graph().output(0);
+    graph->mutable_output(0)->set_name("t" + std::to_string(depth));
+    node = graph->add_node();
+    node->set_op_type("Identity");
+    node->add_input("x");
+    node->add_output("t" + std::to_string(depth));
+  }
+  node->set_op_type("Frobnicate");
+  node->set_domain("custom");
+
+  EXPECT_EQ(input_problem(model), std::nullopt);
+  EXPECT_EQ(structural_problem(model), std::nullopt);
+  // In memory: protobuf itself parses no file nested this deep (the loader says so).
+  auto in_memory = [&] {
+    Model loaded;
+    loaded.proto = model;
+    loaded.path = "nested.onnx";
+    return loaded;
+  };
+  const CheckReport report = check_model(in_memory(), find_target("onnx"), std::nullopt);
+  ASSERT_EQ(report.unloadable.size(), 1u);
+  EXPECT_EQ(report.unloadable[0].op_type, "Frobnicate");
+  EXPECT_EQ(report.unloadable[0].place, "subgraph");
+
+  // A rule firing at the bottom: rounds, the sweep and the final check all walk the nesting.
+  const RuleSet rules = rules_from_text(R"(
+rule frob
+  description: test
+  targets: onnx
+  pattern (x) => (y) { y = custom.Frobnicate (x) }
+  replace (x) => (y) { y = Neg (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "custom": 1]>
+    g (float[2] x) => (float[2] y) { y = custom.Frobnicate (x) }
+  }
+  expect { y = Neg (x) }
+end
+)");
+  Model rewritten = in_memory();
+  const auto result = rewrite_model(rewritten, rules, RewriteOptions{});
+  EXPECT_EQ(result.rules.at("frob").matches, 1);
+  EXPECT_EQ(output_problem(rewritten.proto), std::nullopt);
 }
 
 }  // namespace

@@ -332,6 +332,9 @@ std::map<std::string, int> imports(const onnx::ModelProto& model) {
 
 RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOptions& options) {
   const auto active = active_rules(rules, options);
+  // A valid input must give a valid output; an invalid one (the library takes what it is given)
+  // can't tell our mistakes from its own.
+  const bool input_valid = !input_problem(model.proto);
   RewriteResult result;
   result.before = count_ops(model.proto);
   const auto imports_before = imports(model.proto);
@@ -362,6 +365,9 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
     if (!imports_before.count(domain)) result.opset_changes[domain] = {0, version};
   }
   if (!result.opset_changes.empty()) model.changed = true;
+  if (model.changed && input_valid) {
+    if (auto problem = output_problem(model.proto)) throw std::logic_error("the rewrite left an invalid model: " + *problem);
+  }
   result.after = count_ops(model.proto);
   return result;
 }

@@ -4,6 +4,7 @@
 #include <utility>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -23,7 +24,7 @@ namespace {
 constexpr int kNodeOverloadField = 8;      // NodeProto.overload (IR 10), unknown to ONNX 1.12
 constexpr int kFunctionOverloadField = 13;  // FunctionProto.overload (IR 10)
 constexpr int kFunctionAttributeProtoField = 11;  // FunctionProto.attribute_proto (IR 9): defaults
-constexpr int kMaxDepth = 64;
+constexpr size_t kNamePathLimit = 256;
 
 std::string unknown_string(const google::protobuf::Message& message, int number) {
   const auto& fields = message.GetReflection()->GetUnknownFields(message);
@@ -151,12 +152,12 @@ class Inliner {
   int run() {
     if (functions_.empty()) return 0;
     for (const auto& [key, function] : functions_) function_domains_.insert(std::get<0>(key));
-    inline_in(*model_.proto.mutable_graph()->mutable_node(), ImportOwner{}, 0);
+    inline_in(*model_.proto.mutable_graph()->mutable_node(), ImportOwner{});
     // A function whose calls stay is kept; the calls inside it may still be inlined (which may
     // keep further functions).
     for (size_t i = 0; i < kept_.size(); ++i) {
       onnx::FunctionProto& function = *functions_.at(kept_[i]);
-      inline_in(*function.mutable_node(), ImportOwner{&function}, 0);
+      inline_in(*function.mutable_node(), ImportOwner{&function});
     }
     drop_uncalled_functions();
     drop_unused_function_domains();
@@ -182,19 +183,44 @@ class Inliner {
     return std::nullopt;
   }
 
-  void inline_in(NodeList& nodes, ImportOwner owner, int depth) {
-    bool any = false;
-    for_each_nested_node(nodes, [&](const onnx::NodeProto& node) { any = any || functions_.count(key_of(node)); });
-    if (!any) return;
-    NodeList rebuilt;
-    for (auto& node : nodes) {
-      for (auto& attribute : *node.mutable_attribute()) {
-        if (attribute.has_g()) inline_in(*attribute.mutable_g()->mutable_node(), owner, depth);
-        for (auto& graph : *attribute.mutable_graphs()) inline_in(*graph.mutable_node(), owner, depth);
+  // Expands every call in `nodes` (and in the graphs its nodes hold), then the calls the bodies
+  // make, depth first in node order, with an explicit stack of frames: a chain of 100,000
+  // functions or of graphs nested 100,000 deep can't exhaust the call stack.
+  void inline_in(NodeList& nodes, ImportOwner owner) {
+    std::vector<Frame> stack;
+    open(stack, nodes, nullptr);
+    while (!stack.empty()) {
+      Frame& frame = stack.back();
+      if (frame.next == frame.nodes->size()) {
+        frame.nodes->Swap(&frame.rebuilt);
+        const FunctionKey* expanded = frame.expanding;
+        stack.pop_back();
+        if (!expanded) continue;
+        // A body is done: it stands in the caller's list where the call stood.
+        Frame& caller = stack.back();
+        active_.erase(*expanded);
+        for (auto& inner : *caller.body) *caller.rebuilt.Add() = std::move(inner);
+        caller.body.reset();
+        ++caller.next;
+        ++inlined_;
+        continue;
       }
+      onnx::NodeProto& node = *frame.nodes->Mutable(frame.next);
+      if (!frame.subgraphs_done) {
+        frame.subgraphs_done = true;
+        const size_t before = stack.size();
+        for (auto& attribute : *node.mutable_attribute()) {
+          if (attribute.has_g()) open(stack, *attribute.mutable_g()->mutable_node(), nullptr);
+          for (auto& graph : *attribute.mutable_graphs()) open(stack, *graph.mutable_node(), nullptr);
+        }
+        std::reverse(stack.begin() + static_cast<std::ptrdiff_t>(before), stack.end());  // in attribute order
+        continue;
+      }
+      frame.subgraphs_done = false;
       auto found = functions_.find(key_of(node));
       if (found == functions_.end()) {
-        *rebuilt.Add() = std::move(node);
+        *frame.rebuilt.Add() = std::move(node);
+        ++frame.next;
         continue;
       }
       const onnx::FunctionProto& function = *found->second;
@@ -205,25 +231,44 @@ class Inliner {
                                         function.name(), *conflict));
         }
         import_call_domain(node, owner);
-        *rebuilt.Add() = std::move(node);
+        *frame.rebuilt.Add() = std::move(node);
+        ++frame.next;
         continue;
       }
-      if (depth >= kMaxDepth) {
-        throw InputError(model_.path.string(), fmt::format("model-local function {} calls itself (inlining depth {})",
-                                                           function.name(), kMaxDepth));
+      if (!active_.insert(found->first).second) {
+        throw InputError(model_.path.string(),
+                         fmt::format("model-local function {} calls itself", display_domain(function.domain()) + "." + function.name()));
       }
-      NodeList body = expand(node, function);
-      adopt_imports(body, function, owner);
-      inline_in(body, owner, depth + 1);
-      for (auto& inner : body) *rebuilt.Add() = std::move(inner);
-      ++inlined_;
+      frame.body = std::make_unique<NodeList>(expand(node, function));
+      adopt_imports(*frame.body, function, owner);
+      NodeList& body = *frame.body;
+      open(stack, body, &found->first);
     }
-    nodes.Swap(&rebuilt);
+  }
+
+  // A node list being inlined: the nodes done so far, and the body of the call being expanded.
+  struct Frame {
+    NodeList* nodes;
+    const FunctionKey* expanding;  // for a body: the function it is the body of
+    NodeList rebuilt;
+    int next = 0;
+    bool subgraphs_done = false;     // of nodes[next]
+    std::unique_ptr<NodeList> body;  // of the call nodes[next], while its own calls are expanded
+  };
+
+  // Pushes a frame for `nodes`, unless nothing in it (at any depth) calls a local function.
+  void open(std::vector<Frame>& stack, NodeList& nodes, const FunctionKey* expanding) {
+    bool any = expanding != nullptr;  // a body always stands in for its call
+    for_each_nested_node(nodes, [&](const onnx::NodeProto& node) { any = any || functions_.count(key_of(node)); });
+    if (any) stack.push_back(Frame{&nodes, expanding, {}, 0, false, nullptr});
   }
 
   // The body of `function` as it computes the call `call`.
   NodeList expand(const onnx::NodeProto& call, const onnx::FunctionProto& function) {
-    const std::string base = call.name().empty() ? call.op_type() : call.name();
+    // Names say where they came from (call/node), but a chain of calls inlined into each other
+    // must not make them grow with its depth: past a few hundred characters, the call's own name.
+    std::string base = call.name().empty() ? call.op_type() : call.name();
+    if (base.size() > kNamePathLimit) base = base.substr(base.rfind('/') + 1);
     Renamer names(names_, base);
     for (int i = 0; i < function.input_size(); ++i) names.bind(function.input(i), i < call.input_size() ? call.input(i) : "");
     std::set<std::string> produced;
@@ -355,6 +400,7 @@ class Inliner {
   std::set<std::string> function_domains_;
   std::vector<FunctionKey> kept_;   // functions some call to which stays
   std::set<FunctionKey> noted_;
+  std::set<FunctionKey> active_;  // functions whose bodies are being expanded (a call inside one of them recurses)
   int inlined_ = 0;
 };
 

@@ -12,6 +12,7 @@ namespace onnx_rewrite {
 
 // Keys view names owned by the model's protos, which don't change while a scope is in use.
 struct Scope::Index {
+  std::shared_ptr<FreeNameCache> free_name_cache;  // shared with the scopes nested in this one
   FlatMap<std::string_view, Producer> producers;
   struct UseRange {
     uint32_t begin = 0;
@@ -87,6 +88,7 @@ void Scope::Index::add_type(const onnx::ValueInfoProto& info) {
 
 void Scope::Index::build(const Scope& scope) {
   onnx::GraphProto* graph = scope.graph_;
+  free_name_cache = scope.parent_ ? scope.parent_->index_->free_name_cache : std::make_shared<FreeNameCache>();
   if (scope.kind_ != Kind::kSubgraph) {  // subgraphs use the imports of the graph or function holding them
     const auto& imports = scope.function_ ? scope.function_->opset_import() : scope.model_.proto.opset_import();
     for (const auto& import : imports) opsets[normalize_domain(import.domain())] = static_cast<int>(import.version());
@@ -135,7 +137,7 @@ void Scope::Index::build(const Scope& scope) {
       for (int i = 0; i < node.input_size(); ++i) {
         if (!node.input(i).empty()) visit(std::string_view(node.input(i)), Use{&node, i});
       }
-      for (const auto name : implicit_inputs(node)) visit(name, Use{&node, -1});
+      for (const auto name : implicit_inputs(node, free_name_cache.get())) visit(name, Use{&node, -1});
     }
   };
   for_each_use([&](std::string_view name, const Use&) { ++use_ranges[name].count; });

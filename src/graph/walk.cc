@@ -45,14 +45,11 @@ Place Place::subgraph(const Place& parent, const onnx::NodeProto& holder, const 
   place.holder_ = &holder;
   place.attribute_ = attribute.name();
   place.depth_ = parent.depth_ + 1;
+  place.root_ = &parent.root();
   return place;
 }
 
-const Place& Place::root() const {
-  const Place* place = this;
-  while (place->parent_) place = place->parent_;
-  return *place;
-}
+const Place& Place::root() const { return root_ ? *root_ : *this; }
 
 std::string Place::text() const {
   switch (kind_) {
@@ -137,9 +134,11 @@ void for_each_tensor(const onnx::ModelProto& model, const std::function<void(con
   visit_tensors(model, visit);
 }
 
-std::vector<std::string_view> implicit_inputs(const onnx::NodeProto& node) { return free_names(graphs_of(node)); }
+std::vector<std::string_view> implicit_inputs(const onnx::NodeProto& node, FreeNameCache* cache) {
+  return free_names(graphs_of(node), cache);
+}
 
-std::vector<std::string_view> free_names(const std::vector<const onnx::GraphProto*>& graphs) {
+std::vector<std::string_view> free_names(const std::vector<const onnx::GraphProto*>& graphs, FreeNameCache* cache) {
   // A graph's free names: what its nodes (and the graphs nested in them) read without the graph
   // defining it before. Worked out with an explicit stack of graphs being read.
   struct Frame {
@@ -180,6 +179,10 @@ std::vector<std::string_view> free_names(const std::vector<const onnx::GraphProt
         }
         if (frame.next_subgraph < frame.subgraphs.size()) {
           const onnx::GraphProto* subgraph = frame.subgraphs[frame.next_subgraph++];
+          if (auto known = cache ? cache->find(subgraph) : FreeNameCache::iterator{}; cache && known != cache->end()) {
+            for (const auto name : known->second) frame.nested.add(name);
+            continue;
+          }
           stack.push_back(open(subgraph));  // `frame` is not used after this
           continue;
         }
@@ -190,6 +193,7 @@ std::vector<std::string_view> free_names(const std::vector<const onnx::GraphProt
         continue;
       }
       for (const auto& output : frame.graph->output()) use(frame, output.name());
+      if (cache) (*cache)[frame.graph] = frame.free.names;
       std::vector<std::string_view> free = std::move(frame.free.names);
       stack.pop_back();
       OrderedNames& into = stack.empty() ? result : stack.back().nested;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -44,6 +45,7 @@ class Place {
   explicit Place(Kind kind) : kind_(kind) {}
   Kind kind_;
   const Place* parent_ = nullptr;
+  const Place* root_ = nullptr;  // null for a root place: itself
   const onnx::NodeProto* holder_ = nullptr;
   std::string_view attribute_;
   const onnx::FunctionProto* function_ = nullptr;
@@ -173,10 +175,15 @@ void for_each_nested_node(const NodeList& nodes, const std::function<void(const 
 void for_each_tensor(onnx::ModelProto& model, const std::function<void(onnx::TensorProto&, const Place&)>& visit);
 void for_each_tensor(const onnx::ModelProto& model, const std::function<void(const onnx::TensorProto&, const Place&)>& visit);
 
+// The free names of each graph worked out so far. Asking for every nested graph's free names
+// (as indexing every scope does) costs n² for graphs nested n deep without it; with it, each
+// graph is read once. Valid while the graphs are unchanged.
+using FreeNameCache = std::unordered_map<const onnx::GraphProto*, std::vector<std::string_view>>;
+
 // Names a node's subgraphs (at any depth) read from enclosing scopes, in order of first use
 // (views into the subgraphs' protos).
-std::vector<std::string_view> implicit_inputs(const onnx::NodeProto& node);
+std::vector<std::string_view> implicit_inputs(const onnx::NodeProto& node, FreeNameCache* cache = nullptr);
 // The same for a list of graphs read side by side (a node's, the training graphs).
-std::vector<std::string_view> free_names(const std::vector<const onnx::GraphProto*>& graphs);
+std::vector<std::string_view> free_names(const std::vector<const onnx::GraphProto*>& graphs, FreeNameCache* cache = nullptr);
 
 }  // namespace onnx_rewrite

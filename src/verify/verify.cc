@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "graph/walk.h"
+#include "onnx_rewrite/opset.h"
 
 namespace onnx_rewrite {
 namespace {
@@ -142,7 +143,7 @@ class Verifier {
     std::vector<int> waiting(static_cast<size_t>(list.size()), 0);
     for (int i = 0; i < list.size(); ++i) {
       std::vector<std::string_view> reads(list.Get(i).input().begin(), list.Get(i).input().end());
-      for (const auto name : implicit_inputs(list.Get(i))) reads.push_back(name);
+      for (const auto name : implicit_inputs(list.Get(i), &free_names_)) reads.push_back(name);
       for (const auto name : reads) {
         auto it = producer.find(name);
         if (it == producer.end()) continue;
@@ -173,6 +174,7 @@ class Verifier {
   }
 
   bool ordered_;
+  FreeNameCache free_names_;
   std::unordered_map<std::string_view, int> visible_;  // names visible from the graph being read
   std::optional<std::string> problem_;
 };
@@ -221,6 +223,27 @@ std::optional<std::string> recursive_function(const onnx::ModelProto& model) {
   return std::nullopt;
 }
 
+// A call to a model-local function with more inputs or outputs than the function declares:
+// ONNX Runtime refuses it, and inlining could only leave the extra outputs computed by nothing.
+std::optional<std::string> call_arity_problem(const onnx::ModelProto& model) {
+  std::unordered_map<std::string, const onnx::FunctionProto*> functions;
+  for (const auto& function : model.functions()) functions[normalize_domain(function.domain()) + "." + function.name()] = &function;
+  if (functions.empty()) return std::nullopt;
+  std::optional<std::string> problem;
+  for_each_node(model, [&](const onnx::NodeProto& node, const Place& place) {
+    if (problem) return;
+    auto found = functions.find(normalize_domain(node.domain()) + "." + node.op_type());
+    if (found == functions.end()) return;
+    const onnx::FunctionProto& function = *found->second;
+    if (node.output_size() > function.output_size() || node.input_size() > function.input_size()) {
+      problem = fmt::format("{}: node '{}' calls model-local function {} with {} input(s) and {} output(s); it declares {} and {}",
+                            place.text(), describe_node(node), found->first, node.input_size(), node.output_size(),
+                            function.input_size(), function.output_size());
+    }
+  });
+  return problem;
+}
+
 std::optional<std::string> verify(const onnx::ModelProto& model, bool ordered) { return Verifier(ordered).check(model); }
 
 }  // namespace
@@ -246,7 +269,16 @@ std::vector<std::string> impossible_opset_imports(const onnx::ModelProto& model)
 
 std::optional<std::string> input_problem(const onnx::ModelProto& model) {
   if (auto problem = verify(model, false)) return problem;
+  if (auto problem = call_arity_problem(model)) return problem;
   return recursive_function(model);
+}
+
+std::optional<std::string> output_problem(const onnx::ModelProto& model) {
+  if (auto problem = verify(model, true)) return problem;
+  if (auto problem = call_arity_problem(model)) return problem;
+  if (auto problem = recursive_function(model)) return problem;
+  if (auto problems = impossible_opset_imports(model); !problems.empty()) return problems.front();
+  return std::nullopt;
 }
 
 }  // namespace onnx_rewrite
