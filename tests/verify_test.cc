@@ -209,5 +209,56 @@ end
   EXPECT_EQ(output_problem(rewritten.proto), std::nullopt);
 }
 
+// training_info graphs are part of the model: checked like the main graph, and what they use
+// stays (an import dropped under them gave "target met" on a model ONNX Runtime refuses).
+TEST(TrainingInfo, IsCheckedAndKeepsTheImportsItUses) {
+  onnx::ModelProto proto = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17, "acme": 1]>
+g (float[2] x) => (float[2] y) { y = acme.Frobnicate (x) })");
+  onnx::GraphProto& algorithm = *proto.add_training_info()->mutable_algorithm();
+  algorithm.set_name("step");
+  onnx::NodeProto& step = *algorithm.add_node();
+  step.set_op_type("Frobnicate");
+  step.set_domain("acme");
+  step.add_input("y");
+  step.add_output("z");
+  *algorithm.add_output() = proto.graph().output(0);
+  algorithm.mutable_output(0)->set_name("z");
+  auto load = [&] {
+    Model model;
+    model.proto = proto;
+    model.path = "trained.onnx";
+    return model;
+  };
+  const CheckReport report = check_model(load(), find_target("onnx"), std::nullopt);
+  ASSERT_EQ(report.unloadable.size(), 2u);
+  EXPECT_EQ(report.unloadable[1].place, "training algorithm");
+
+  const RuleSet rules = rules_from_text(R"(
+rule frob
+  description: test
+  targets: onnx
+  pattern (x) => (y) { y = acme.Frobnicate (x) }
+  replace (x) => (y) { y = Neg (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "acme": 1]>
+    g (float[2] x) => (float[2] y) { y = acme.Frobnicate (x) }
+  }
+  expect { y = Neg (x) }
+end
+)");
+  Model rewritten = load();
+  const auto result = rewrite_model(rewritten, rules, RewriteOptions{});
+  int acme = 0;
+  for (const auto& import : rewritten.proto.opset_import()) acme += import.domain() == "acme" ? 1 : 0;
+  const CheckReport after = check_model(rewritten, find_target("onnx"), std::nullopt);
+  const int in_training = static_cast<int>(std::count_if(after.unloadable.begin(), after.unloadable.end(), [](const Unloadable& entry) {
+    return entry.place == "training algorithm";
+  }));
+  EXPECT_EQ(acme, 1) << "the training graph still uses acme";
+  EXPECT_EQ(in_training, 1) << "rules leave training graphs alone; check says what they hold";
+  EXPECT_EQ(output_problem(rewritten.proto), std::nullopt);
+  EXPECT_EQ(result.rules.count("frob"), 1u);
+}
+
 }  // namespace
 }  // namespace onnx_rewrite
