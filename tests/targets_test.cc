@@ -5,7 +5,15 @@
 
 #include <fmt/format.h>
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <iostream>
+#include <sstream>
+
 #include "onnx_rewrite/error.h"
+#include "onnx_rewrite/model_io.h"
 #include "onnx_rewrite/target.h"
 #include "test_support.h"
 
@@ -124,6 +132,99 @@ TEST(Targets, AReplacementTheTargetCantLoadIsDeclined) {
                             "the replacement's ai.onnx.Add can't be loaded: target no-add does not load Add at ai.onnx opset 17"),
             std::string::npos)
       << result.out;
+}
+
+// ---- the ort target agrees with ONNX Runtime ---------------------------------------------------
+
+struct Verdict {
+  std::string model;
+  bool loads = false;
+  std::string error;
+};
+
+// ORT's verdicts on the models listed (tests/ort/load_verdicts.js), and with `optimize_into` on
+// the models ORT itself optimized from them too.
+std::vector<Verdict> ort_verdicts(const std::vector<fs::path>& models, const TempDir& dir, const std::string& name,
+                                  bool optimize) {
+  std::string list;
+  for (const auto& model : models) list += model.string() + "\n";
+  write_file(dir / (name + ".txt"), list);
+  std::vector<std::string> argv{"node", (source_dir() / "tests" / "ort" / "load_verdicts.js").string(), (dir / (name + ".txt")).string()};
+  if (optimize) {
+    fs::create_directories(dir / (name + "-optimized"));
+    argv.insert(argv.end(), {"--optimize-into", (dir / (name + "-optimized")).string()});
+  }
+  const auto result = run_command(argv);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  std::vector<Verdict> verdicts;
+  std::istringstream lines(result.out);
+  for (std::string line; std::getline(lines, line);) {
+    google::protobuf::Struct fields;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(line, &fields).ok()) << line;
+    verdicts.push_back({fields.fields().at("model").string_value(), fields.fields().at("loads").bool_value(),
+                        fields.fields().at("error").string_value()});
+  }
+  return verdicts;
+}
+
+// `check --target ort` says a model loads exactly when ONNX Runtime loads it, as far as the op
+// tables decide: on the conformance corpus, on every ort rule's output, on test models, and on
+// what ORT's own optimizer writes from them (LayerNormalization in the default domain below
+// opset 17 was refused before). ORT refusing a model for other reasons (a bad attribute, a type
+// its kernels lack) is not the tables' business and is not compared.
+TEST(OrtTarget, AgreesWithOnnxRuntimeOnWhatItLoads) {
+  TempDir dir;
+  std::vector<fs::path> produced;
+  for (const auto& rule : builtin_rules().rules) {
+    if (!rule->serves(find_target("ort")) || !rule->example) continue;
+    RewriteOptions options;
+    options.target = "ort";
+    options.only = {rule->id};
+    options.max_opset = rule->example->max_opset;
+    const auto rewritten = rewrite_text(rule->example->model_text, builtin_rules(), options);
+    produced.push_back(dir / (rule->id + ".onnx"));
+    write_file(produced.back(), rewritten.bytes);
+    produced.push_back(dir / (rule->id + "-example.onnx"));
+    write_file(produced.back(), serialize(parse_model_text(rule->example->model_text)));
+  }
+  for (const auto& entry : fs::recursive_directory_iterator(source_dir() / "families")) {
+    if (entry.path().extension() == ".onnx") produced.push_back(entry.path());
+  }
+  std::vector<Verdict> verdicts = ort_verdicts(produced, dir, "produced", /*optimize=*/true);
+  if (const auto corpus = conformance_dir()) {
+    std::vector<fs::path> cases;
+    for (const auto& entry : fs::recursive_directory_iterator(*corpus)) {
+      if (entry.path().extension() == ".onnx") cases.push_back(entry.path());
+    }
+    std::sort(cases.begin(), cases.end());
+    const auto more = ort_verdicts(cases, dir, "conformance", /*optimize=*/false);
+    verdicts.insert(verdicts.end(), more.begin(), more.end());
+  }
+  ASSERT_GT(verdicts.size(), 200u);
+
+  int compared = 0, optimized = 0;
+  for (const auto& verdict : verdicts) {
+    CheckReport report;
+    try {
+      report = check_model(load_model(verdict.model, {.allow_missing_external_data = true}), find_target("ort"), std::nullopt);
+    } catch (const InputError&) {
+      continue;  // a file we refuse to read (the corpus holds a few); ORT's view of it is beside the point
+    }
+    const bool about_ops = verdict.error.find("is not a registered function/op") != std::string::npos ||
+                           verdict.error.find("No opset import for domain") != std::string::npos ||
+                           verdict.error.find("Unsupported") != std::string::npos;
+    if (!verdict.loads && !about_ops) continue;
+    ++compared;
+    optimized += verdict.model.find("-optimized") != std::string::npos ? 1 : 0;
+    std::string ours;
+    for (const auto& entry : report.unloadable) ours += fmt::format("{}.{}: {}; ", entry.domain, entry.op_type, entry.reason);
+    for (const auto& problem : report.opset_problems) ours += problem + "; ";
+    EXPECT_EQ(report.ok(), verdict.loads) << verdict.model << "\n  ORT: " << (verdict.loads ? "loads" : verdict.error)
+                                          << "\n  check --target ort: " << (report.ok() ? "loadable" : ours);
+  }
+  std::cout << compared << " models compared (" << optimized << " optimized by ORT), of " << verdicts.size() << "\n";
+  EXPECT_GT(compared, 200);
+  EXPECT_GT(optimized, 20) << "ORT's own optimized models are part of the comparison";
 }
 
 }  // namespace
