@@ -30,6 +30,17 @@
 #include "onnx_rewrite/tensor.h"
 #include "onnx_rewrite/verify.h"
 
+#if defined(__SANITIZE_ADDRESS__)  // GCC; clang: __has_feature(address_sanitizer)
+#define ONNX_REWRITE_LEAK_CHECKED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ONNX_REWRITE_LEAK_CHECKED 1
+#endif
+#endif
+#ifdef ONNX_REWRITE_LEAK_CHECKED
+#include <sanitizer/lsan_interface.h>
+#endif
+
 namespace onnx_rewrite {
 namespace fs = std::filesystem;
 
@@ -45,7 +56,11 @@ class LoadedModel {
   explicit LoadedModel(const std::string& path, bool may_leave = true, const LoadOptions& options = {})
       : model_(std::make_unique<Model>(load_model(path, options))), leave_(may_leave && g_leave_models_to_exit) {}
   ~LoadedModel() {
-    if (leave_) (void)model_.release();
+    if (!leave_) return;
+    [[maybe_unused]] Model* left = model_.release();
+#ifdef ONNX_REWRITE_LEAK_CHECKED
+    __lsan_ignore_object(left);  // left on purpose (and all it holds): not a leak to report
+#endif
   }
   LoadedModel(const LoadedModel&) = delete;
   LoadedModel& operator=(const LoadedModel&) = delete;
