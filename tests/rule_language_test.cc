@@ -1025,6 +1025,15 @@ TEST(RuleFiles, OpsAttributesAndDomainsAreCheckedAtLoad) {
             "test.rules:5:9: rule r: the pattern's Neg computes nothing the pattern reads or outputs");
 }
 
+// Found by fuzz/parse_rules: ONNX's parser throws std::out_of_range from std::stoll on a number
+// too big for its type; it ended the process.
+TEST(RuleFiles, ANumberTheOnnxParserCantReadIsAnError) {
+  const std::string error = load_error("rule r\n  description: d\n  targets: onnx\n  pattern (x) => (y) {\n"
+                                       "    y = my.Op <axis = 99999999999999999999999> (x)\n  }\nend\n");
+  EXPECT_NE(error.find("test.rules:5:"), std::string::npos) << error;
+  EXPECT_NE(error.find("the pattern is not valid ONNX text: a number it can't read"), std::string::npos) << error;
+}
+
 TEST(RuleFiles, ErrorsNameFileLineAndColumn) {
   EXPECT_EQ(load_error("rule x\n  descripton: hi\nend\n"),
             "test.rules:2:3: unknown clause 'descripton' (description, targets, priority, requires, where, pattern, let, "

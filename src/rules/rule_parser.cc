@@ -146,7 +146,12 @@ class RuleFileParser {
     const size_t start = pos_;
     const std::string text = end == std::string::npos ? std::string() : text_.substr(start, end - start);
     OnnxTextParser parser(end == std::string::npos ? text_.c_str() + start : text.c_str());
-    auto status = parser.Parse(proto);
+    onnx::Common::Status status;
+    try {
+      status = parser.Parse(proto);
+    } catch (const std::exception& e) {  // ONNX's parser lets std::stoi & co. throw on a bad number
+      error_at(start + parser.consumed(), fmt::format("{} is not valid ONNX text: a number it can't read ({})", what, e.what()));
+    }
     if (status.IsOK() && end != std::string::npos && !parser.EndOfInput()) {
       error_at(start + parser.consumed(), fmt::format("{}: unexpected text after it", what));
     }

@@ -63,6 +63,7 @@ class Evaluator {
   }
 
   struct Decline {
+    explicit Decline(std::string why) : reason(std::move(why)) {}  // clang 14 has no paren aggregate init
     std::string reason;
   };
 
