@@ -1034,6 +1034,20 @@ TEST(RuleFiles, ANumberTheOnnxParserCantReadIsAnError) {
   EXPECT_NE(error.find("the pattern is not valid ONNX text: a number it can't read"), std::string::npos) << error;
 }
 
+// Also found by fuzz/parse_rules: our own numbers (where, let) out of range ended the process,
+// and a let nested without bound could exhaust the stack.
+TEST(RuleFiles, NumbersOutOfRangeAndDeepExpressionsAreErrors) {
+  auto rule = [](const std::string& block) {
+    return "rule r\n  description: d\n  targets: onnx\n  pattern (x) => (y) {\n    y = my.Op <a: int = @a> (x)\n  }\n" +
+           block + "\nend\n";
+  };
+  EXPECT_EQ(load_error(rule("  where {\n    a == 99999999999999999999999\n  }")),
+            "test.rules:8:5: the number 99999999999999999999999 is out of range");
+  EXPECT_EQ(load_error(rule("  let {\n    b = a + 1e999999\n  }")), "test.rules:8:5: the number 1e999999 is out of range");
+  const std::string deep = std::string(100000, '(') + "a" + std::string(100000, ')');
+  EXPECT_EQ(load_error(rule("  let {\n    b = " + deep + "\n  }")), "test.rules:8:5: expression nested deeper than 200 levels");
+}
+
 TEST(RuleFiles, ErrorsNameFileLineAndColumn) {
   EXPECT_EQ(load_error("rule x\n  descripton: hi\nend\n"),
             "test.rules:2:3: unknown clause 'descripton' (description, targets, priority, requires, where, pattern, let, "

@@ -540,9 +540,19 @@ class RuleFileParser {
     return lines;
   }
 
+  // std::stod / std::stoll, with a number out of range (or malformed) as an error at `at`.
+  template <typename Convert>
+  auto converted(const Token& token, size_t at, Convert convert) {
+    try {
+      return convert(token.text);
+    } catch (const std::exception&) {
+      error_at(at, "the number " + token.text + " is out of range");
+    }
+  }
+
   double number_of(const Token& token, size_t at) {
     if (token.kind != Token::Kind::kNumber) error_at(at, "expected a number, got '" + token.text + "'");
-    return std::stod(token.text);
+    return converted(token, at, [](const std::string& text) { return std::stod(text); });
   }
 
   onnx::AttributeProto literal_of(const Token& token, size_t at, bool negative = false) {
@@ -554,10 +564,12 @@ class RuleFileParser {
       const bool is_float = token.text.find_first_of(".eE") != std::string::npos;
       if (is_float) {
         value.set_type(onnx::AttributeProto::FLOAT);
-        value.set_f(static_cast<float>(negative ? -std::stod(token.text) : std::stod(token.text)));
+        const double number = converted(token, at, [](const std::string& text) { return std::stod(text); });
+        value.set_f(static_cast<float>(negative ? -number : number));
       } else {
         value.set_type(onnx::AttributeProto::INT);
-        value.set_i(negative ? -std::stoll(token.text) : std::stoll(token.text));
+        const long long number = converted(token, at, [](const std::string& text) { return std::stoll(text); });
+        value.set_i(negative ? -number : number);
       }
     } else {
       error_at(at, "expected a number or a string, got '" + token.text + "'");
@@ -692,9 +704,21 @@ class RuleFileParser {
       return left;
     }
     Expression unary() {
+      Nested nested(*this);
       if (accept("-")) return Expression{Expression::Kind::kUnary, {}, "-", {unary()}};
       return primary();
     }
+    // Expressions are read (and later evaluated) recursively: their nesting is bounded, so that
+    // no line of a rule file can exhaust the stack.
+    static constexpr int kMaxNesting = 200;
+    int nesting = 0;
+    struct Nested {
+      ExpressionParser& parser;
+      explicit Nested(ExpressionParser& p) : parser(p) {
+        if (++parser.nesting > kMaxNesting) parser.file.error_at(parser.at, fmt::format("expression nested deeper than {} levels", kMaxNesting));
+      }
+      ~Nested() { --parser.nesting; }
+    };
     Expression primary() {
       const Token* token = peek();
       if (!token) file.error_at(at, "expression ends too early");
