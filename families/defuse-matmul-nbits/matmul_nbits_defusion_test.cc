@@ -114,7 +114,8 @@ void externalize_b(onnx::ModelProto& proto, const fs::path& directory) {
   for (auto& tensor : *proto.mutable_graph()->mutable_initializer()) {
     if (tensor.name() != "b") continue;
     std::string bytes;  // the parser writes uint8 literals to int32_data
-    for (int64_t v : decode_tensor(tensor)->integers) bytes.push_back(static_cast<char>(v));
+    const auto values = decode_tensor(tensor);  // kept: a range-for over a temporary's member dangles
+    for (int64_t v : values->integers) bytes.push_back(static_cast<char>(v));
     write_file(directory / "weights.bin", bytes);
     const auto length = bytes.size();
     tensor.clear_raw_data();
