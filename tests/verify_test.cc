@@ -260,5 +260,41 @@ end
   EXPECT_EQ(result.rules.count("frob"), 1u);
 }
 
+// Found by fuzz/rewrite: a function body in any order (valid input, as ONNX Runtime takes it) and
+// a rule firing in the main graph. The engine keeps the order of what it doesn't touch, so its
+// last check holds the output to the input's order: this rewrite is not an internal error.
+TEST(OutputProblem, AnUntouchedBodyInAnyOrderIsNotAnInternalError) {
+  const RuleSet rules = rules_from_text(R"(
+rule frob
+  description: test
+  targets: onnx
+  pattern (x) => (y) { y = custom.Frobnicate (x) }
+  replace (x) => (y) { y = Neg (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "custom": 1]>
+    g (float[2] x) => (float[2] y) { y = custom.Frobnicate (x) }
+  }
+  expect { y = Neg (x) }
+end
+)");
+  Model model = model_from_text(R"(<ir_version: 8, opset_import: ["": 17, "custom": 1, "local": 1]>
+g (float[2] x) => (float[2] y) {
+  a = custom.Frobnicate (x)
+  y = local.Twice (a)
+}
+<domain: "local", opset_import: ["": 17]>
+Twice (p) => (q) {
+  q = Add (r, r)
+  r = Identity (p)
+})");
+  ASSERT_EQ(input_problem(model.proto), std::nullopt);
+  ASSERT_TRUE(structural_problem(model.proto).has_value());
+  RewriteOptions options;
+  options.inline_functions = false;
+  const auto result = rewrite_model(model, rules, options);
+  EXPECT_EQ(result.rules.at("frob").matches, 1);
+  EXPECT_EQ(output_problem(model.proto, false), std::nullopt);
+}
+
 }  // namespace
 }  // namespace onnx_rewrite

@@ -18,10 +18,11 @@ std::optional<std::string> structural_problem(const onnx::ModelProto& model);
 // takes them); a model with one is refused before any work.
 std::optional<std::string> input_problem(const onnx::ModelProto& model);
 
-// Everything input_problem finds, in a model the engine wrote (in topological order): the last
-// check before a rewritten model is written, so that exit 0 never goes with a model `check`
-// refuses.
-std::optional<std::string> output_problem(const onnx::ModelProto& model);
+// Everything input_problem finds, in a model the engine wrote (in topological order, unless
+// `ordered` is false: the input's graphs were not, and the engine keeps the order of what it
+// doesn't touch): the last check before a rewritten model is written, so that exit 0 never goes
+// with a model `check` refuses.
+std::optional<std::string> output_problem(const onnx::ModelProto& model, bool ordered = true);
 
 // Opset imports (of the model and its functions) outside 0..2^31-1: damage, not a newer opset.
 // `check` reports them, `rewrite` refuses the model (imports are raised and lowered as ints).

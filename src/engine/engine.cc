@@ -335,6 +335,7 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
   // A valid input must give a valid output; an invalid one (the library takes what it is given)
   // can't tell our mistakes from its own.
   const bool input_valid = !input_problem(model.proto);
+  const bool input_ordered = input_valid && !structural_problem(model.proto);
   RewriteResult result;
   result.before = count_ops(model.proto);
   const auto imports_before = imports(model.proto);
@@ -366,7 +367,7 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
   }
   if (!result.opset_changes.empty()) model.changed = true;
   if (model.changed && input_valid) {
-    if (auto problem = output_problem(model.proto)) throw std::logic_error("the rewrite left an invalid model: " + *problem);
+    if (auto problem = output_problem(model.proto, input_ordered)) throw std::logic_error("the rewrite left an invalid model: " + *problem);
   }
   result.after = count_ops(model.proto);
   return result;

@@ -273,8 +273,8 @@ std::optional<std::string> input_problem(const onnx::ModelProto& model) {
   return recursive_function(model);
 }
 
-std::optional<std::string> output_problem(const onnx::ModelProto& model) {
-  if (auto problem = verify(model, true)) return problem;
+std::optional<std::string> output_problem(const onnx::ModelProto& model, bool ordered) {
+  if (auto problem = verify(model, ordered)) return problem;
   if (auto problem = call_arity_problem(model)) return problem;
   if (auto problem = recursive_function(model)) return problem;
   if (auto problems = impossible_opset_imports(model); !problems.empty()) return problems.front();
