@@ -23,6 +23,7 @@ struct RewriteOptions {
   int max_rounds = 16;
   std::string explain;                   // --explain: op type or node name
   std::ostream* explain_out = nullptr;
+  int record_matches = 0;                // per rule, keep the first N matches' nodes (--html)
 };
 
 struct RuleStats {
@@ -37,6 +38,13 @@ using OpCounts = std::map<OpKey, int>;
 // Nodes per (domain, op_type) in every graph, subgraph and function.
 OpCounts count_ops(const onnx::ModelProto& model);
 
+// One match as it was rewritten: the nodes it covered and the nodes that replaced them.
+struct RecordedMatch {
+  std::string rule;
+  std::string place;  // "main graph", "function 'f'", ...
+  std::vector<onnx::NodeProto> before, after;
+};
+
 struct RewriteResult {
   std::map<std::string, RuleStats> rules;  // by rule id, rules that fired
   OpCounts before, after;
@@ -44,6 +52,7 @@ struct RewriteResult {
   int functions_inlined = 0;
   std::map<std::string, std::pair<int, int>> opset_changes;  // domain -> (before, after); 0 = absent
   std::vector<std::string> notes;  // e.g. why --opset could not be reached
+  std::vector<RecordedMatch> recorded;  // options.record_matches per rule, in the order applied
   bool changed() const { return !rules.empty() || functions_inlined > 0 || !opset_changes.empty(); }
 };
 
@@ -52,5 +61,10 @@ std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions
 
 // Rewrites `model` in place. Throws InputError when rules keep firing past max_rounds.
 RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOptions& options);
+
+// Records in the model's metadata_props what `result` did to it, under keys "onnx_rewrite.*"
+// (tool and version, target, ai.onnx opset, rules with match counts, functions inlined),
+// replacing an earlier rewrite's record and keeping every other entry.
+void record_provenance(Model& model, const RewriteResult& result, const RewriteOptions& options);
 
 }  // namespace onnx_rewrite

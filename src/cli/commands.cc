@@ -17,18 +17,23 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <chrono>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "onnx_rewrite/error.h"
 #include "cli/json.h"
+#include "cli/html.h"
+#include "cli/junit.h"
+#include "cli/outcome.h"
 #include "onnx_rewrite/model_io.h"
 #include "onnx_rewrite/opset.h"
 #include "onnx_rewrite/rule_example.h"
 #include "onnx_rewrite/target.h"
 #include "onnx_rewrite/tensor.h"
 #include "onnx_rewrite/verify.h"
+#include "graph/walk.h"
 
 #if defined(__SANITIZE_ADDRESS__)  // GCC; clang: __has_feature(address_sanitizer)
 #define ONNX_REWRITE_LEAK_CHECKED 1
@@ -86,15 +91,9 @@ namespace {
 
 std::string op_name(const OpKey& key) { return display_domain(key.first) + "." + key.second; }
 
-// ---- Errors as JSON ------------------------------------------------------------------------
+}  // namespace
 
-// What an error is about, for the JSON error object (docs/cli.md, "Errors in JSON"): the file it
-// names (none for usage errors), the message, and the exit code main.cc gives it.
-struct ErrorInfo {
-  std::string file;
-  std::string message;
-  ExitCode exit_code = ExitCode::kBadInput;
-};
+// ---- Errors as JSON ------------------------------------------------------------------------
 
 ErrorInfo describe_error(const std::exception_ptr& error) {
   try {
@@ -112,7 +111,6 @@ ErrorInfo describe_error(const std::exception_ptr& error) {
   }
 }
 
-// {"file", "message", "exit_code"}
 void write_error_json(JsonWriter& json, const ErrorInfo& error) {
   json.begin_object();
   json.key("file");
@@ -122,6 +120,8 @@ void write_error_json(JsonWriter& json, const ErrorInfo& error) {
   json.key("exit_code").value(static_cast<int>(error.exit_code));
   json.end_object();
 }
+
+namespace {
 
 // ---- Reports -------------------------------------------------------------------------------
 
@@ -220,14 +220,7 @@ void print_unmet(const Target& target, const CheckReport& report, const RuleSet&
   for (const auto& problem : report.opset_problems) err << "  " << problem << "\n";
 }
 
-struct ModelOutcome {
-  std::string input;
-  std::string output;
-  std::string status;  // rewritten, unchanged, target-not-met, failed
-  std::optional<ErrorInfo> error;
-  RewriteResult result;
-  CheckReport check;
-};
+}  // namespace
 
 // A failed model's error for a line that already names the model: the file only when it is another.
 std::string error_text(const ModelOutcome& outcome) {
@@ -236,8 +229,32 @@ std::string error_text(const ModelOutcome& outcome) {
   return error.file.empty() || error.file == outcome.input ? error.message : error.file + ": " + error.message;
 }
 
-void write_outcome_json(JsonWriter& json, const ModelOutcome& outcome, const std::string& target) {
-  json.begin_object();
+int64_t node_total(const OpCounts& counts) {
+  int64_t total = 0;
+  for (const auto& [key, count] : counts) total += count;
+  return total;
+}
+
+void write_run_json(JsonWriter& json, const RewriteOptions& options, const RuleSources& rules, bool provenance, bool dry_run) {
+  json.key("tool").begin_object().key("name").value("onnx-rewrite").key("version").value(ONNX_REWRITE_VERSION).end_object();
+  json.key("options").begin_object();
+  json.key("target").value(options.target);
+  json.key("opset");
+  if (options.max_opset) json.value(*options.max_opset);
+  else json.null();
+  json.key("only").strings({options.only.begin(), options.only.end()});
+  json.key("skip").strings({options.skip.begin(), options.skip.end()});
+  json.key("builtin_rules").value(rules.builtin);
+  json.key("rules").strings(rules.paths);
+  json.key("max_rounds").value(options.max_rounds);
+  json.key("provenance").value(provenance);
+  json.end_object();
+  json.key("dry_run").value(dry_run);
+}
+
+namespace {
+
+void write_outcome_fields(JsonWriter& json, const ModelOutcome& outcome, const std::string& target) {
   json.key("model").value(outcome.input);
   json.key("output").value(outcome.output);
   json.key("target").value(target);
@@ -245,9 +262,18 @@ void write_outcome_json(JsonWriter& json, const ModelOutcome& outcome, const std
   if (outcome.error) {
     json.key("error");
     write_error_json(json, *outcome.error);
-    json.end_object();
     return;
   }
+  json.key("timing").begin_object();
+  json.key("load_seconds").value(outcome.timing.load);
+  json.key("rewrite_seconds").value(outcome.timing.rewrite);
+  json.key("write_seconds").value(outcome.timing.write);
+  json.key("total_seconds").value(outcome.timing.total());
+  json.end_object();
+  json.key("nodes").begin_object();
+  json.key("before").value(node_total(outcome.result.before));
+  json.key("after").value(node_total(outcome.result.after));
+  json.end_object();
   json.key("changed").value(outcome.result.changed());
   json.key("rounds").value(outcome.result.rounds);
   json.key("functions_inlined").value(outcome.result.functions_inlined);
@@ -288,6 +314,13 @@ void write_outcome_json(JsonWriter& json, const ModelOutcome& outcome, const std
   json.key("notes").strings(outcome.result.notes);
   json.key("check");
   write_check_json(json, outcome.check);
+}
+
+}  // namespace
+
+void write_outcome_json(JsonWriter& json, const ModelOutcome& outcome, const std::string& target) {
+  json.begin_object();
+  write_outcome_fields(json, outcome, target);
   json.end_object();
 }
 
@@ -327,7 +360,6 @@ void print_summary(const ModelOutcome& outcome, const std::string& target, bool 
   out << fmt::format("  target {}: {}\n", target, outcome.check.ok() ? "met" : "NOT met (see stderr)");
 }
 
-// Checked before any work, so that a mistyped path costs nothing and leaves nothing half done.
 void require_directory_of(const std::string& path, const std::string& what) {
   const fs::path parent = fs::path(path).parent_path();
   std::error_code ec;
@@ -372,31 +404,38 @@ void refuse_invalid(const Model& model) {
 }
 
 
-// One model loaded, rewritten and checked, its output prepared (unless dry) but not yet in place.
-struct Processed {
-  ModelOutcome outcome;
-  std::unique_ptr<PendingModel> output;
-};
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
 
 Processed process(const std::string& input, const std::string& output, const RuleSet& rules, const RewriteOptions& options,
-                  const Target& target, bool dry_run, const WriteOptions& write, bool in_batch) {
+                  const Target& target, const ProcessOptions& how) {
   Processed processed;
   ModelOutcome& outcome = processed.outcome;
   outcome.input = input;
   outcome.output = output;
-  LoadedModel loaded(input, !in_batch);
+  auto start = std::chrono::steady_clock::now();
+  LoadedModel loaded(input, !how.in_batch);
   Model& model = *loaded;
+  outcome.timing.load = seconds_since(start);
+  start = std::chrono::steady_clock::now();
   refuse_invalid(model);
   if (const auto opsets = impossible_opset_imports(model.proto); !opsets.empty()) throw InputError(input, opsets.front());
   outcome.result = rewrite_model(model, rules, options);
   outcome.check = check_model(model, target, options.max_opset);
-  if (!dry_run) processed.output = std::make_unique<PendingModel>(model, output, write);
+  if (how.provenance && outcome.result.changed()) record_provenance(model, outcome.result, options);
+  outcome.timing.rewrite = seconds_since(start);
+  start = std::chrono::steady_clock::now();
+  if (!how.dry_run) processed.output = std::make_unique<PendingModel>(model, output, how.write);
+  outcome.timing.write = seconds_since(start);
   outcome.status = !outcome.check.ok() ? "target-not-met" : outcome.result.changed() ? "rewritten" : "unchanged";
   return processed;
 }
 
-// What the target implies where the command line is silent: inlining for runtimes that don't run
-// model-local functions, and its highest opset.
 RewriteOptions effective_options(RewriteOptions options, std::optional<bool> inline_functions) {
   const Target& target = find_target(options.target);
   options.inline_functions = inline_functions.value_or(!target.local_functions);
@@ -404,27 +443,45 @@ RewriteOptions effective_options(RewriteOptions options, std::optional<bool> inl
   return options;
 }
 
-int rewrite_one(const RewriteCommand& command, PendingFile* report, std::ostream& out, std::ostream& err) {
+namespace {
+
+int rewrite_one(const RewriteCommand& command, PendingFile* report, PendingFile* html, std::ostream& out, std::ostream& err) {
   if (command.in_place && !command.output.empty()) throw UsageError("--in-place and -o exclude each other");
   if (!command.in_place && !command.dry_run && command.output.empty()) throw UsageError("rewrite needs -o OUT.onnx (or --in-place, --dry-run)");
   const Target& target = find_target(command.options.target);
   const RuleSet rules = command.rules.load();
-  const RewriteOptions options = effective_options(command.options, command.inline_functions);
+  RewriteOptions options = effective_options(command.options, command.inline_functions);
   active_rules(rules, options);  // unknown --only/--skip ids are usage errors, before any work
+  if (html) options.record_matches = kHtmlMatchesPerRule;
   const std::string output = command.in_place ? command.input : command.output;
   if (!command.dry_run) require_directory_of(output, "output");
-  WriteOptions write;
-  write.allow_overwrite_input = command.in_place;
-  Processed processed = process(command.input, output, rules, options, target, command.dry_run, write, false);
-  const ModelOutcome& outcome = processed.outcome;
-  // Everything is prepared: the model, its data files and the report appear together.
+  ProcessOptions how;
+  how.dry_run = command.dry_run;
+  how.provenance = command.provenance;
+  how.write.allow_overwrite_input = command.in_place;
+  Processed processed = process(command.input, output, rules, options, target, how);
+  ModelOutcome& outcome = processed.outcome;
+  // The page first: a picture that can't be drawn leaves nothing written.
+  if (html) {
+    html->set_contents(html_report({command.input, command.dry_run ? "(dry run, nothing written)" : output, target.name,
+                                    outcome.check.ok(), &outcome.result, &rules}));
+  }
+  // Everything is prepared: the model, its data files and the reports appear together.
+  if (processed.output) {
+    const auto start = std::chrono::steady_clock::now();
+    processed.output->commit();
+    outcome.timing.write += seconds_since(start);
+  }
   if (report) {
     JsonWriter json;
-    write_outcome_json(json, outcome, target.name);
+    json.begin_object();
+    write_run_json(json, command.options, command.rules, command.provenance, command.dry_run);
+    write_outcome_fields(json, outcome, target.name);
+    json.end_object();
     report->set_contents(json.str());
   }
-  if (processed.output) processed.output->commit();
   if (report) report->commit();
+  if (html) html->commit();
   print_summary(outcome, target.name, command.dry_run, out);
   if (!outcome.check.ok()) {
     print_unmet(target, outcome.check, rules, err);
@@ -442,11 +499,14 @@ int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& 
       throw UsageError(command.report + ": the report would replace the model " + model);
     }
   }
+  if (!command.html.empty()) require_graphviz();
   const auto report = reserve_report(command.report);
+  const auto html = reserve_report(command.html);
   try {
-    return rewrite_one(command, report.get(), out, err);
+    return rewrite_one(command, report.get(), html.get(), out, err);
   } catch (...) {
     report_failure(report.get(), std::current_exception(), [&](JsonWriter& json) {
+      write_run_json(json, command.options, command.rules, command.provenance, command.dry_run);
       json.key("model").value(command.input);
       json.key("output").value(command.in_place ? command.input : command.output);
       json.key("target").value(command.options.target);
@@ -471,14 +531,14 @@ std::string missing_data_note(const Model& model) {
 const LoadOptions kGraphOnly{.allow_missing_external_data = true};
 
 int check_one(const std::string& input, const std::string& target_name, std::optional<int> max_opset,
-              const RuleSources& sources, bool json, std::ostream& out) {
+              const RuleSources& sources, bool json, std::ostream& out, CheckReport& report) {
   const Target& target = find_target(target_name);
   const RuleSet rules = sources.load();
   const Coverage coverage{rules, target};
   LoadedModel loaded(input, true, kGraphOnly);
   const Model& model = *loaded;
   refuse_invalid(model);
-  CheckReport report = check_model(model, target, max_opset);
+  report = check_model(model, target, max_opset);
   if (!model.missing_external_data.empty()) report.notes.push_back(missing_data_note(model));
   if (json) {
     JsonWriter writer;
@@ -523,12 +583,44 @@ void print_json_failure(const std::string& input, const std::exception_ptr& erro
 }  // namespace
 
 int run_check(const std::string& input, const std::string& target_name, std::optional<int> max_opset,
-              const RuleSources& rules, bool json, std::ostream& out, std::ostream& err) {
+              const RuleSources& rules, bool json, std::ostream& out, std::ostream& err, const std::string& junit) {
   (void)err;
+  const auto junit_file = reserve_report(junit);
+  const auto start = std::chrono::steady_clock::now();
+  // The model as JUnit sees it: the fields of a batch report's model object that it reads.
+  const auto commit_junit = [&](const std::function<void(JsonWriter&)>& fields) {
+    if (!junit_file) return;
+    JsonWriter model(true);
+    model.begin_object();
+    model.key("model").value(input);
+    model.key("target").value(target_name);
+    model.key("timing").begin_object().key("total_seconds").value(seconds_since(start)).end_object();
+    fields(model);
+    model.end_object();
+    const JunitCase test = junit_case(*parse_json(model.str()), "check");
+    junit_file->set_contents(junit_xml("onnx-rewrite check --target " + target_name, {test}));
+    junit_file->commit();
+  };
   try {
-    return check_one(input, target_name, max_opset, rules, json, out);
+    CheckReport report;
+    const int code = check_one(input, target_name, max_opset, rules, json, out, report);
+    commit_junit([&](JsonWriter& model) {
+      model.key("status").value(report.ok() ? "met" : "target-not-met");
+      model.key("check");
+      write_check_json(model, report);
+    });
+    return code;
   } catch (...) {
-    if (json) print_json_failure(input, std::current_exception(), out);
+    const auto error = std::current_exception();
+    if (json) print_json_failure(input, error, out);
+    try {
+      commit_junit([&](JsonWriter& model) {
+        model.key("status").value("failed");
+        model.key("error");
+        write_error_json(model, describe_error(error));
+      });
+    } catch (...) {  // the check's own error is what matters
+    }
     throw;
   }
 }
@@ -598,6 +690,102 @@ std::vector<std::string> covering_rules(const RuleSet& rules, const OpKey& key) 
   return ids;
 }
 
+// "float", "seq(float)", "map(int64,float)", "optional(float)", "sparse float"; "?" when unset.
+std::string type_text(const onnx::TypeProto& type) {
+  switch (type.value_case()) {
+    case onnx::TypeProto::kTensorType: return data_type_name(type.tensor_type().elem_type());
+    case onnx::TypeProto::kSparseTensorType: return "sparse " + data_type_name(type.sparse_tensor_type().elem_type());
+    case onnx::TypeProto::kSequenceType: return "seq(" + type_text(type.sequence_type().elem_type()) + ")";
+    case onnx::TypeProto::kOptionalType: return "optional(" + type_text(type.optional_type().elem_type()) + ")";
+    case onnx::TypeProto::kMapType:
+      return "map(" + data_type_name(type.map_type().key_type()) + "," + type_text(type.map_type().value_type()) + ")";
+    default: return "?";
+  }
+}
+
+const onnx::TensorShapeProto* shape_of(const onnx::TypeProto& type) {
+  if (type.has_tensor_type() && type.tensor_type().has_shape()) return &type.tensor_type().shape();
+  if (type.has_sparse_tensor_type() && type.sparse_tensor_type().has_shape()) return &type.sparse_tensor_type().shape();
+  return nullptr;
+}
+
+// "[1, 3, height, ?]"; "(rank unknown)" without a shape.
+std::string shape_text(const onnx::TypeProto& type) {
+  const auto* shape = shape_of(type);
+  if (!shape) return type.has_tensor_type() || type.has_sparse_tensor_type() ? "(rank unknown)" : "";
+  std::vector<std::string> dims;
+  for (const auto& dim : shape->dim()) {
+    dims.push_back(dim.has_dim_value() ? std::to_string(dim.dim_value()) : dim.has_dim_param() ? printable(dim.dim_param()) : "?");
+  }
+  return fmt::format("[{}]", fmt::join(dims, ", "));
+}
+
+// {"name", "type", "shape": [numbers, names, null for unknown] or null}
+void write_value_json(JsonWriter& json, const onnx::ValueInfoProto& value) {
+  json.begin_object().key("name").value(value.name()).key("type").value(type_text(value.type())).key("shape");
+  if (const auto* shape = shape_of(value.type())) {
+    json.begin_array();
+    for (const auto& dim : shape->dim()) {
+      if (dim.has_dim_value()) json.value(static_cast<int64_t>(dim.dim_value()));
+      else if (dim.has_dim_param()) json.value(dim.dim_param());
+      else json.null();
+    }
+    json.end_array();
+  } else {
+    json.null();
+  }
+  json.end_object();
+}
+
+// The graph's inputs that are not initializers (IR < 4 lists weights as inputs too).
+std::vector<const onnx::ValueInfoProto*> real_inputs(const onnx::GraphProto& graph) {
+  std::set<std::string_view> weights;
+  for (const auto& tensor : graph.initializer()) weights.insert(tensor.name());
+  std::vector<const onnx::ValueInfoProto*> inputs;
+  for (const auto& input : graph.input()) {
+    if (!weights.count(input.name())) inputs.push_back(&input);
+  }
+  return inputs;
+}
+
+// Nodes by where they sit; weights held outside initializers.
+struct ModelTotals {
+  int64_t main_graph = 0, subgraphs = 0, functions = 0, training = 0;
+  int64_t constants = 0;  // Constant nodes holding a tensor
+  uint64_t constant_bytes = 0;
+  int64_t sparse_initializers = 0;
+  uint64_t sparse_bytes = 0;
+  int64_t total() const { return main_graph + subgraphs + functions + training; }
+};
+
+ModelTotals model_totals(const onnx::ModelProto& proto) {
+  ModelTotals totals;
+  for_each_graph(proto, [&](const auto& view) {
+    const int64_t count = view.nodes->size();
+    switch (view.place->kind()) {
+      case Place::Kind::kMainGraph: totals.main_graph += count; break;
+      case Place::Kind::kFunction: totals.functions += count; break;
+      case Place::Kind::kTrainingInitialization:
+      case Place::Kind::kTrainingAlgorithm: totals.training += count; break;
+      case Place::Kind::kSubgraph: totals.subgraphs += count; break;
+    }
+    for (const auto& node : *view.nodes) {
+      if (node.op_type() != "Constant" || !normalize_domain(node.domain()).empty()) continue;
+      for (const auto& attribute : node.attribute()) {
+        if (attribute.name() == "value" || attribute.name() == "sparse_value") {
+          ++totals.constants;
+          totals.constant_bytes += attribute.name() == "value" ? attribute.t().ByteSizeLong() : attribute.sparse_tensor().ByteSizeLong();
+        }
+      }
+    }
+    if (view.graph) {
+      totals.sparse_initializers += view.graph->sparse_initializer_size();
+      for (const auto& sparse : view.graph->sparse_initializer()) totals.sparse_bytes += sparse.ByteSizeLong();
+    }
+  });
+  return totals;
+}
+
 }  // namespace
 
 namespace {
@@ -609,6 +797,8 @@ int inspect_one(const std::string& input, const RuleSources& sources, bool json,
   const onnx::ModelProto& proto = model.proto;
   const OpCounts ops = count_ops(proto);
   const InitializerStats initializers = initializer_stats(model);
+  const ModelTotals totals = model_totals(proto);
+  const auto inputs = real_inputs(proto.graph());
   std::set<std::pair<std::string, std::string>> functions;
   for (const auto& function : proto.functions()) functions.insert({normalize_domain(function.domain()), function.name()});
 
@@ -625,6 +815,19 @@ int inspect_one(const std::string& input, const RuleSources& sources, bool json,
       writer.key("version").value(static_cast<int64_t>(import.version())).end_object();
     }
     writer.end_array();
+    writer.key("inputs").begin_array();
+    for (const auto* input : inputs) write_value_json(writer, *input);
+    writer.end_array();
+    writer.key("outputs").begin_array();
+    for (const auto& output : proto.graph().output()) write_value_json(writer, output);
+    writer.end_array();
+    writer.key("nodes").begin_object();
+    writer.key("total").value(totals.total());
+    writer.key("main_graph").value(totals.main_graph);
+    writer.key("subgraphs").value(totals.subgraphs);
+    writer.key("functions").value(totals.functions);
+    writer.key("training").value(totals.training);
+    writer.end_object();
     writer.key("ops").begin_array();
     for (const auto& [key, count] : ops) {
       writer.begin_object().key("domain").value(display_domain(key.first)).key("op_type").value(key.second);
@@ -651,6 +854,22 @@ int inspect_one(const std::string& input, const RuleSources& sources, bool json,
       writer.key("missing").value(!size).end_object();
     }
     writer.end_array().end_object();
+    writer.key("metadata_props").begin_object();
+    for (const auto& entry : proto.metadata_props()) writer.key(entry.key()).value(entry.value());
+    writer.end_object();
+    writer.key("constant_nodes").begin_object().key("count").value(totals.constants).key("bytes").value(totals.constant_bytes).end_object();
+    writer.key("sparse_initializers").begin_object();
+    writer.key("count").value(totals.sparse_initializers).key("bytes").value(totals.sparse_bytes).end_object();
+    writer.key("training_info").begin_array();
+    for (const auto& info : proto.training_info()) {
+      writer.begin_object();
+      writer.key("initialization_nodes").value(info.initialization().node_size());
+      writer.key("algorithm_nodes").value(info.algorithm().node_size());
+      writer.key("initialization_bindings").value(info.initialization_binding_size());
+      writer.key("update_bindings").value(info.update_binding_size());
+      writer.end_object();
+    }
+    writer.end_array();
     writer.key("notes").begin_array();
     if (!model.missing_external_data.empty()) writer.value(missing_data_note(model));
     writer.end_array();
@@ -665,6 +884,18 @@ int inspect_one(const std::string& input, const RuleSources& sources, bool json,
   std::vector<std::string> imports;
   for (const auto& import : proto.opset_import()) imports.push_back(fmt::format("{} {}", display_domain(normalize_domain(import.domain())), import.version()));
   out << fmt::format("  opset imports: {}\n", fmt::join(imports, ", "));
+  const auto print_values = [&](const char* title, const std::vector<const onnx::ValueInfoProto*>& values) {
+    out << fmt::format("  {} ({}):\n", title, values.size());
+    for (const auto* value : values) {
+      out << fmt::format("    {}: {} {}\n", printable(value->name()), type_text(value->type()), shape_text(value->type()));
+    }
+  };
+  print_values("inputs", inputs);
+  std::vector<const onnx::ValueInfoProto*> outputs;
+  for (const auto& output : proto.graph().output()) outputs.push_back(&output);
+  print_values("outputs", outputs);
+  out << fmt::format("  nodes: {} (main graph {}, subgraphs {}, functions {}, training {})\n", totals.total(), totals.main_graph,
+                     totals.subgraphs, totals.functions, totals.training);
   size_t width = 0;
   for (const auto& [key, count] : ops) width = std::max(width, op_name(key).size());
   out << "  nodes per op (graphs, subgraphs and functions):\n";
@@ -687,6 +918,16 @@ int inspect_one(const std::string& input, const RuleSources& sources, bool json,
   for (const auto& [file, size] : initializers.external_files) {
     out << fmt::format("  external data: {} ({})\n", file, size ? bytes_text(*size) : "missing");
   }
+  if (totals.constants) out << fmt::format("  weights in Constant nodes: {}, {}\n", totals.constants, bytes_text(totals.constant_bytes));
+  if (totals.sparse_initializers) {
+    out << fmt::format("  sparse initializers: {}, {}\n", totals.sparse_initializers, bytes_text(totals.sparse_bytes));
+  }
+  for (int i = 0; i < proto.training_info_size(); ++i) {
+    const auto& info = proto.training_info(i);
+    out << fmt::format("  training_info[{}]: initialization {} node(s), algorithm {} node(s), {} update binding(s)\n", i,
+                       info.initialization().node_size(), info.algorithm().node_size(), info.update_binding_size());
+  }
+  for (const auto& entry : proto.metadata_props()) out << fmt::format("  metadata: {} = {}\n", printable(entry.key()), printable(entry.value()));
   if (!model.missing_external_data.empty()) out << "  note: " << missing_data_note(model) << "\n";
   return 0;
 }
@@ -832,208 +1073,6 @@ int run_targets(bool json, std::ostream& out) {
     out << fmt::format("; model-local functions {} ({})\n", target->local_functions ? "run" : "inlined first", target->file);
   }
   return 0;
-}
-
-// ---- batch ---------------------------------------------------------------------------------
-
-namespace {
-
-struct BatchItem {
-  std::string input;
-  std::string output;
-  std::string error;  // the entry could not even be read (a directory, a dangling or looping link, ...)
-};
-
-using FileId = std::pair<dev_t, ino_t>;
-
-// Walks one input directory. Paths are built from the names met on the way, never from where a
-// symbolic link leads, so every output lies under OUT_DIR at the entry's own relative path.
-// Symbolic links to directories are followed, except one leading to a directory the walk is
-// already inside (a loop), which is a failed item like a directory that can't be listed.
-class BatchWalk {
- public:
-  BatchWalk(std::optional<FileId> out_dir, std::vector<std::pair<fs::path, fs::path>>& found, std::vector<BatchItem>& unreadable)
-      : out_dir_(out_dir), found_(found), unreadable_(unreadable) {}
-
-  void walk(const fs::path& directory, const fs::path& relative, FileId id) {
-    ancestors_.push_back({id, directory});
-    DIR* listing = ::opendir(directory.c_str());
-    if (!listing) {
-      unreadable_.push_back({directory.string(), {}, std::string("cannot read the directory: ") + std::strerror(errno)});
-      ancestors_.pop_back();
-      return;
-    }
-    std::vector<std::string> names;
-    errno = 0;
-    while (const dirent* entry = ::readdir(listing)) {
-      const std::string name = entry->d_name;
-      if (name != "." && name != "..") names.push_back(name);
-      errno = 0;
-    }
-    const int listing_error = errno;
-    ::closedir(listing);
-    if (listing_error) {
-      unreadable_.push_back({directory.string(), {}, std::string("cannot read the directory: ") + std::strerror(listing_error)});
-    }
-    std::sort(names.begin(), names.end());
-    for (const auto& name : names) visit(directory / name, relative / name);
-    ancestors_.pop_back();
-  }
-
- private:
-  void visit(const fs::path& path, const fs::path& relative) {
-    const bool model_name = path.extension() == ".onnx";
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-      // A symbolic link that loops or leads nowhere (or an entry gone meanwhile).
-      if (model_name) unreadable_.push_back({path.string(), {}, std::string("cannot read: ") + std::strerror(errno)});
-      return;
-    }
-    if (S_ISDIR(st.st_mode)) {
-      const FileId id{st.st_dev, st.st_ino};
-      if (out_dir_ && id == *out_dir_) return;  // never read our own outputs
-      for (const auto& [ancestor, ancestor_path] : ancestors_) {
-        if (ancestor == id) {
-          unreadable_.push_back({path.string(), {}, "leads to '" + ancestor_path.string() +
-                                                        "', a directory it is in: not followed (a loop)"});
-          return;
-        }
-      }
-      walk(path, relative, id);
-    } else if (model_name) {
-      if (S_ISREG(st.st_mode)) found_.emplace_back(path, relative);
-      else unreadable_.push_back({path.string(), {}, "not a regular file"});
-    }
-  }
-
-  std::optional<FileId> out_dir_;
-  std::vector<std::pair<fs::path, fs::path>>& found_;
-  std::vector<BatchItem>& unreadable_;
-  std::vector<std::pair<FileId, fs::path>> ancestors_;
-};
-
-std::vector<BatchItem> collect_batch(const BatchCommand& command) {
-  std::vector<BatchItem> items;
-  std::vector<BatchItem> unreadable;
-  std::set<std::string> outputs;
-  std::optional<FileId> out_dir;
-  struct stat st {};
-  if (::stat(command.output_dir.c_str(), &st) == 0) out_dir = FileId{st.st_dev, st.st_ino};
-  for (const auto& input : command.inputs) {
-    if (::stat(input.c_str(), &st) != 0) {
-      if (errno == ENOENT) throw InputError(input, "no such file or directory");
-      throw InputError(input, std::string("cannot read: ") + std::strerror(errno));
-    }
-    std::vector<std::pair<fs::path, fs::path>> found;  // file, path relative to the input
-    if (S_ISDIR(st.st_mode)) {
-      BatchWalk(out_dir, found, unreadable).walk(input, {}, FileId{st.st_dev, st.st_ino});
-    } else {
-      found.emplace_back(input, fs::path(input).filename());
-    }
-    for (const auto& [file, relative] : found) {
-      BatchItem item{file.string(), (fs::path(command.output_dir) / relative).string(), {}};
-      if (!outputs.insert(item.output).second) {
-        throw UsageError("two inputs would both be written to " + item.output);
-      }
-      items.push_back(std::move(item));
-    }
-  }
-  items.insert(items.end(), unreadable.begin(), unreadable.end());
-  return items;
-}
-
-int batch_all(const BatchCommand& command, PendingFile* report, std::ostream& out, std::ostream& err) {
-  const Target& target = find_target(command.options.target);
-  const RuleSet rules = command.rules.load();
-  const RewriteOptions options = effective_options(command.options, command.inline_functions);
-  active_rules(rules, options);
-  const auto items = collect_batch(command);
-  std::error_code ec;
-  fs::create_directories(command.output_dir, ec);
-  if (!fs::is_directory(command.output_dir)) {
-    throw UsageError(command.output_dir + ": cannot create the output directory" + (ec ? ": " + ec.message() : ""));
-  }
-  WriteOptions write;
-  write.inside = command.output_dir;
-
-  std::vector<ModelOutcome> outcomes(items.size());
-  std::atomic<size_t> next{0};
-  std::atomic<size_t> done{0};
-  std::mutex print;
-  auto work = [&] {
-    for (size_t i = next++; i < items.size(); i = next++) {
-      ModelOutcome& outcome = outcomes[i];
-      try {
-        if (!items[i].error.empty()) throw InputError(items[i].input, items[i].error);
-        Processed processed = process(items[i].input, items[i].output, rules, options, target, false, write, true);
-        processed.output->commit();
-        outcome = std::move(processed.outcome);
-      } catch (...) {
-        outcome = ModelOutcome{};
-        outcome.input = items[i].input;
-        outcome.output = items[i].output;
-        outcome.status = "failed";
-        outcome.error = describe_error(std::current_exception());
-      }
-      std::lock_guard lock(print);
-      const size_t finished = ++done;
-      if (command.progress_line) {
-        err << fmt::format("\r\033[K[{}/{}] {}", finished, items.size(), items[i].input) << std::flush;
-      } else {
-        err << fmt::format("[{}/{}] {} {}{}\n", finished, items.size(), outcome.status, items[i].input,
-                           outcome.error ? ": " + error_text(outcome) : "");
-      }
-    }
-  };
-  const int jobs = command.jobs > 0 ? command.jobs : std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> threads;
-  for (int t = 0; t < std::min<int>(jobs, static_cast<int>(std::max<size_t>(items.size(), 1))); ++t) threads.emplace_back(work);
-  for (auto& thread : threads) thread.join();
-  if (command.progress_line && !items.empty()) err << "\n";
-
-  std::map<std::string, int> counts;
-  for (const auto& outcome : outcomes) ++counts[outcome.status];
-  out << fmt::format("batch: {} model(s): {} rewritten, {} unchanged, {} target not met, {} failed\n", items.size(),
-                     counts["rewritten"], counts["unchanged"], counts["target-not-met"], counts["failed"]);
-  for (const auto& outcome : outcomes) {
-    if (outcome.status == "failed") out << fmt::format("  failed: {}: {}\n", outcome.input, error_text(outcome));
-  }
-  for (const auto& outcome : outcomes) {
-    if (outcome.status != "target-not-met") continue;
-    std::vector<std::string> kinds;
-    for (const auto& entry : outcome.check.unloadable) kinds.push_back(op_text(entry));
-    kinds.insert(kinds.end(), outcome.check.opset_problems.begin(), outcome.check.opset_problems.end());
-    out << fmt::format("  target {} not met: {}: {}\n", target.name, outcome.input, fmt::join(kinds, ", "));
-  }
-  if (report) {
-    JsonWriter json;
-    json.begin_object();
-    json.key("target").value(target.name);
-    json.key("summary").begin_object();
-    json.key("models").value(static_cast<int64_t>(items.size()));
-    for (const char* status : {"rewritten", "unchanged", "target-not-met", "failed"}) json.key(status).value(counts[status]);
-    json.end_object();
-    json.key("models").begin_array();
-    for (const auto& outcome : outcomes) write_outcome_json(json, outcome, target.name);
-    json.end_array();
-    json.end_object();
-    report->set_contents(json.str());
-    report->commit();
-  }
-  return counts["failed"] + counts["target-not-met"] > 0 ? static_cast<int>(ExitCode::kTargetNotMet) : 0;
-}
-
-}  // namespace
-
-int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err) {
-  if (command.output_dir.empty()) throw UsageError("batch needs -o OUT_DIR");
-  const auto report = reserve_report(command.report);
-  try {
-    return batch_all(command, report.get(), out, err);
-  } catch (...) {
-    report_failure(report.get(), std::current_exception(), [&](JsonWriter& json) { json.key("target").value(command.options.target); });
-    throw;
-  }
 }
 
 }  // namespace onnx_rewrite

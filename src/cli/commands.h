@@ -26,8 +26,10 @@ struct RewriteCommand {
   RuleSources rules;
   std::optional<bool> inline_functions;  // --inline-functions; default: only for target onnx
   std::string report;               // --report FILE.json
+  std::string html;                 // --html FILE.html
   bool dry_run = false;
   bool in_place = false;
+  bool provenance = true;           // false: --no-provenance
 };
 
 struct BatchCommand {
@@ -38,7 +40,19 @@ struct BatchCommand {
   RuleSources rules;
   std::optional<bool> inline_functions;
   std::string report;
+  std::string junit;                // --junit FILE.xml
+  std::string report_jsonl;         // --report-jsonl FILE: a line per model as it finishes
+  std::string resume;               // --resume FILE: skip models an earlier run's lines show done
+  std::string shard;                // --shard K/N
+  bool provenance = true;
   bool progress_line = false;       // a terminal: one updating line instead of a line per model
+};
+
+// `merge-reports`: shards' --report-jsonl files joined into the report one unsharded batch writes.
+struct MergeCommand {
+  std::vector<std::string> inputs;
+  std::string output;               // -o REPORT.json
+  std::string junit;
 };
 
 // For a process that exits right after its command (the CLI): models are not freed one object
@@ -47,7 +61,7 @@ void leave_models_to_process_exit();
 
 int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& err);
 int run_check(const std::string& input, const std::string& target, std::optional<int> max_opset,
-              const RuleSources& rules, bool json, std::ostream& out, std::ostream& err);
+              const RuleSources& rules, bool json, std::ostream& out, std::ostream& err, const std::string& junit = "");
 int run_inspect(const std::string& input, const RuleSources& rules, bool json, std::ostream& out);
 int run_rules(const RuleSources& rules, bool json, std::ostream& out);
 // `rules --test PATH...`: each rule in the files runs its example (with `rules` loaded too, for
@@ -55,5 +69,7 @@ int run_rules(const RuleSources& rules, bool json, std::ostream& out);
 int run_rule_tests(const std::vector<std::string>& paths, const RuleSources& rules, bool json, std::ostream& out);
 int run_targets(bool json, std::ostream& out);
 int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err);
+// Exit 1 if a merged model failed or missed the target, or the lines don't cover the batch.
+int run_merge_reports(const MergeCommand& command, std::ostream& out, std::ostream& err);
 
 }  // namespace onnx_rewrite

@@ -2,14 +2,18 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace onnx_rewrite {
 
 class JsonWriter {
  public:
+  // compact: the whole document on one line (JSON Lines); otherwise indented.
+  explicit JsonWriter(bool compact = false) : compact_(compact) {}
   JsonWriter& begin_object();
   JsonWriter& end_object();
   JsonWriter& begin_array();
@@ -24,6 +28,7 @@ class JsonWriter {
   JsonWriter& value(double number);
   JsonWriter& value(bool flag);
   JsonWriter& null();
+  JsonWriter& number_text(std::string_view literal);  // a number as read by parse_json
   JsonWriter& strings(const std::vector<std::string>& items);
 
   // The document, indented, with a trailing newline.
@@ -37,6 +42,26 @@ class JsonWriter {
   std::string out_;
   std::vector<bool> first_;  // per open container: nothing written in it yet
   bool after_key_ = false;
+  bool compact_ = false;
 };
+
+// A parsed JSON document, for reading back our own reports (batch --resume, merge-reports).
+// Objects keep their key order; numbers keep their text, so writing one back changes nothing.
+struct JsonValue {
+  enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
+  Kind kind = Kind::kNull;
+  bool flag = false;
+  std::string text;  // a string's value, a number's literal
+  std::vector<JsonValue> items;
+  std::vector<std::pair<std::string, JsonValue>> members;
+
+  const JsonValue* find(std::string_view key) const;
+  std::string string_or(std::string_view key, std::string fallback) const;
+  double number_or(std::string_view key, double fallback) const;
+};
+
+// nullopt unless `text` is exactly one JSON value (surrounding white space allowed).
+std::optional<JsonValue> parse_json(std::string_view text);
+void write_json(JsonWriter& json, const JsonValue& value);
 
 }  // namespace onnx_rewrite

@@ -43,7 +43,7 @@ void add_target(CLI::App& command, std::string& target, std::optional<int>& opse
 }
 
 void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources& sources,
-                         std::optional<bool>& inline_functions, std::string& report) {
+                         std::optional<bool>& inline_functions, std::string& report, bool& provenance) {
   add_target(command, options.target, options.max_opset);
   add_rule_sources(command, sources);
   one_value_each(command.add_option("--only", options.only, "Apply only this rule id (repeatable)"));
@@ -56,6 +56,8 @@ void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources
       ->capture_default_str()
       ->check(CLI::Range(1, 10000));
   command.add_option("--report", report, "Also write what happened as JSON to FILE");
+  command.add_flag("--no-provenance{false}", provenance,
+                   "Don't record in the output's metadata_props what was done (tool, target, opset, rules)");
 }
 
 // CLI11 reads a word that names no subcommand as a stray argument and then says only that a
@@ -85,7 +87,9 @@ int main(int argc, char** argv) {
   auto* rewrite_app = app.add_subcommand("rewrite", "Apply rules to one model and write the result");
   rewrite_app->add_option("model", rewrite.input, "Input model (.onnx)")->required();
   rewrite_app->add_option("-o,--output", rewrite.output, "Output model (.onnx)");
-  add_rewrite_options(*rewrite_app, rewrite.options, rewrite.rules, rewrite.inline_functions, rewrite.report);
+  add_rewrite_options(*rewrite_app, rewrite.options, rewrite.rules, rewrite.inline_functions, rewrite.report, rewrite.provenance);
+  rewrite_app->add_option("--html", rewrite.html,
+                          "Also write a page showing the op table and each rule's first matches before and after (needs Graphviz)");
   rewrite_app->add_flag("--dry-run", rewrite.dry_run, "Rewrite and report, but write nothing");
   rewrite_app->add_flag("--in-place", rewrite.in_place, "Replace the input file");
   rewrite_app->add_option("--explain", rewrite.options.explain,
@@ -99,6 +103,8 @@ int main(int argc, char** argv) {
   check_app->add_option("model", check_model_path, "Model (.onnx)")->required();
   add_target(*check_app, check_target, check_opset);
   check_app->add_flag("--json", check_json, "Machine-readable output");
+  std::string check_junit;
+  check_app->add_option("--junit", check_junit, "Also write JUnit XML to FILE: a testcase for the model and target");
   add_rule_sources(*check_app, check_rules);
 
   std::string inspect_path;
@@ -127,7 +133,18 @@ int main(int argc, char** argv) {
   batch_app->add_option("inputs", batch.inputs, "Input directories (or model files)")->required();
   batch_app->add_option("-o,--output", batch.output_dir, "Output directory")->required();
   batch_app->add_option("-j,--jobs", batch.jobs, "Models rewritten in parallel (default: one per core)")->check(CLI::Range(1, 1024));
-  add_rewrite_options(*batch_app, batch.options, batch.rules, batch.inline_functions, batch.report);
+  add_rewrite_options(*batch_app, batch.options, batch.rules, batch.inline_functions, batch.report, batch.provenance);
+  batch_app->add_option("--junit", batch.junit, "Also write JUnit XML to FILE: a testcase per model");
+  batch_app->add_option("--report-jsonl", batch.report_jsonl, "Append a JSON line to FILE as each model finishes");
+  batch_app->add_option("--resume", batch.resume,
+                        "Skip models that FILE (an earlier --report-jsonl) shows done with the same options and input");
+  batch_app->add_option("--shard", batch.shard, "Rewrite only shard K of N (K/N, 1-based; a stable split by relative path)");
+
+  MergeCommand merge;
+  auto* merge_app = app.add_subcommand("merge-reports", "Join batch --report-jsonl files (shards) into one --report");
+  merge_app->add_option("reports", merge.inputs, "JSON Lines files from batch --report-jsonl")->required();
+  merge_app->add_option("-o,--output", merge.output, "The merged report (JSON)");
+  merge_app->add_option("--junit", merge.junit, "Also write JUnit XML to FILE");
 
   try {
     app.parse(argc, argv);
@@ -148,7 +165,7 @@ int main(int argc, char** argv) {
       rewrite.options.explain_out = &std::cout;
       return run_rewrite(rewrite, std::cout, std::cerr);
     }
-    if (*check_app) return run_check(check_model_path, check_target, check_opset, check_rules, check_json, std::cout, std::cerr);
+    if (*check_app) return run_check(check_model_path, check_target, check_opset, check_rules, check_json, std::cout, std::cerr, check_junit);
     if (*inspect_app) return run_inspect(inspect_path, inspect_rules, inspect_json, std::cout);
     if (*rules_app) return (tested_rules.empty() ? run_rules(listed_rules, rules_json, std::cout)
                                            : run_rule_tests(tested_rules, listed_rules, rules_json, std::cout));
@@ -157,6 +174,7 @@ int main(int argc, char** argv) {
       batch.progress_line = ::isatty(STDERR_FILENO);
       return run_batch(batch, std::cout, std::cerr);
     }
+    if (*merge_app) return run_merge_reports(merge, std::cout, std::cerr);
   } catch (const InputError& e) {
     std::cerr << kProgram << ": error: " << printable(e.file()) << ": " << printable(e.what()) << "\n";
     return static_cast<int>(ExitCode::kBadInput);

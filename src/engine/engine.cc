@@ -264,14 +264,23 @@ class Run {
     }
     if (explain) say(candidate, "matched: rewritten");
     policy_.commit(scope, std::get<OpsetPolicy::Plan>(plan));
+    RuleStats& stats = result_.rules[rule.id];
+    if (stats.matches < options_.record_matches) record(rule, match, builder);
     rewriter_.replace(match, builder);
     for (auto* node : match.nodes) claimed_.insert(node);
     for (const auto& note : builder.notes()) add_note(rule.id + ": " + note);
-    RuleStats& stats = result_.rules[rule.id];
     ++stats.matches;
     stats.nodes_removed += static_cast<int>(match.nodes.size());
     stats.nodes_added += static_cast<int>(builder.nodes().size());
     return true;
+  }
+
+  void record(const Rule& rule, const Match& match, const GraphBuilder& builder) {
+    RecordedMatch& recorded = result_.recorded.emplace_back();
+    recorded.rule = rule.id;
+    recorded.place = match.scope->where();
+    for (const auto* node : match.nodes) recorded.before.push_back(*node);
+    recorded.after.assign(builder.nodes().begin(), builder.nodes().end());
   }
 
   // A replacement must consist of ops the target loads at the versions it is built for.
@@ -343,6 +352,7 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
   auto attempt = [&](bool lower) {
     result.rules.clear();
     result.notes.clear();
+    result.recorded.clear();
     const auto domains_before = domains_in_use(model.proto);
     result.functions_inlined = options.inline_functions ? inline_local_functions(model, &result.notes) : 0;
     if (result.functions_inlined > 0) model.changed = true;
