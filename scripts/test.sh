@@ -3,7 +3,7 @@
 # suite built with AddressSanitizer (leak checks on) and UndefinedBehaviorSanitizer in build-asan/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh
+ONNX_REWRITE_TESTS=1 scripts/bootstrap.sh
 ctest --test-dir build --output-on-failure -j 2
 
 # Every sanitizer finding is fatal (-fno-sanitize-recover). The install tests build a consumer

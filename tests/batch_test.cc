@@ -18,19 +18,6 @@ namespace {
 
 using namespace testing;
 
-const char* kCustomOpModel = R"(<ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
-g (float[2, 3] x, float[2, 3] y) => (float[2, 3] z) {
-  t = test.customop.CustomOpOne (x, y)
-  z = Relu (t)
-})";
-
-google::protobuf::Value parse_json(const std::string& text) {
-  google::protobuf::Value value;
-  const auto status = google::protobuf::util::JsonStringToMessage(text, &value);
-  EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << text;
-  return value;
-}
-
 // kCustomOpModel's `y` as an initializer whose 24 bytes are external data in `location`.
 std::string external_data_model(const std::string& location) {
   onnx::ModelProto model = parse_model_text(kCustomOpModel);

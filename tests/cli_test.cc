@@ -22,24 +22,11 @@ namespace {
 
 using namespace testing;
 
-const char* kCustomOpModel = R"(<ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
-g (float[2, 3] x, float[2, 3] y) => (float[2, 3] z) {
-  t = test.customop.CustomOpOne (x, y)
-  z = Relu (t)
-})";
-
 const char* kUnknownOpModel = R"(<ir_version: 8, opset_import: ["": 17, "acme": 1]>
 g (float[2, 3] x) => (float[2, 3] z) {
   t = acme.Frobnicate (x)
   z = Relu (t)
 })";
-
-google::protobuf::Value parse_json(const std::string& text) {
-  google::protobuf::Value value;
-  const auto status = google::protobuf::util::JsonStringToMessage(text, &value);
-  EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << text;
-  return value;
-}
 
 bool one_error_line(const CommandResult& result, const std::string& prefix) {
   const std::string& err = result.err;
@@ -144,7 +131,7 @@ TEST(Cli, PathErrorsNameTheFileTheyAreAbout) {
 TEST(Cli, AnUnknownSubcommandIsNamedWithTheKnownOnes) {
   const auto result = run_cli({"frob", "m.onnx"});
   EXPECT_EQ(result.exit_code, 2);
-  EXPECT_EQ(result.err, "onnx-rewrite: error: unknown subcommand 'frob' (known: rewrite, check, inspect, rules, targets, batch) (see --help)\n");
+  EXPECT_EQ(result.err, "onnx-rewrite: error: unknown subcommand 'frob' (known: rewrite, check, inspect, rules, targets, batch, merge-reports) (see --help)\n");
 }
 
 TEST(Cli, RepeatableOptionsTakeOneValueEach) {

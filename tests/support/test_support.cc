@@ -1,5 +1,7 @@
 #include "test_support.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -274,6 +276,13 @@ std::pair<bool, std::string> ort_loads(const fs::path& model) {
   argv.push_back(model.string());
   const auto result = run_command(argv);
   return {result.exit_code == 0, result.out + result.err};
+}
+
+google::protobuf::Value parse_json(const std::string& text) {
+  google::protobuf::Value value;
+  const auto status = google::protobuf::util::JsonStringToMessage(text, &value);
+  EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << text;
+  return value;
 }
 
 }  // namespace onnx_rewrite::testing

@@ -16,6 +16,8 @@
 #include "onnx_rewrite/rule.h"
 #include "onnx_rewrite/rule_example.h"
 
+#include <google/protobuf/struct.pb.h>
+
 namespace onnx_rewrite::testing {
 
 namespace fs = std::filesystem;
@@ -46,6 +48,16 @@ class TempDir {
  private:
   fs::path path_;
 };
+
+// A model whose one custom op the built-in rule customop-one-to-add rewrites to Add.
+inline constexpr const char* kCustomOpModel = R"(<ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
+g (float[2, 3] x, float[2, 3] y) => (float[2, 3] z) {
+  t = test.customop.CustomOpOne (x, y)
+  z = Relu (t)
+})";
+
+// JSON (a --json output, a report) as a protobuf Value; a test failure when it doesn't parse.
+google::protobuf::Value parse_json(const std::string& text);
 
 // Writes ONNX text as a model file.
 fs::path write_model_text(const std::string& text, const fs::path& path);
