@@ -174,6 +174,63 @@ std::string build_gemm_activation(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// Conv then an inference BatchNormalization -> the Conv with w' = w·s, b' = (b − mean)·s + β per
+// output channel, s = γ/√(var + ε) (ORT's ConvBNFusion).
+std::string build_conv_batch_norm(const Match& match, GraphBuilder& b) {
+  constexpr size_t kMaxWeights = size_t{1} << 22;  // folding decodes the weights: 16 MiB of float
+  const int32_t type = element_type(match, {"x", "w", "gamma"});
+  // ORT's CPU Conv kernel is float-only (so are the FusedConvs this makes way for).
+  if (auto why = check_element_type(type, kActivationTypes, "Conv"); !why.empty()) return why;
+  if (match.attribute_int("training_mode", 0) != 0) return "the BatchNormalization is in training mode";
+  const onnx::NodeProto& norm = *match.anchor;
+  for (int i = 1; i < norm.output_size(); ++i) {
+    if (!norm.output(i).empty() && (match.scope->is_output(norm.output(i)) || !match.scope->uses(norm.output(i)).empty())) {
+      return "the BatchNormalization's running statistics are used";
+    }
+  }
+  const char* folded[] = {"w", "b"};
+  for (const char* name : folded) {
+    if (bound(match, name) && match.scope->uses(match.value(name)).size() != 1) {
+      return fmt::format("'{}' is also read by another node: folding would copy it", match.value(name));
+    }
+  }
+  const auto w = match.scope->constant_values(match.value("w"), kMaxWeights);
+  if (!w || w->dims.empty() || w->numbers.empty()) {
+    return fmt::format("the weights '{}' are not a constant of at most {} elements", match.value("w"), kMaxWeights);
+  }
+  const auto channels = static_cast<size_t>(w->dims[0]);
+  auto per_channel = [&](const char* name) -> std::optional<std::vector<double>> {
+    if (!bound(match, name)) return std::vector<double>(channels, 0.0);
+    auto values = match.scope->constant_values(match.value(name), kMaxWeights);
+    if (!values || values->dims.size() != 1 || values->numbers.size() != channels) return std::nullopt;
+    return values->numbers;
+  };
+  std::vector<double> params[5];
+  const char* names[] = {"b", "gamma", "beta", "mean", "var"};
+  for (size_t i = 0; i < 5; ++i) {
+    auto values = per_channel(names[i]);
+    if (!values) return fmt::format("'{}' is not a constant with one value per output channel ({})", match.value(names[i]), channels);
+    params[i] = std::move(*values);
+  }
+  const auto& [bias, gamma, beta, mean, var] = params;
+  const double epsilon = match.attribute_float("epsilon", 1e-5f);
+  std::vector<double> weights = w->numbers;
+  std::vector<double> new_bias(channels);
+  const size_t per_output = weights.size() / channels;
+  for (size_t c = 0; c < channels; ++c) {
+    const double s = gamma[c] / std::sqrt(var[c] + epsilon);
+    for (size_t i = c * per_output; i < (c + 1) * per_output; ++i) weights[i] *= s;
+    new_bias[c] = (bias[c] - mean[c]) * s + beta[c];
+  }
+  const onnx::NodeProto& conv = *matched_node(match, "Conv");
+  const Value y = b.op("Conv",
+                       {value_of(match, "x"), b.constant(make_tensor(type, w->dims, weights)),
+                        b.constant(make_tensor(type, {static_cast<int64_t>(channels)}, new_bias))},
+                       Attributes(conv.attribute().begin(), conv.attribute().end()));
+  b.output(match.value("y"), y);
+  return {};
+}
+
 // A MatMul (or a FusedMatMul of an earlier round) with one more fold: a scalar scale on an input
 // or the output (k) -> alpha, or a Transpose of an input's last two axes (perm_a/perm_b) ->
 // transA/transB toggled.
@@ -545,6 +602,10 @@ void register_fuse_contrib_builders(BuilderRegistry& registry) {
                build_conv_activation);
   registry.add("fuse_gemm_activation", {.values = {"a", "w", "y"}, .optional_values = {"c"}, .optional_attributes = {"alpha", "beta", "gamma"}},
                build_gemm_activation);
+  registry.add("fuse_conv_batch_norm",
+               {.values = {"x", "w", "gamma", "beta", "mean", "var", "y"}, .optional_values = {"b"},
+                .optional_attributes = {"epsilon", "training_mode"}},
+               build_conv_batch_norm);
   registry.add("fuse_matmul", {.values = {"a", "b", "y"}, .optional_values = {"k"}, .optional_attributes = {"perm_a", "perm_b"}},
                build_fused_matmul);
   // The spelled-out normalizations (spelled_norm): the ReduceMeans' axes as attributes or inputs.

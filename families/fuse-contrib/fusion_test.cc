@@ -867,6 +867,56 @@ TEST(ConvActivation, NearMissesStayAsTheyAre) {
   EXPECT_NE(fused.explain.find("the Clip bound 'lo' is not a one-element constant"), std::string::npos) << fused.explain;
 }
 
+// Conv [N, 4, 6, 6] (grouped or not, with or without bias) then an inference BatchNormalization,
+// optionally followed by a Relu.
+std::string conv_batch_norm_model(int group, bool bias, bool relu, const std::string& extra_output = "") {
+  const int per_group = 4 / group;
+  return model(15, fmt::format(R"(conv_bn (float[N, 4, 6, 6] x) => (float[N, 6, 6, 6] y{5})
+    <float[6, {0}, 3, 3] w = {1}, float[6] b = {2}, float[6] gamma = {3}, float[6] beta = {4},
+     float[6] mean = {6}, float[6] var = {7}> {{
+  c = Conv <pads = [1, 1, 1, 1], group = {8}> (x, w{9})
+  {10} = BatchNormalization <epsilon = 1e-3> (c, gamma, beta, mean, var)
+  {11}
+}})",
+                               per_group, numbers(6 * per_group * 9, 0.0, 0.5), numbers(6, 0.0, 0.5, 3),
+                               numbers(6, 1.0, 0.5, 5), numbers(6, 0.0, 0.5, 9), extra_output, numbers(6, 0.0, 0.5, 11),
+                               numbers(6, 1.0, 0.8, 13), group, bias ? ", b" : "", relu ? "n" : "y", relu ? "y = Relu (n)" : ""));
+}
+
+TEST(ConvBatchNorm, FoldsIntoTheConvAndComputesTheSame) {
+  for (int group : {1, 2}) {
+    for (bool bias : {true, false}) {
+      for (bool relu : {false, true}) {
+        const auto text = conv_batch_norm_model(group, bias, relu);
+        const auto fused = fuse(text);
+        const auto& out = fused.model;
+        ASSERT_EQ(out.graph().node_size(), 1) << canonical_nodes(out, interface_names(out));
+        EXPECT_EQ(out.graph().node(0).op_type(), relu ? "FusedConv" : "Conv");
+        EXPECT_EQ(attribute_text(out.graph().node(0), "group"), std::to_string(group));
+        // w' and b' replace w, b and the statistics (an unused b of the model stays, as it was).
+        EXPECT_EQ(out.graph().initializer_size(), bias ? 2 : 3);
+        expect_same_in_ort(text, fused, {"--dim", "N=2", "--float-range", "-3,3"});
+      }
+    }
+  }
+}
+
+TEST(ConvBatchNorm, NearMissesStayAsTheyAre) {
+  // The statistics fed at run time.
+  std::string text = conv_batch_norm_model(1, true, false);
+  text.replace(text.find("float[6] var = "), 15, "float[6] unused = ");
+  text.replace(text.find("(float[N, 4, 6, 6] x)"), 21, "(float[N, 4, 6, 6] x, float[6] var)");
+  auto fused = fuse(text, std::nullopt, "BatchNormalization");
+  EXPECT_FALSE(fused.result.changed());
+  EXPECT_NE(fused.explain.find("'var' is not a constant with one value per output channel (6)"), std::string::npos) << fused.explain;
+  // The weights shared with another Conv: folding would copy them.
+  text = conv_batch_norm_model(1, false, false, ", float[N, 6, 6, 6] z");
+  text.replace(text.find("  c = Conv"), 2, "  z = Conv <pads = [1, 1, 1, 1]> (x, w)\n  ");
+  fused = fuse(text, std::nullopt, "BatchNormalization");
+  EXPECT_FALSE(fused.result.changed());
+  EXPECT_NE(fused.explain.find("'w' is also read by another node: folding would copy it"), std::string::npos) << fused.explain;
+}
+
 // Gemm <transB = 1, alpha = 0.5> [N, 6] x [5, 6]' (+ c [5]) then the activation.
 std::string gemm_model(const ActivationFusion& c, bool bias) {
   return model(c.opset, fmt::format(R"(dense (float[N, 6] a) => (float[N, 5] y) <float[5, 6] w = {}, float[5] c0 = {}> {{
