@@ -57,8 +57,9 @@ for dir in "$models"/*/; do
   # shellcheck disable=SC2086  # the per-model options are words
   check=$(node "$repo/tests/ort/compare.js" "$model" "$out/$name.ours.onnx" ${inputs[$name]:-} --trials 2 \
             --rtol 1e-3 --atol 1e-4 --level disabled --json 2>/dev/null || true)
-  verdict=$(jq -r 'if .ok then "same, max abs \(.outputs | map(.max_abs | tonumber) | max)" else "DIFFERENT: \(.error // (.outputs | map(select(.ok | not) | .message) | join("; ")))" end' <<<"$check" 2>/dev/null ||
+  verdict=$(jq -r 'if .ok then "same \(.outputs | map(.max_abs | tonumber) | max)" else "DIFFERENT: \(.error // (.outputs | map(select(.ok | not) | .message) | join("; ")))" end' <<<"$check" 2>/dev/null ||
             echo "DIFFERENT: compare.js failed")
+  [[ $verdict == "same "* ]] && verdict=$(printf 'same, max abs %.2g' "${verdict#same }")
   [[ $verdict == same* ]] || status=1
   echo "| $name | $(jq .nodes_before <<<"${counts[0]}") | $(jq .nodes <<<"${counts[0]}") | $(jq .fused <<<"${counts[0]}") | $(made <<<"${counts[0]}") | $(jq .nodes <<<"${counts[1]}") | $(jq .fused <<<"${counts[1]}") | $(made <<<"${counts[1]}") | $verdict |"
 done
