@@ -1064,6 +1064,7 @@ TEST_P(BertEncoder, EveryBlockFusesAndOrtComputesTheSame) {
   EXPECT_EQ(count(proto, "com.microsoft", "SkipLayerNormalization"), 2 * e.layers);
   EXPECT_EQ(count(proto, "ai.onnx", "LayerNormalization"), 1);  // the embeddings': its Add broadcasts positions
   EXPECT_EQ(count(proto, "com.microsoft", e.gelu == "erf" ? "BiasGelu" : "FastGelu"), e.layers);
+  EXPECT_EQ(count(proto, "com.microsoft", "FusedMatMul"), e.layers);  // Q·Kᵀ / √head_dim
   for (const char* spelled : {"Erf", "Tanh", "Pow", "ReduceMean", "Sqrt"}) EXPECT_EQ(count(proto, "ai.onnx", spelled), 0) << spelled;
   EXPECT_EQ(opset_import(proto, ""), e.opset);  // ORT's LayerNormalization-1 below 17: no raise
 
