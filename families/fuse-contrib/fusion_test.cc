@@ -5,6 +5,8 @@
 // --explain saying why.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -1023,6 +1025,41 @@ TEST(MatMulFolds, NearMissesStayAsTheyAre) {
     EXPECT_FALSE(fused.result.changed()) << miss.body;
     EXPECT_NE(fused.explain.find(miss.why), std::string::npos) << fused.explain;
   }
+}
+
+// ---- Real models: at least what ORT's optimizer fuses (bench/fusion_parity.sh) -----------------
+
+// The real models of /work/shared/models (fetch.sh puts them in $MODELS_DIR, default /work/models;
+// never committed): skipped when absent. Three that cover every fusion of these rules: PP-OCRv4
+// rec (opset 9 LayerNorm, QuickGelu, FusedMatMul, Conv + BatchNormalization + activation), the
+// PP-OCR classifier (35 BatchNormalizations) and openWakeWord (FusedGemm, an If).
+TEST(RealModels, FuseAtLeastWhatOrtExtendedFusesAndComputeTheSame) {
+  const char* env = std::getenv("MODELS_DIR");
+  const fs::path models = env ? env : "/work/models";
+  const std::vector<std::string> names = {"ppocr-v4-rec", "ppocr-mobile-v2-cls", "oww-hey-jarvis"};
+  TempDir dir;
+  for (const auto& name : names) {
+    if (!fs::exists(models / name / "model.onnx")) GTEST_SKIP() << "no " << (models / name / "model.onnx") << " (/work/shared/models/fetch.sh)";
+    fs::create_directories(dir / "models" / name);
+    fs::create_symlink(models / name / "model.onnx", dir / "models" / name / "model.onnx");
+  }
+  const auto run = run_command({"env", "BUILD_DIR=" + build_dir().string(), "OUT_DIR=" + (dir / "out").string(), "bash",
+                                (source_dir() / "bench" / "fusion_parity.sh").string(), (dir / "models").string()});
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  // | model | nodes | ORT: nodes | ORT: fused | ORT: ops | ours: nodes | ours: fused | ours: ops | verdict |
+  int rows = 0;
+  std::istringstream table(run.out);
+  for (std::string line; std::getline(table, line);) {
+    std::vector<std::string> cells;
+    std::istringstream row(line);
+    for (std::string cell; std::getline(row, cell, '|');) cells.push_back(cell);
+    if (cells.size() < 10 || std::find(names.begin(), names.end(), cells[1].substr(1, cells[1].size() - 2)) == names.end()) continue;
+    ++rows;
+    EXPECT_GE(std::stoi(cells[7]), std::stoi(cells[4])) << line;
+    EXPECT_EQ(cells[9].rfind(" same", 0), 0u) << line;
+    std::cout << "[ parity   ] " << line << "\n";
+  }
+  EXPECT_EQ(rows, static_cast<int>(names.size())) << run.out;
 }
 
 // ---- BERT-like encoders as torch exports them (bench/gen_bert.cc) ----------------------------
