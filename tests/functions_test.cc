@@ -627,51 +627,46 @@ g (float[8] x) => (float[8] y) {
   expect_same_numbers(reference, rewritten, {"--float-range", "-5,5"}, "Round in a function, model raised to 11");
 }
 
-// A LayerNorm spelled out at opset 11 in the main graph; fusing it raises ai.onnx to 17.
-std::string layer_norm_beside_function(const std::string& function_body) {
-  return R"(<ir_version: 6, opset_import: ["": 11, "local": 1]>
-g (float[2, 3, 4] x) => (float[2, 3, 4] y, float[2, 3, 4] z) <float[4] gamma = {1.0, 2.0, 0.5, 1.5}> {
-  mean = ReduceMean <axes = [-1]> (x)
-  d = Sub (x, mean)
-  two = Constant <value = float {2.0}> ()
-  sq = Pow (d, two)
-  var = ReduceMean <axes = [-1]> (sq)
-  eps = Constant <value = float {1e-5}> ()
-  ve = Add (var, eps)
-  s = Sqrt (ve)
-  n = Div (d, s)
-  y = Mul (n, gamma)
+// CustomOpTwo at opset 10 in the main graph beside a call of local.F; rewriting it as Round
+// raises ai.onnx to 11.
+std::string custom_op_two_beside_function(int main_opset, const std::string& main_op, const std::string& function_body) {
+  return fmt::format(R"(<ir_version: 6, opset_import: ["": {0}, "local": 1, "test.customop": 1]>
+g (float[8] x) => (float[8] y, float[8] z) {{
+  y = {1} (x)
   z = local.F (x)
-}
-<domain: "local", opset_import: ["": 11]>
-F (X) => (Y) {
-)" + function_body + "\n}";
+}}
+<domain: "local", opset_import: ["": {0}]>
+F (X) => (Y) {{
+{2}
+}})",
+                     main_opset, main_op, function_body);
 }
 
 TEST(RulesInside, ARaiseInTheMainGraphMovesFunctionImportsAlong) {
   TempDir dir;
-  const auto input = write_model_text(layer_norm_beside_function("  Y = Relu (X)"), dir / "in.onnx");
+  const auto input = write_model_text(custom_op_two_beside_function(10, "test.customop.CustomOpTwo", "  Y = Relu (X)"), dir / "in.onnx");
   const auto output = dir / "out.onnx";
   const auto result = run_cli({"rewrite", input.string(), "-o", output.string(), "--target", "ort"});
   ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
   onnx::ModelProto rewritten;
   ASSERT_TRUE(rewritten.ParseFromString(read_file(output)));
-  EXPECT_EQ(op_count(count_ops(rewritten), {"", "LayerNormalization"}), 1);
-  EXPECT_EQ(opset_import(rewritten, ""), 17);
+  EXPECT_EQ(op_count(count_ops(rewritten), {"", "Round"}), 1);
+  EXPECT_EQ(opset_import(rewritten, ""), 11);
   ASSERT_EQ(rewritten.functions_size(), 1);
-  EXPECT_EQ(rewritten.functions(0).opset_import(0).version(), 17);
-  expect_same_numbers(parse_model_text(layer_norm_beside_function("  Y = Relu (X)")), rewritten, {}, "LayerNorm beside a function");
+  EXPECT_EQ(rewritten.functions(0).opset_import(0).version(), 11);
+  expect_same_numbers(parse_model_text(custom_op_two_beside_function(11, "Round", "  Y = Relu (X)")), rewritten,
+                      {"--float-range", "-5,5"}, "CustomOpTwo beside a function");
 }
 
 TEST(RulesInside, AFunctionNodeThatWouldChangeMeaningBlocksTheRaiseAndTheNoteSaysSo) {
   TempDir dir;
-  const std::string body = "  u = Unsqueeze <axes = [0]> (X)\n  Y = Squeeze <axes = [0]> (u)";
-  const auto input = write_model_text(layer_norm_beside_function(body), dir / "in.onnx");
+  const std::string body = "  Y = Clip <min = 0.0, max = 6.0> (X)";
+  const auto input = write_model_text(custom_op_two_beside_function(10, "test.customop.CustomOpTwo", body), dir / "in.onnx");
   const auto result = run_cli({"rewrite", input.string(), "--dry-run", "--target", "ort"});
-  ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
-  EXPECT_EQ(result.out.find("LayerNormalization"), std::string::npos) << result.out;
-  EXPECT_NE(result.out.find("note: fuse-layernorm: matched, but needs ai.onnx 17, and raising it from 11 would change the "
-                            "model: Unsqueeze-13 changed its meaning"),
+  EXPECT_EQ(result.exit_code, 1) << result.out << result.err;  // CustomOpTwo stays: ORT can't load it
+  EXPECT_NE(result.out.find("no rule applies"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("note: customop-two-to-round: matched, but needs ai.onnx 11, and raising it from 10 would change the "
+                            "model: Clip-11 changed its meaning"),
             std::string::npos)
       << result.out;
 }

@@ -6,6 +6,7 @@
 // one, see families/fuse-contrib/README.md). Every check that fails declines with the reason.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <set>
 #include <variant>
@@ -117,6 +118,168 @@ std::string build_bias_gelu(const Match& match, GraphBuilder& b) {
     return fmt::format("the bias has shape {}, the last axis of '{}' has {}", dims_text(bias.shape), match.value("x"), last.text());
   }
   const Value y = b.op(kernel, {Value{match.value("x")}, Value{match.value("bias")}}, {}, kMicrosoft);
+  b.output(match.value("y"), y);
+  return {};
+}
+
+// ---- Conv, Gemm and MatMul -----------------------------------------------------------------------
+
+// Conv then an MLAS activation -> com.microsoft FusedConv. The activation's parameters are written
+// out in full (the captures carry ONNX's defaults), as activation_params.
+std::string build_conv_activation(const Match& match, GraphBuilder& b) {
+  if (auto why = check_element_type(element_type(match, {"x", "w", "b"}), kActivationTypes, "FusedConv"); !why.empty()) {
+    return why;
+  }
+  const std::string& kind = match.anchor->op_type();
+  std::vector<float> params;
+  if (kind == "LeakyRelu") {
+    params = {match.attribute_float("alpha", 0.01f)};
+  } else if (kind == "HardSigmoid") {
+    params = {match.attribute_float("alpha", 0.2f), match.attribute_float("beta", 0.5f)};
+  } else if (kind == "Clip") {
+    // Clip-6's attributes or Clip-11's constant inputs; an absent bound is no bound.
+    params = {match.attribute_float("min", std::numeric_limits<float>::lowest()),
+              match.attribute_float("max", std::numeric_limits<float>::max())};
+    const char* bounds[] = {"lo", "hi"};
+    for (size_t i = 0; i < 2; ++i) {
+      if (!bound(match, bounds[i])) continue;
+      const auto number = scalar_constant(match, bounds[i]);
+      if (!number) return fmt::format("the Clip bound '{}' is not a one-element constant", match.value(bounds[i]));
+      params[i] = static_cast<float>(*number);
+    }
+  }
+  const onnx::NodeProto& conv = *matched_node(match, "Conv");
+  Attributes attributes(conv.attribute().begin(), conv.attribute().end());
+  attributes.push_back(attr("activation", kind));
+  if (!params.empty()) attributes.push_back(attr("activation_params", params));
+  const Value y = b.op("FusedConv", {value_of(match, "x"), value_of(match, "w"), value_of(match, "b")}, attributes, kMicrosoft);
+  b.output(match.value("y"), y);
+  return {};
+}
+
+// Gemm then an elementwise activation -> com.microsoft FusedGemm, the activation's attributes
+// (with ONNX's defaults) as activation_alpha/beta/gamma.
+std::string build_gemm_activation(const Match& match, GraphBuilder& b) {
+  if (auto why = check_element_type(element_type(match, {"a", "w", "c"}), kActivationTypes, "FusedGemm"); !why.empty()) {
+    return why;
+  }
+  const onnx::NodeProto& gemm = *matched_node(match, "Gemm");
+  Attributes attributes(gemm.attribute().begin(), gemm.attribute().end());
+  attributes.push_back(attr("activation", match.anchor->op_type()));
+  for (const char* name : {"alpha", "beta", "gamma"}) {
+    if (const auto* parameter = match.attribute(name)) attributes.push_back(attr(std::string("activation_") + name, parameter->f()));
+  }
+  const Value y = b.op("FusedGemm", {value_of(match, "a"), value_of(match, "w"), value_of(match, "c")}, attributes, kMicrosoft);
+  b.output(match.value("y"), y);
+  return {};
+}
+
+// Conv then an inference BatchNormalization -> the Conv with w' = w·s, b' = (b − mean)·s + β per
+// output channel, s = γ/√(var + ε) (ORT's ConvBNFusion).
+std::string build_conv_batch_norm(const Match& match, GraphBuilder& b) {
+  constexpr size_t kMaxWeights = size_t{1} << 22;  // folding decodes the weights: 16 MiB of float
+  const int32_t type = element_type(match, {"x", "w", "gamma"});
+  // ORT's CPU Conv kernel is float-only (so are the FusedConvs this makes way for).
+  if (auto why = check_element_type(type, kActivationTypes, "Conv"); !why.empty()) return why;
+  if (match.attribute_int("training_mode", 0) != 0) return "the BatchNormalization is in training mode";
+  const onnx::NodeProto& norm = *match.anchor;
+  for (int i = 1; i < norm.output_size(); ++i) {
+    if (!norm.output(i).empty() && (match.scope->is_output(norm.output(i)) || !match.scope->uses(norm.output(i)).empty())) {
+      return "the BatchNormalization's running statistics are used";
+    }
+  }
+  const char* folded[] = {"w", "b"};
+  for (const char* name : folded) {
+    if (bound(match, name) && match.scope->uses(match.value(name)).size() != 1) {
+      return fmt::format("'{}' is also read by another node: folding would copy it", match.value(name));
+    }
+  }
+  const auto w = match.scope->constant_values(match.value("w"), kMaxWeights);
+  if (!w || w->dims.empty() || w->numbers.empty()) {
+    return fmt::format("the weights '{}' are not a constant of at most {} elements", match.value("w"), kMaxWeights);
+  }
+  const auto channels = static_cast<size_t>(w->dims[0]);
+  auto per_channel = [&](const char* name) -> std::optional<std::vector<double>> {
+    if (!bound(match, name)) return std::vector<double>(channels, 0.0);
+    auto values = match.scope->constant_values(match.value(name), kMaxWeights);
+    if (!values || values->dims.size() != 1 || values->numbers.size() != channels) return std::nullopt;
+    return values->numbers;
+  };
+  std::vector<double> params[5];
+  const char* names[] = {"b", "gamma", "beta", "mean", "var"};
+  for (size_t i = 0; i < 5; ++i) {
+    auto values = per_channel(names[i]);
+    if (!values) return fmt::format("'{}' is not a constant with one value per output channel ({})", match.value(names[i]), channels);
+    params[i] = std::move(*values);
+  }
+  const auto& [bias, gamma, beta, mean, var] = params;
+  const double epsilon = match.attribute_float("epsilon", 1e-5f);
+  std::vector<double> weights = w->numbers;
+  std::vector<double> new_bias(channels);
+  const size_t per_output = weights.size() / channels;
+  for (size_t c = 0; c < channels; ++c) {
+    const double s = gamma[c] / std::sqrt(var[c] + epsilon);
+    for (size_t i = c * per_output; i < (c + 1) * per_output; ++i) weights[i] *= s;
+    new_bias[c] = (bias[c] - mean[c]) * s + beta[c];
+  }
+  const onnx::NodeProto& conv = *matched_node(match, "Conv");
+  const Value y = b.op("Conv",
+                       {value_of(match, "x"), b.constant(make_tensor(type, w->dims, weights)),
+                        b.constant(make_tensor(type, {static_cast<int64_t>(channels)}, new_bias))},
+                       Attributes(conv.attribute().begin(), conv.attribute().end()));
+  b.output(match.value("y"), y);
+  return {};
+}
+
+// A MatMul (or a FusedMatMul of an earlier round) with one more fold: a scalar scale on an input
+// or the output (k) -> alpha, or a Transpose of an input's last two axes (perm_a/perm_b) ->
+// transA/transB toggled.
+std::string build_fused_matmul(const Match& match, GraphBuilder& b) {
+  StaticShapes shapes = static_shapes(match);
+  if (auto why = check_element_type(element_type(match, {"a", "b", "k"}), kActivationTypes, "FusedMatMul"); !why.empty()) {
+    return why;
+  }
+  const onnx::NodeProto* fused = matched_node(match, "FusedMatMul");
+  float alpha = fused ? float_attribute(*fused, "alpha", 1.f) : 1.f;
+  int64_t trans[2] = {fused ? int_attribute(*fused, "transA", 0) : 0, fused ? int_attribute(*fused, "transB", 0) : 0};
+  const char* operands[2] = {"a", "b"};
+  if (match.has_value("k")) {
+    const auto k = scalar_constant(match, "k");
+    if (!k) return "the scale is not a one-element constant";
+    const auto k_rank = shapes(match.value("k")).rank().value_or(0);
+    for (const char* operand : operands) {
+      const auto rank = shapes(match.value(operand)).rank();
+      if (k_rank > 0 && (!rank || k_rank > *rank)) {
+        return fmt::format("the scale '{}' has rank {}, '{}' has rank {}: it could change the shape", match.value("k"), k_rank,
+                           match.value(operand), rank ? std::to_string(*rank) : "unknown");
+      }
+    }
+    // ORT's MatMulScaleFusion: the divisor as its float reciprocal.
+    alpha *= matched_node(match, "Div") ? 1.f / static_cast<float>(*k) : static_cast<float>(*k);
+  }
+  for (int i = 0; i < 2; ++i) {
+    const std::string capture = std::string("perm_") + operands[i];
+    if (!match.attribute(capture)) continue;
+    if (fused && int_attribute(*fused, i == 0 ? "transBatchA" : "transBatchB", 0) != 0) {
+      return fmt::format("the FusedMatMul moves input {} with transBatch{}", operands[i], i == 0 ? 'A' : 'B');
+    }
+    const auto perm = match.attribute_ints(capture);
+    std::vector<int64_t> swap_last_two(perm.size());
+    for (size_t axis = 0; axis < perm.size(); ++axis) swap_last_two[axis] = static_cast<int64_t>(axis);
+    if (perm.size() >= 2) std::swap(swap_last_two[perm.size() - 2], swap_last_two[perm.size() - 1]);
+    if (perm.size() < 2 || perm != swap_last_two) {
+      return fmt::format("the Transpose's perm [{}] does not swap exactly the last two axes", fmt::join(perm, ", "));
+    }
+    trans[i] ^= 1;
+  }
+  Attributes attributes = fused ? attributes_without(*fused, "alpha") : Attributes{};
+  attributes.erase(std::remove_if(attributes.begin(), attributes.end(),
+                                  [](const auto& a) { return a.name() == "transA" || a.name() == "transB"; }),
+                   attributes.end());
+  if (alpha != 1.f) attributes.push_back(attr("alpha", alpha));
+  if (trans[0]) attributes.push_back(attr("transA", trans[0]));
+  if (trans[1]) attributes.push_back(attr("transB", trans[1]));
+  const Value y = b.op("FusedMatMul", {value_of(match, "a"), value_of(match, "b")}, attributes, kMicrosoft);
   b.output(match.value("y"), y);
   return {};
 }
@@ -434,6 +597,17 @@ void register_fuse_contrib_builders(BuilderRegistry& registry) {
                build_gelu);
   registry.add("fuse_quick_gelu", {.values = {"x", "y"}, .optional_values = {"k_alpha"}}, build_quick_gelu);
   registry.add("fuse_bias_gelu", {.values = {"x", "bias", "y"}, .optional_attributes = {"approximate"}}, build_bias_gelu);
+  registry.add("fuse_conv_activation",
+               {.values = {"x", "w", "y"}, .optional_values = {"b", "lo", "hi"}, .optional_attributes = {"alpha", "beta", "min", "max"}},
+               build_conv_activation);
+  registry.add("fuse_gemm_activation", {.values = {"a", "w", "y"}, .optional_values = {"c"}, .optional_attributes = {"alpha", "beta", "gamma"}},
+               build_gemm_activation);
+  registry.add("fuse_conv_batch_norm",
+               {.values = {"x", "w", "gamma", "beta", "mean", "var", "y"}, .optional_values = {"b"},
+                .optional_attributes = {"epsilon", "training_mode"}},
+               build_conv_batch_norm);
+  registry.add("fuse_matmul", {.values = {"a", "b", "y"}, .optional_values = {"k"}, .optional_attributes = {"perm_a", "perm_b"}},
+               build_fused_matmul);
   // The spelled-out normalizations (spelled_norm): the ReduceMeans' axes as attributes or inputs.
   const std::vector<std::string> reductions{"mean_axes", "var_axes", "mean_noop", "var_noop"};
   const std::vector<std::string> spelled{"axes1", "axes2", "k_two", "k_one"};
