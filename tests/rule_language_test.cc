@@ -1050,7 +1050,7 @@ TEST(RuleFiles, NumbersOutOfRangeAndDeepExpressionsAreErrors) {
 
 TEST(RuleFiles, ErrorsNameFileLineAndColumn) {
   EXPECT_EQ(load_error("rule x\n  descripton: hi\nend\n"),
-            "test.rules:2:3: unknown clause 'descripton' (description, targets, priority, requires, where, pattern, let, "
+            "test.rules:2:3: unknown clause 'descripton' (description, targets, fuses for, priority, requires, where, pattern, let, "
             "replace, example, expect, end)");
   const std::string bad_onnx = load_error(R"(rule x
   targets: onnx
@@ -1181,6 +1181,15 @@ TEST(RuleFiles, TargetsMustExist) {
 end
 )");
   EXPECT_EQ(error.rfind("test.rules:2:3: rule x: unknown target 'trt' (known: onnx, onnx-opset13, ort", 0), 0u) << error;
+  const std::string fused = load_error(R"(rule y
+  fuses for: onnx, trt
+  pattern (a) => (b) { b = Relu (a) }
+  replace (a) => (b) { b = Neg (a) }
+end
+)");
+  EXPECT_EQ(fused.rfind("test.rules:2:3: rule y: unknown target 'trt' (known: onnx, onnx-opset13, ort", 0), 0u) << fused;
+  EXPECT_EQ(load_error("rule z\n  pattern (a) => (b) { b = Relu (a) }\n  replace (a) => (b) { b = Neg (a) }\nend\n"),
+            "test.rules:4:4: rule z names no targets");
 }
 
 // Goldens several rules share are written once: `expect like RULE`.

@@ -20,6 +20,7 @@ struct RewriteOptions {
   std::set<std::string> only;            // --only: rule ids (empty = all)
   std::set<std::string> skip;            // --skip
   bool inline_functions = false;         // inline calls to model-local functions first
+  bool fuse = false;                     // --fuse: also rules that fuse for the target on request (`fuses for:`)
   int max_rounds = 16;
   std::string explain;                   // --explain: op type or node name
   std::ostream* explain_out = nullptr;

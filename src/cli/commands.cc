@@ -246,6 +246,7 @@ void write_run_json(JsonWriter& json, const RewriteOptions& options, const RuleS
   json.key("skip").strings({options.skip.begin(), options.skip.end()});
   json.key("builtin_rules").value(rules.builtin);
   json.key("rules").strings(rules.paths);
+  json.key("fuse").value(options.fuse);
   json.key("max_rounds").value(options.max_rounds);
   json.key("provenance").value(provenance);
   json.end_object();
@@ -974,6 +975,7 @@ int run_rules(const RuleSources& sources, bool json, std::ostream& out) {
       writer.key("id").value(rule->id);
       writer.key("description").value(rule->description);
       writer.key("targets").strings(rule->targets);
+      writer.key("fuses_for").strings(rule->fuse_targets);
       writer.key("priority").value(rule->priority);
       writer.key("matches").strings(anchors(*rule));
       writer.key("requires").strings(needs(*rule));
@@ -986,7 +988,10 @@ int run_rules(const RuleSources& sources, bool json, std::ostream& out) {
     return 0;
   }
   for (const auto& rule : rules.rules) {
-    out << fmt::format("{}  [{}]\n    {}\n    matches {}", rule->id, fmt::join(rule->targets, ", "), rule->description,
+    std::vector<std::string> serves;
+    if (!rule->targets.empty()) serves.push_back(fmt::format("{}", fmt::join(rule->targets, ", ")));
+    if (!rule->fuse_targets.empty()) serves.push_back(fmt::format("with --fuse: {}", fmt::join(rule->fuse_targets, ", ")));
+    out << fmt::format("{}  [{}]\n    {}\n    matches {}", rule->id, fmt::join(serves, "; "), rule->description,
                        fmt::join(anchors(*rule), ", "));
     const auto required = needs(*rule);
     if (!required.empty()) out << fmt::format("; needs {}", fmt::join(required, ", "));

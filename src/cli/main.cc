@@ -52,6 +52,9 @@ void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources
   command.add_flag_callback(
       "--inline-functions", [&inline_functions] { inline_functions = true; },
       "Inline calls to model-local functions (default: for --target onnx only)");
+  command.add_flag("--fuse", options.fuse,
+                   "Also fuse spelled-out patterns into the target's own ops where that is opt-in (--target onnx: "
+                   "LayerNormalization, Gelu, HardSwish, ...)");
   command.add_option("--max-rounds", options.max_rounds, "Rounds before rules that keep firing are an error")
       ->capture_default_str()
       ->check(CLI::Range(1, 10000));

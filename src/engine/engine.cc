@@ -40,7 +40,7 @@ std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions
   const Target& target = find_target(options.target);
   std::vector<const Rule*> active;
   for (const auto& rule : rules.rules) {
-    if (!rule->serves(target)) continue;
+    if (!rule->serves(target, options.fuse)) continue;
     if (!options.only.empty() && !options.only.count(rule->id)) continue;
     if (options.skip.count(rule->id)) continue;
     active.push_back(rule.get());
