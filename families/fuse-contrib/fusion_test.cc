@@ -51,29 +51,6 @@ Fused fuse(const std::string& text, std::optional<int> max_opset = std::nullopt,
   return fuse(parse_model_text(text), max_opset, explain_op);
 }
 
-// The same model in float16 (ONNX text has no float16 literals): inputs, outputs, initializers
-// and Constant nodes.
-onnx::ModelProto as_float16(onnx::ModelProto model) {
-  auto convert = [](onnx::TensorProto& tensor) {
-    if (tensor.data_type() != onnx::TensorProto::FLOAT) return;
-    const auto values = decode_tensor(tensor);
-    const std::string name = tensor.name();
-    tensor = make_tensor(onnx::TensorProto::FLOAT16, values->dims, values->numbers);
-    tensor.set_name(name);
-  };
-  auto& graph = *model.mutable_graph();
-  for (auto* infos : {graph.mutable_input(), graph.mutable_output()}) {
-    for (auto& info : *infos) info.mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT16);
-  }
-  for (auto& tensor : *graph.mutable_initializer()) convert(tensor);
-  for (auto& node : *graph.mutable_node()) {
-    for (auto& attribute : *node.mutable_attribute()) {
-      if (attribute.has_t()) convert(*attribute.mutable_t());
-    }
-  }
-  return model;
-}
-
 int count(const onnx::ModelProto& model, const std::string& domain, const std::string& op_type) {
   const auto counts = count_ops(model);
   auto it = counts.find({domain == "ai.onnx" ? "" : domain, op_type});

@@ -199,6 +199,26 @@ TEST(FuseHardSwish, RaisesTheImportTo14WhereNothingElseChangesButNeverAboveOpset
   EXPECT_EQ(read_file(dir / "capped.onnx"), read_file(input));
 }
 
+// float16 constants hold 1/6 as 0.16663 and √2 as 1.4140625: compared at their own precision,
+// they still match; ORT runs HardSwish in float16.
+TEST(FuseHardSwish, Float16ConstantsMatchAtTheirOwnPrecision) {
+  TempDir dir;
+  const auto model = as_float16(parse_model_text(unary(14, kClip11 + "\n    p = Mul (x, r)" + kSixth + "\n    y = Mul (p, k_sixth)")));
+  write_file(dir / "in.onnx", serialize(model));
+  const auto result = run_cli({"rewrite", (dir / "in.onnx").string(), "-o", (dir / "out.onnx").string(), "--fuse"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("rule fuse-hardswish: 1 match"), std::string::npos) << result.out;
+  const auto comparison = ort_compare(dir / "in.onnx", dir / "out.onnx", {"--dim", "N=2", "--float-range", "-8,8", "--atol", "1e-2"});
+  EXPECT_TRUE(comparison.ok) << comparison.output;
+  report_numbers("hardswish_float16", comparison);
+
+  // A float constant is held to the rule's tolerance: 0.1666 is not 1/6.
+  const auto near = parse_model_text(unary(14, kClip11 + "\n    p = Mul (x, r)\n    k_sixth = Constant <value = float {0.1666}> ()\n    y = Mul (p, k_sixth)"));
+  write_file(dir / "near.onnx", serialize(near));
+  const auto kept = run_cli({"rewrite", (dir / "near.onnx").string(), "-o", (dir / "near-out.onnx").string(), "--fuse"});
+  EXPECT_NE(kept.out.find("no rule applies"), std::string::npos) << kept.out;
+}
+
 TEST(FuseRules, AreListedWithTheirOptInTargetsAndRunOnlyWithFuse) {
   const auto listed = run_cli({"rules"});
   EXPECT_NE(listed.out.find("fuse-hardswish  [with --fuse: onnx]"), std::string::npos) << listed.out;
