@@ -11,6 +11,7 @@
 
 #include "onnx_rewrite/model.h"
 #include "onnx_rewrite/rule.h"
+#include "onnx_rewrite/verify.h"
 
 namespace onnx_rewrite {
 
@@ -50,7 +51,9 @@ struct RewriteResult {
 // The active rules for a run: serving the target, filtered by only/skip (unknown ids: UsageError).
 std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions& options);
 
-// Rewrites `model` in place. Throws InputError when rules keep firing past max_rounds.
-RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOptions& options);
+// Rewrites `model` in place. Throws InputError when rules keep firing past max_rounds. `input`:
+// check_input of the model as given, if the caller has it (on big graphs a pass worth saving).
+RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOptions& options,
+                            const InputCheck* input = nullptr);
 
 }  // namespace onnx_rewrite
