@@ -24,6 +24,7 @@ struct RewriteOptions {
   int max_rounds = 16;
   std::string explain;                   // --explain: op type or node name
   std::ostream* explain_out = nullptr;
+  std::ostream* progress_out = nullptr;  // a terminal: a line of rounds and matches once a model takes over a second
 };
 
 struct RuleStats {

@@ -2,6 +2,7 @@
 #include "onnx_rewrite/toolkit.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include <fmt/format.h>
@@ -89,6 +90,36 @@ bool explains(const RewriteOptions& options, const onnx::NodeProto& node) {
 
 using Raise = OpsetPolicy::Raise;
 
+// One line on a terminal, rewritten in place once a run has taken more than a second, and
+// cleared when the run ends: a big model shows it is getting on.
+class ProgressLine {
+ public:
+  explicit ProgressLine(std::ostream* out) : out_(out), start_(Clock::now()) {}
+  ~ProgressLine() {
+    if (shown_) *out_ << "\r\033[K" << std::flush;
+  }
+  ProgressLine(const ProgressLine&) = delete;
+  ProgressLine& operator=(const ProgressLine&) = delete;
+
+  // Called per node: the clock is read once in 1024 calls.
+  void update(int round, int matches) {
+    if (!out_ || ++calls_ % 1024 != 0) return;
+    const auto now = Clock::now();
+    if (now - start_ < std::chrono::seconds(1) || now < next_) return;
+    next_ = now + std::chrono::milliseconds(250);
+    shown_ = true;
+    *out_ << fmt::format("\r\033[Kround {}: {} matches", round, matches) << std::flush;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::ostream* out_;
+  Clock::time_point start_;
+  Clock::time_point next_;
+  uint64_t calls_ = 0;
+  bool shown_ = false;
+};
+
 class Run {
  public:
   // `ordered`: whether structural_problem finds nothing in the model as it is now, if known.
@@ -97,7 +128,8 @@ class Run {
       std::optional<bool> ordered)
       : model_(model), options_(options), target_(find_target(options.target)), domains_before_(domains_before),
         candidates_(index_by_anchor(rules)),
-        policy_(model, options.max_opset, lower), names_(model.proto), rewriter_(model), result_(result), ordered_(ordered) {}
+        policy_(model, options.max_opset, lower), names_(model.proto), rewriter_(model), result_(result), ordered_(ordered),
+        progress_(options.progress_out) {}
 
   // Returns why the requested opset can't be reached, if it can't.
   std::optional<std::string> execute() {
@@ -154,6 +186,7 @@ class Run {
   void rewrite_scope(const Scope& scope, int round, std::set<std::string>& firing) {
     Matcher matcher(scope, claimed_);
     for (auto& node : scope.nodes()) {
+      progress_.update(round, matches_);
       if (claimed_.count(&node)) continue;
       const bool explain = explains(options_, node);
       auto found = candidates_.find(OpView::of(node));
@@ -277,6 +310,7 @@ class Run {
     for (const auto& note : builder.notes()) add_note(rule.id + ": " + note);
     RuleStats& stats = result_.rules[rule.id];
     ++stats.matches;
+    ++matches_;
     stats.nodes_removed += static_cast<int>(match.nodes.size());
     stats.nodes_added += static_cast<int>(builder.nodes().size());
     return true;
@@ -330,6 +364,8 @@ class Run {
   std::optional<bool> ordered_;
   bool verify_ = false;
   bool nodes_checked_ = false;
+  int matches_ = 0;  // in all rounds, for the progress line
+  ProgressLine progress_;
 };
 
 std::map<std::string, int> imports(const onnx::ModelProto& model) {
