@@ -29,33 +29,34 @@ bench_dir=$(realpath "$bench_dir")
 log=$bench_dir/scale.log
 : >"$log"
 
-# measure COMMAND...: prints "median_wall_s median_peak_rss_kib".
+# measure COMMAND...: prints "median_wall_s median_cpu_s median_peak_rss_kib".
 measure() {
   echo "== $*" >>"$log"
   "$build_dir/bench-measure" --runs "$runs" --warmup 1 --json -- "$@" 2>>"$log" |
-    jq -r '"\(.median_wall_s) \(.median_peak_rss_kib)"' || die "failed: $* (see $log)"
+    jq -r '"\(.median_wall_s) \(.median_cpu_s) \(.median_peak_rss_kib)"' || die "failed: $* (see $log)"
 }
 
-echo "| nodes | MB | row | median wall (s) | peak RSS (MiB) | µs per node | wall ÷ proto-roundtrip | RSS ÷ proto-roundtrip |"
-echo "|---:|---:|---|---:|---:|---:|---:|---:|"
+echo "| nodes | MB | row | median wall (s) | median CPU (s) | peak RSS (MiB) | CPU µs per node | wall ÷ proto-roundtrip | CPU ÷ proto-roundtrip | RSS ÷ proto-roundtrip |"
+echo "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
 for size in $sizes; do
   model=$bench_dir/chain-$size.onnx
   [[ -f $model ]] || "$build_dir/gen-chain" --nodes "$size" --out "$model" >&2
   out=$bench_dir/chain-out
-  read -r proto_wall proto_rss < <(measure "$build_dir/proto-roundtrip" "$model" "$out/proto.onnx")
+  read -r proto_wall proto_cpu proto_rss < <(measure "$build_dir/proto-roundtrip" "$model" "$out/proto.onnx")
   mb=$(stat -c %s "$model" | awk '{ printf "%.1f", $1 / 1e6 }')
-  row() {  # LABEL WALL RSS
-    awk -v n="$size" -v mb="$mb" -v label="$1" -v wall="$2" -v rss="$3" -v pw="$proto_wall" -v pr="$proto_rss" 'BEGIN {
-      printf "| %d | %s | %s | %.3f | %.1f | %.2f | %.2f | %.2f |\n", n, mb, label, wall, rss / 1024, wall / n * 1e6,
-             wall / pw, rss / pr
+  row() {  # LABEL WALL CPU RSS
+    awk -v n="$size" -v mb="$mb" -v label="$1" -v wall="$2" -v cpu="$3" -v rss="$4" -v pw="$proto_wall" -v pc="$proto_cpu" \
+        -v pr="$proto_rss" 'BEGIN {
+      printf "| %d | %s | %s | %.3f | %.3f | %.1f | %.2f | %.2f | %.2f | %.2f |\n", n, mb, label, wall, cpu, rss / 1024,
+             cpu / n * 1e6, wall / pw, cpu / pc, rss / pr
     }'
   }
-  row proto-roundtrip "$proto_wall" "$proto_rss"
+  row proto-roundtrip "$proto_wall" "$proto_cpu" "$proto_rss"
   for target in onnx ort; do
     label="\`rewrite\`"
     [[ $target == ort ]] && label="\`rewrite --target ort\`"
-    read -r wall rss < <(measure "$build_dir/onnx-rewrite" rewrite "$model" -o "$out/$target.onnx" --target "$target")
-    row "$label" "$wall" "$rss"
+    read -r wall cpu rss < <(measure "$build_dir/onnx-rewrite" rewrite "$model" -o "$out/$target.onnx" --target "$target")
+    row "$label" "$wall" "$cpu" "$rss"
   done
 done
 echo
