@@ -400,8 +400,10 @@ void report_failure(PendingFile* report, const std::exception_ptr& error,
 
 // A graph ONNX Runtime would refuse (a cycle, a value computed twice or by nothing) is bad input:
 // rewriting or checking it would only hide that.
-void refuse_invalid(const Model& model) {
-  if (auto problem = input_problem(model.proto)) throw InputError(model.path.string(), *problem);
+InputCheck refuse_invalid(const Model& model) {
+  InputCheck input = check_input(model.proto);
+  if (input.problem) throw InputError(model.path.string(), *input.problem);
+  return input;
 }
 
 
@@ -424,9 +426,9 @@ Processed process(const std::string& input, const std::string& output, const Rul
   Model& model = *loaded;
   outcome.timing.load = seconds_since(start);
   start = std::chrono::steady_clock::now();
-  refuse_invalid(model);
+  const InputCheck checked = refuse_invalid(model);
   if (const auto opsets = impossible_opset_imports(model.proto); !opsets.empty()) throw InputError(input, opsets.front());
-  outcome.result = rewrite_model(model, rules, options);
+  outcome.result = rewrite_model(model, rules, options, &checked);
   outcome.check = check_model(model, target, options.max_opset);
   if (how.provenance && outcome.result.changed()) record_provenance(model, outcome.result, options);
   outcome.timing.rewrite = seconds_since(start);

@@ -166,6 +166,7 @@ int main(int argc, char** argv) {
   try {
     if (*rewrite_app) {
       rewrite.options.explain_out = &std::cout;
+      if (::isatty(STDERR_FILENO)) rewrite.options.progress_out = &std::cerr;
       return run_rewrite(rewrite, std::cout, std::cerr);
     }
     if (*check_app) return run_check(check_model_path, check_target, check_opset, check_rules, check_json, std::cout, std::cerr, check_junit);

@@ -41,7 +41,9 @@ int OpsetPolicy::effective(Owner owner, const std::string& domain) const {
 }
 
 std::optional<std::string> OpsetPolicy::move_blocker(Owner owner, const std::string& domain, int from, int to) const {
-  return import_move_blocker(model_.proto, owner, domain, from, to, model_types_);
+  auto [it, fresh] = move_blockers_.try_emplace({owner, domain, from, to});
+  if (fresh) it->second = import_move_blocker(model_.proto, owner, domain, from, to, model_types_);
+  return it->second;
 }
 
 std::vector<OpsetPolicy::Owner> OpsetPolicy::owners_importing(const std::string& domain) const {
