@@ -406,6 +406,20 @@ std::string build_layer_norm(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// TensorFlow's folded LayerNorm -> LayerNormalization(x, γ, β): β must have the normalized dims too.
+std::string build_layer_norm_folded(const Match& match, GraphBuilder& b) {
+  StaticShapes shapes = static_shapes(match);
+  auto norm = spelled_norm(match, shapes, "x");
+  if (auto* why = std::get_if<std::string>(&norm)) return *why;
+  const auto& [x, axes, epsilon] = std::get<SpelledNorm>(norm);
+  const std::string& beta = match.value("beta");
+  if (auto why = check_affine("β", beta, shapes(beta), shapes(x), axes, false); !why.empty()) return why;
+  const Value y = b.op("LayerNormalization", {Value{x}, Value{match.value("gamma")}, Value{beta}},
+                       {attr("axis", -axes), attr("epsilon", epsilon)});
+  b.output(match.value("y"), y);
+  return {};
+}
+
 // x - ReduceMean(x): what an RMSNorm pattern finds inside a LayerNorm that fuse-layernorm
 // could not take (its mean used elsewhere, say). That is left alone rather than half-fused.
 bool is_centered(const Scope& scope, const std::string& value) {
@@ -640,6 +654,8 @@ void register_fuse_contrib_builders(BuilderRegistry& registry) {
   rms_attributes.insert(rms_attributes.end(), {"up", "down"});
   registry.add("fuse_rms_norm", {.values = {"x", "gamma", "eps", "y"}, .optional_values = rms_values, .optional_attributes = rms_attributes},
                build_rms_norm);
+  registry.add("fuse_layer_norm_folded", {.values = {"x", "gamma", "beta", "eps", "y"}, .optional_values = spelled, .optional_attributes = reductions},
+               build_layer_norm_folded);
   registry.add("fuse_layer_norm_bias", {.values = {"x", "gamma", "beta", "y"}}, build_layer_norm_bias);
   registry.add("fuse_skip_layer_norm",
                {.values = {"a", "b", "h", "gamma", "y"}, .optional_values = {"beta"},

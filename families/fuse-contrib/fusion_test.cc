@@ -723,6 +723,39 @@ TEST(RmsNorm, Opset23IsRMSNormalization) {
   }
 }
 
+// TensorFlow's layer norm through tf2onnx (nn.batch_normalization's folded form).
+TEST(LayerNorm, TensorFlowsFoldedFormIsLayerNormalizationWithBias) {
+  for (const auto& [opset, square, rsqrt] : std::vector<std::tuple<int, std::string, std::string>>{
+           {13, "sq = Mul (d, d)", "r = Reciprocal (s)"},
+           {17, "two = Constant <value = float {2.0}> ()\n  sq = Pow (d, two)", "r = Reciprocal (s)"},
+           {17, "sq = Mul (d, d)", "one = Constant <value = float {1.0}> ()\n  r = Div (one, s)"}}) {
+    SCOPED_TRACE(fmt::format("opset {}: {}; {}", opset, square, rsqrt));
+    const auto text = model(opset, fmt::format(R"(tf_ln (float[N, 5, 16] x) => (float[N, 5, 16] y)
+    <float[16] gamma = {}, float[16] beta = {}> {{
+  mean = ReduceMean <axes = [-1]> (x)
+  d = Sub (x, mean)
+  {}
+  var = ReduceMean <axes = [-1]> (sq)
+  eps = Constant <value = float {{1e-3}}> ()
+  ve = Add (var, eps)
+  s = Sqrt (ve)
+  {}
+  inv = Mul (r, gamma)
+  xs = Mul (x, inv)
+  ms = Mul (mean, inv)
+  shift = Sub (beta, ms)
+  y = Add (xs, shift)
+}})",
+                                               numbers(16, 1.0, 0.5), numbers(16, 0.0, 0.5, 5), square, rsqrt));
+    const auto fused = fuse(text);
+    const auto& out = fused.model;
+    ASSERT_EQ(out.graph().node_size(), 1) << canonical_nodes(out, interface_names(out));
+    EXPECT_EQ(out.graph().node(0).op_type(), "LayerNormalization");
+    EXPECT_EQ(out.graph().node(0).input_size(), 3);
+    expect_same_in_ort(text, fused, {"--dim", "N=2", "--float-range", "-3,3"});
+  }
+}
+
 // Below opset 23, ORT's own SimplifiedLayerNormalization, in the ai.onnx domain where ORT
 // registers it (as its optimizer writes it); standard ONNX has no such op.
 TEST(RmsNorm, BelowOpset23OrtGetsSimplifiedLayerNormalization) {
