@@ -125,6 +125,48 @@ std::string type_text(int32_t type) {
   }
 }
 
+bool has_attribute(const onnx::NodeProto& node, std::string_view name) {
+  return std::any_of(node.attribute().begin(), node.attribute().end(), [&](const auto& a) { return a.name() == name; });
+}
+
+int64_t int_attribute_or(const onnx::NodeProto& node, std::string_view name, int64_t otherwise) {
+  for (const auto& attribute : node.attribute()) {
+    if (attribute.name() == name) return attribute.i();
+  }
+  return otherwise;
+}
+
+bool has_input(const onnx::NodeProto& node, int index) { return index < node.input_size() && !node.input(index).empty(); }
+
+// Version steps the tables mark as changing meaning, where this node means the same on both
+// sides (the change is about inputs or attributes it doesn't use), whichever way the import moves.
+bool same_meaning_across(const onnx::NodeProto& node, int step) {
+  const std::string& op = node.op_type();
+  if ((op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") && step == 13) {
+    // The last axis: -1 coerces to [rest, last] (before 13) and is the one axis (from 13). Only
+    // when written: the default changed from 1 to -1.
+    return has_attribute(node, "axis") && int_attribute_or(node, "axis", 0) == -1;
+  }
+  const bool reduce = op.starts_with("Reduce") && (step == 18 || (op == "ReduceSum" && step == 13));
+  if (reduce) {
+    // Reducing every axis: axes neither an input (newer) nor an attribute (older).
+    return !has_input(node, 1) && !has_attribute(node, "axes") && int_attribute_or(node, "noop_with_empty_axes", 0) == 0;
+  }
+  if (op == "Squeeze" && step == 13) return !has_input(node, 1) && !has_attribute(node, "axes");
+  if (op == "Split" && step == 13) return !has_input(node, 1) && !has_attribute(node, "split");  // equal parts
+  if (op == "Split" && step == 18) return has_input(node, 1) && !has_attribute(node, "num_outputs");
+  if (op == "Clip" && step == 11) {  // no bounds: nothing clipped
+    return !has_input(node, 1) && !has_input(node, 2) && !has_attribute(node, "min") && !has_attribute(node, "max");
+  }
+  if (op == "Pad" && step == 19) {  // 19 added mode "wrap"
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == "mode") return attribute.s() != "wrap";
+    }
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 OpTable OpTable::parse(std::string_view text) {
@@ -188,7 +230,7 @@ std::optional<std::string> OpTable::move_blocker(const onnx::NodeProto& node, in
   for (const auto& step : ops_.find(op)->second) {
     if (step.version <= low || step.version > high) continue;
     const std::string where = op + "-" + std::to_string(step.version);
-    if (step.breaking) return where + " changed its meaning";
+    if (step.breaking && !same_meaning_across(node, step.version)) return where + " changed its meaning";
     if (step.relaxed && lowering) return where + " accepts nodes that " + op + "-" + std::to_string(low) + " does not";
     for (int32_t type : step.added_types) {
       if (model_types.count(type)) return where + " added " + type_text(type) + " types, which the model uses";

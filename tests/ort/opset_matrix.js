@@ -56,9 +56,14 @@ function runInOrt(jobs, work, name, workers) {
   return statuses;
 }
 
-// Why the tool did not reach the opset: the first unloadable op, or the first opset problem or note.
+// Why the tool did not reach the opset: the node that can't move (the rewrite's note), else the
+// first unloadable op, opset problem or note.
 function refusal(report) {
   if (report.status === 'failed') return `error: ${report.error}`;
+  for (const note of report.notes || []) {
+    const m = /^ai\.onnx opset \d+ can't be lowered to \d+: (.*)$/.exec(note);
+    if (m) return m[1];
+  }
   const check = report.check || {};
   for (const u of check.unloadable || []) return `${u.op_type}: ${u.reason}`;
   for (const p of check.opset_problems || []) return typeof p === 'string' ? p : JSON.stringify(p);

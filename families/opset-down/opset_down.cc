@@ -1,0 +1,189 @@
+// Adapters that lower a node written for a newer ai.onnx opset to an older one under --opset N
+// (families/opset-down/*.rules). Each builds at the opset the engine plans (N, or the model's own
+// import if that is lower), so one builder serves every target below the step.
+//
+// - inputs_as_attributes: an op whose attribute became a constant input (Reduce* axes, Squeeze /
+//   Unsqueeze axes, Split split, Pad pads/value, Clip min/max, Slice starts/ends/axes, TopK k)
+//   rebuilt with the attribute; the node's other attributes and outputs stay.
+// - last_axis_softmax: Softmax/LogSoftmax/Hardmax-13 normalize over one axis, the older ones over
+//   the flattened [axis:] block; equal for the last axis, else the axis is transposed to the end.
+// - split_num_outputs: Split-18's num_outputs (the last part may be smaller) as explicit sizes.
+// - gelu_spelled_out, celu_as_elu: newer activations in older ops, constants of x's element type.
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include <fmt/format.h>
+
+#include "onnx_rewrite/tensor.h"
+#include "onnx_rewrite/toolkit.h"
+
+namespace onnx_rewrite {
+namespace {
+
+// What one input became at the older opset: an ints, int or float attribute.
+enum class As { kInts, kInt, kFloat };
+struct Moved {
+  const char* value;      // the rule's pattern value
+  const char* attribute;  // the older attribute
+  As as;
+};
+
+std::vector<Moved> moved_inputs(const std::string& op) {
+  if (op.starts_with("Reduce") || op == "Squeeze" || op == "Unsqueeze") return {{"axes", "axes", As::kInts}};
+  if (op == "Split") return {{"split", "split", As::kInts}};
+  if (op == "Pad") return {{"pads", "pads", As::kInts}, {"value", "value", As::kFloat}};
+  if (op == "Clip") return {{"min", "min", As::kFloat}, {"max", "max", As::kFloat}};
+  if (op == "Slice") return {{"starts", "starts", As::kInts}, {"ends", "ends", As::kInts}, {"axes", "axes", As::kInts}};
+  if (op == "TopK") return {{"k", "k", As::kInt}};
+  return {};
+}
+
+std::string inputs_as_attributes(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  const std::string& op = node.op_type();
+  // Attributes the newer version added, which the older one does not have.
+  Attributes attributes = attributes_without(node, "noop_with_empty_axes");
+  std::erase_if(attributes, [](const onnx::AttributeProto& a) { return a.name() == "num_outputs"; });
+  const auto moved_list = moved_inputs(op);
+  if (std::none_of(moved_list.begin(), moved_list.end(), [&](const Moved& m) { return bound(match, m.value); })) {
+    return "no input to move: the node means the same at the older opset";
+  }
+  for (const Moved& moved : moved_list) {
+    if (!bound(match, moved.value)) continue;
+    auto values = match.constant(moved.value);
+    if (!values) return fmt::format("{} is not a constant", moved.value);
+    if (moved.as == As::kInts) {
+      attributes.push_back(attr(moved.attribute, values->ints()));
+    } else if (values->numbers.size() != 1) {
+      return fmt::format("{} has {} elements, not one", moved.value, values->numbers.size());
+    } else if (moved.as == As::kInt) {
+      attributes.push_back(attr(moved.attribute, static_cast<int64_t>(values->numbers[0])));
+    } else {
+      attributes.push_back(attr(moved.attribute, values->numbers[0]));
+    }
+  }
+  if (op == "Slice" && bound(match, "steps")) {
+    auto steps = match.constant("steps");
+    if (!steps) return "steps is not a constant";
+    for (int64_t step : steps->ints()) {
+      if (step != 1) return fmt::format("a step of {}, which Slice below opset 10 can't take", step);
+    }
+  }
+  if (op.starts_with("Reduce")) {
+    // Empty axes: every axis (the older default), or nothing at all with noop_with_empty_axes.
+    const bool empty = std::any_of(attributes.begin(), attributes.end(),
+                                   [](const auto& a) { return a.name() == "axes" && a.ints_size() == 0; });
+    if (empty) {
+      if (int_attribute(node, "noop_with_empty_axes", 0) != 0) {
+        b.output(node.output(0), b.Identity(value_of(match, "data")));
+        return {};
+      }
+      std::erase_if(attributes, [](const onnx::AttributeProto& a) { return a.name() == "axes"; });
+    }
+  }
+  const auto outputs = b.op_outputs(op, {value_of(match, "data")}, static_cast<size_t>(node.output_size()), attributes);
+  for (int i = 0; i < node.output_size(); ++i) {
+    if (!node.output(i).empty()) b.output(node.output(i), outputs[static_cast<size_t>(i)]);
+  }
+  return {};
+}
+
+// Split-18 <num_outputs = n>: parts of ceil(d / n), the last one smaller.
+std::string split_num_outputs(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  const int64_t parts = match.attribute_int("num_outputs", 0);
+  const auto rank = match.facts("data").rank();
+  if (!rank) return "the input's rank is unknown";
+  int64_t axis = match.attribute_int("axis", 0);
+  if (axis < 0) axis += static_cast<int64_t>(*rank);
+  const int64_t size = match.facts("data").dim(static_cast<size_t>(axis));
+  if (size < 0) return "the size of the split axis is unknown";
+  if (parts != node.output_size()) return fmt::format("num_outputs is {}, the node has {} outputs", parts, node.output_size());
+  const int64_t chunk = (size + parts - 1) / parts;
+  std::vector<int64_t> sizes;
+  for (int64_t begin = 0; begin < size; begin += chunk) sizes.push_back(std::min(chunk, size - begin));
+  if (static_cast<int64_t>(sizes.size()) != parts) return fmt::format("{} elements don't make {} parts", size, parts);
+  const auto outputs = b.Split(value_of(match, "data"), axis, sizes);
+  for (int i = 0; i < node.output_size(); ++i) {
+    if (!node.output(i).empty()) b.output(node.output(i), outputs[static_cast<size_t>(i)]);
+  }
+  return {};
+}
+
+std::string last_axis_softmax(const Match& match, GraphBuilder& b) {
+  const std::string& op = match.anchor->op_type();
+  const int64_t axis = match.attribute_int("axis", -1);
+  // Written -1 means the same before 13; absent means 1 there, so -1 is written out.
+  if (find_attribute(*match.anchor, "axis") && axis == -1) return "the last axis: the node means the same at the older opset";
+  const Value x{match.value("x")};
+  const auto rank = match.facts("x").rank();
+  const int64_t last = rank ? static_cast<int64_t>(*rank) - 1 : -1;
+  const int64_t normalized = axis < 0 && rank ? axis + last + 1 : axis;
+  if (axis == -1 || (rank && normalized == last)) {
+    b.output(match.value("y"), b.op(op, {x}, {attr("axis", int64_t{-1})}));
+    return {};
+  }
+  if (!rank) return "the input's rank is unknown";
+  if (normalized < 0 || normalized > last) return fmt::format("axis {} is out of range for rank {}", axis, *rank);
+  std::vector<int64_t> perm(*rank);
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
+  std::swap(perm[static_cast<size_t>(normalized)], perm.back());  // its own inverse
+  const Value moved = b.op(op, {b.Transpose(x, perm)}, {attr("axis", int64_t{-1})});
+  b.output(match.value("y"), b.Transpose(moved, perm));
+  return {};
+}
+
+// The element type of x for the constants of a decomposition; 0 when it can't be used.
+int32_t float_type(const Match& match, std::string& why) {
+  const int32_t type = element_type(match, {"x"});
+  why = check_element_type(type, {onnx::TensorProto::FLOAT, onnx::TensorProto::DOUBLE, onnx::TensorProto::FLOAT16},
+                           "the decomposition");
+  return why.empty() ? type : 0;
+}
+
+// Gelu-20: x·½·(1 + erf(x/√2)), or with approximate = "tanh" x·½·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+std::string gelu_spelled_out(const Match& match, GraphBuilder& b) {
+  std::string why;
+  const int32_t type = float_type(match, why);
+  if (!type) return why;
+  const Value x{match.value("x")};
+  const std::string approximate = match.attribute_string("approximate", "none");
+  Value inner;
+  if (approximate == "none") {
+    inner = b.Erf(b.Mul(x, b.scalar(1 / std::numbers::sqrt2, type)));
+  } else if (approximate == "tanh") {
+    const Value cube = b.Mul(b.Mul(x, x), x);
+    const Value sum = b.Add(x, b.Mul(cube, b.scalar(0.044715, type)));
+    inner = b.Tanh(b.Mul(sum, b.scalar(std::sqrt(2 / std::numbers::pi), type)));
+  } else {
+    return fmt::format("approximate = \"{}\"", approximate);
+  }
+  const Value half_x = b.Mul(x, b.scalar(0.5, type));
+  b.output(match.value("y"), b.Mul(half_x, b.Add(inner, b.scalar(1, type))));
+  return {};
+}
+
+// Celu-12 (float only): α·Elu(x/α) with Elu's own α = 1.
+std::string celu_as_elu(const Match& match, GraphBuilder& b) {
+  const double alpha = match.attribute_float("alpha", 1.f);
+  const Value scaled = b.Div(Value{match.value("x")}, b.scalar(alpha));
+  b.output(match.value("y"), b.Mul(b.op("Elu", {scaled}, {attr("alpha", 1.0)}), b.scalar(alpha)));
+  return {};
+}
+
+}  // namespace
+
+void register_opset_down_builders(BuilderRegistry& registry) {
+  registry.add("inputs_as_attributes",
+               {.values = {"data"},
+                .optional_values = {"axes", "split", "pads", "value", "min", "max", "starts", "ends", "steps", "k"}},
+               inputs_as_attributes);
+  registry.add("split_num_outputs", {.values = {"data"}, .attributes = {"num_outputs"}, .optional_attributes = {"axis"}},
+               split_num_outputs);
+  registry.add("last_axis_softmax", {.values = {"x", "y"}, .optional_attributes = {"axis"}}, last_axis_softmax);
+  registry.add("gelu_spelled_out", {.values = {"x", "y"}, .optional_attributes = {"approximate"}}, gelu_spelled_out);
+  registry.add("celu_as_elu", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, celu_as_elu);
+}
+
+}  // namespace onnx_rewrite
