@@ -11,6 +11,7 @@
 // - gelu_spelled_out, celu_as_elu: newer activations in older ops, constants of x's element type.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include <fmt/format.h>
@@ -134,6 +135,60 @@ std::string last_axis_softmax(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// Shape-15 <start, end> as Shape + Slice of the shape vector (Slice's inputs and negative
+// starts need opset 11).
+std::string shape_slice(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  if (!find_attribute(node, "start") && !find_attribute(node, "end")) return "no start or end: Shape-1 means the same";
+  const int64_t start = int_attribute(node, "start", 0);
+  const int64_t end = int_attribute(node, "end", std::numeric_limits<int64_t>::max());
+  b.output(match.value("y"), b.Slice(b.Shape(Value{match.value("data")}), {start}, {end}, {0}));
+  return {};
+}
+
+// CastLike-15 as Cast to the element type of `like`, when the graph tells it.
+std::string cast_like_as_cast(const Match& match, GraphBuilder& b) {
+  const int32_t type = element_type(match, {"like"});
+  if (type == onnx::TensorProto::UNDEFINED) return "the element type of the target is unknown";
+  b.output(match.value("y"), b.Cast(Value{match.value("x")}, type));
+  return {};
+}
+
+// Constant-12's value_float(s) / value_int(s) as the `value` tensor every version takes.
+std::string constant_value_tensor(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  if (node.attribute_size() != 1) return "not a single attribute";
+  const onnx::AttributeProto& a = node.attribute(0);
+  onnx::TensorProto tensor;
+  if (a.name() == "value_float") {
+    tensor = make_tensor(onnx::TensorProto::FLOAT, {}, {a.f()});
+  } else if (a.name() == "value_floats") {
+    tensor = make_tensor(onnx::TensorProto::FLOAT, {a.floats_size()}, {a.floats().begin(), a.floats().end()});
+  } else if (a.name() == "value_int") {
+    tensor = make_int64_tensor({}, {a.i()});
+  } else if (a.name() == "value_ints") {
+    tensor = make_int64_tensor({a.ints_size()}, {a.ints().begin(), a.ints().end()});
+  } else {
+    return fmt::format("attribute {} has no older spelling here", a.name());
+  }
+  b.output(match.value("y"), b.op("Constant", {}, {attr("value", tensor)}));
+  return {};
+}
+
+// Resize-13 made roi and scales optional; Resize-11 takes them as empty tensors.
+std::string resize_with_empty_inputs(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  if (bound(match, "roi") && bound(match, "scales")) return "roi and scales given: the node means the same at opset 11";
+  if (find_attribute(node, "antialias") || find_attribute(node, "axes") || find_attribute(node, "keep_aspect_ratio_policy")) {
+    return "attributes of Resize-18";
+  }
+  if (string_attribute(node, "coordinate_transformation_mode") == "half_pixel_symmetric") return "half_pixel_symmetric (Resize-19)";
+  auto given = [&](const char* name) { return bound(match, name) ? value_of(match, name) : b.floats({}); };
+  Attributes attributes(node.attribute().begin(), node.attribute().end());
+  b.output(match.value("y"), b.op("Resize", {value_of(match, "x"), given("roi"), given("scales"), value_of(match, "sizes")}, attributes));
+  return {};
+}
+
 // The element type of x for the constants of a decomposition; 0 when it can't be used.
 int32_t float_type(const Match& match, std::string& why) {
   const int32_t type = element_type(match, {"x"});
@@ -182,6 +237,11 @@ void register_opset_down_builders(BuilderRegistry& registry) {
   registry.add("split_num_outputs", {.values = {"data"}, .attributes = {"num_outputs"}, .optional_attributes = {"axis"}},
                split_num_outputs);
   registry.add("last_axis_softmax", {.values = {"x", "y"}, .optional_attributes = {"axis"}}, last_axis_softmax);
+  registry.add("shape_slice", {.values = {"data", "y"}}, shape_slice);
+  registry.add("cast_like_as_cast", {.values = {"x", "like", "y"}}, cast_like_as_cast);
+  registry.add("constant_value_tensor", {.values = {"y"}}, constant_value_tensor);
+  registry.add("resize_with_empty_inputs", {.values = {"x", "y"}, .optional_values = {"roi", "scales", "sizes"}},
+               resize_with_empty_inputs);
   registry.add("gelu_spelled_out", {.values = {"x", "y"}, .optional_attributes = {"approximate"}}, gelu_spelled_out);
   registry.add("celu_as_elu", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, celu_as_elu);
 }

@@ -28,9 +28,13 @@ const std::vector<Adapted> kAdapted = {
     {"gelu-20-lowering", 17, {"test_gelu_default_1", "test_gelu_default_2", "test_gelu_tanh_1", "test_gelu_tanh_2"}},
     {"hard-swish-14-lowering", 13, {"test_hardswish"}},
     {"mish-18-lowering", 13, {"test_mish"}},
-    {"celu-12-lowering", 11, {"test_celu"}},
     {"greater-or-equal-12-lowering", 11, {"test_greater_equal", "test_greater_equal_bcast"}},
     {"less-or-equal-12-lowering", 11, {"test_less_equal", "test_less_equal_bcast"}},
+    {"constant-value-attributes-12-lowering", 11, {"test_elu_default_expanded_ver18"}},
+    {"resize-optional-inputs-13-lowering", 11,
+     {"test_resize_upsample_sizes_nearest", "test_resize_downsample_scales_linear", "test_resize_upsample_scales_cubic"}},
+    {"resize (no Resize-18/19 attributes: moved as is)", 13, {"test_resize_upsample_sizes_nearest", "test_resize_downsample_scales_linear"}},
+    {"scatter elements (no max/min reduction: moved as is)", 13, {"test_scatter_elements_with_axis"}},
     {"layer-normalization-17-lowering", 13, {"test_layer_normalization_3d_axis1_epsilon", "test_layer_normalization_4d_axis_negative_2"}},
 };
 
@@ -69,9 +73,9 @@ INSTANTIATE_TEST_SUITE_P(Adapters, OpsetDown, ::testing::ValuesIn(kAdapted), [](
   return name + "_" + std::to_string(info.index);
 });
 
-// Adapters of constant inputs: the conformance cases feed axes, sizes and bounds as graph inputs
-// (no older spelling: refused), or import an opset past the version tables (Pad, Squeeze: 25) or
-// one the adapter does not start from (Slice, TopK: 13, 24). Models written here, the rewrite
+// Adapters whose conformance cases don't exercise them: axes, sizes and bounds fed as graph inputs
+// (no older spelling: refused), imports past the version tables (Pad, Squeeze, Shape: 25, Celu:
+// 28), or one the adapter does not start from (Slice, TopK: 13, 24). Models written here, the rewrite
 // compared with the original in ONNX Runtime on random inputs.
 struct Written {
   std::string adapter;
@@ -122,6 +126,25 @@ const std::vector<Written> kWritten = {
         y = Clip (x, lo, hi)
         z = Clip (x, , hi)
       })", {}},
+    {"shape-start-end-15-lowering", 13, R"(
+      <ir_version: 8, opset_import: ["": 15]>
+      g (float[2, 3, 4, 5] x) => (int64[2] a, int64[3] b, int64[1] c) {
+        a = Shape <start = 1, end = -1> (x)
+        b = Shape <start = -3> (x)
+        c = Shape <end = 1> (x)
+      })", {}},
+    {"cast-like-15-lowering", 13, R"(
+      <ir_version: 8, opset_import: ["": 15]>
+      g (float[3, 4] x, int32[2] i) => (int32[3, 4] y, float[2] z) {
+        y = CastLike (x, i)
+        z = CastLike (i, x)
+      })", {"--float-range", "-50,50"}},
+    {"celu-12-lowering", 11, R"(
+      <ir_version: 7, opset_import: ["": 12]>
+      g (float[3, 4] x) => (float[3, 4] y, float[3, 4] z) {
+        y = Celu <alpha = 2.0> (x)
+        z = Celu (x)
+      })", {"--float-range", "-4,4"}},
     {"pad-pads-input-11-lowering", 10, R"(
       <ir_version: 6, opset_import: ["": 11]>
       g (float[2, 3] x) => (float[3, 7] y) <int64[4] pads = {1, 2, 0, 2}, float value = {1.5}> {

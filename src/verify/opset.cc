@@ -158,6 +158,22 @@ bool same_meaning_across(const onnx::NodeProto& node, int step) {
   if (op == "Clip" && step == 11) {  // no bounds: nothing clipped
     return !has_input(node, 1) && !has_input(node, 2) && !has_attribute(node, "min") && !has_attribute(node, "max");
   }
+  if (op == "Resize" && step == 13) return has_input(node, 1) && has_input(node, 2);  // 13 made them optional
+  if (op == "Resize" && step == 18) {  // 18 added these
+    return !has_attribute(node, "antialias") && !has_attribute(node, "axes") && !has_attribute(node, "keep_aspect_ratio_policy");
+  }
+  if (op == "Resize" && step == 19) {  // 19 added a coordinate mode
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == "coordinate_transformation_mode") return attribute.s() != "half_pixel_symmetric";
+    }
+    return true;
+  }
+  if ((op == "ScatterElements" || op == "ScatterND") && step == 18) {  // 18 added reductions max and min
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == "reduction") return attribute.s() != "max" && attribute.s() != "min";
+    }
+    return true;
+  }
   if (op == "Pad" && step == 19) {  // 19 added mode "wrap"
     for (const auto& attribute : node.attribute()) {
       if (attribute.name() == "mode") return attribute.s() != "wrap";
@@ -165,6 +181,14 @@ bool same_meaning_across(const onnx::NodeProto& node, int step) {
     return true;
   }
   return false;
+}
+
+std::optional<std::string> added_type_used(const OpVersionStep& step, const std::string& where,
+                                           const std::set<int32_t>& model_types) {
+  for (int32_t type : step.added_types) {
+    if (model_types.count(type)) return where + " added " + type_text(type) + " types, which the model uses";
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -232,9 +256,7 @@ std::optional<std::string> OpTable::move_blocker(const onnx::NodeProto& node, in
     const std::string where = op + "-" + std::to_string(step.version);
     if (step.breaking && !same_meaning_across(node, step.version)) return where + " changed its meaning";
     if (step.relaxed && lowering) return where + " accepts nodes that " + op + "-" + std::to_string(low) + " does not";
-    for (int32_t type : step.added_types) {
-      if (model_types.count(type)) return where + " added " + type_text(type) + " types, which the model uses";
-    }
+    if (auto used = added_type_used(step, where, model_types)) return used;
     if (!lowering) continue;  // new attributes and inputs default to the old behaviour
     for (const auto& [name, default_text] : step.added_attributes) {
       for (const auto& attribute : node.attribute()) {
@@ -248,6 +270,20 @@ std::optional<std::string> OpTable::move_blocker(const onnx::NodeProto& node, in
         return where + " added input " + std::to_string(index) + ", which this node uses";
       }
     }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> OpTable::type_blocker(const onnx::NodeProto& node, int from, int to,
+                                                 const std::set<int32_t>& model_types) const {
+  if (std::max(from, to) > highest_) {
+    return "opset " + std::to_string(std::max(from, to)) + " is newer than the version tables (" + std::to_string(highest_) + ")";
+  }
+  auto it = ops_.find(node.op_type());
+  if (it == ops_.end()) return std::nullopt;
+  for (const auto& step : it->second) {
+    if (step.version <= std::min(from, to) || step.version > std::max(from, to)) continue;
+    if (auto used = added_type_used(step, node.op_type() + "-" + std::to_string(step.version), model_types)) return used;
   }
   return std::nullopt;
 }
