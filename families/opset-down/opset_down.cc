@@ -90,6 +90,80 @@ std::string inputs_as_attributes(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// A reduction over axes computed at run time, for opsets whose reductions take them only as an
+// attribute: one axis after another, each reduced and broadcast back where the axis is among
+// the given ones (Where), so the tensor keeps its shape; then the first element of each reduced
+// axis (Slice with run-time ends), and for keepdims = 0 the kept dims (Compress of the shape).
+// The rank must be known; a static size 0 declines (the broadcast back would stay empty).
+std::string reduce_runtime_axes(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  const std::string& op = node.op_type();
+  if (match.constant("axes")) return "constant axes: the attribute form";
+  const auto dims = match.facts("data").static_dims();
+  if (!dims) return "the input's rank is unknown";
+  if (std::find(dims->begin(), dims->end(), 0) != dims->end()) return "the input has a dimension of size 0";
+  const auto rank = static_cast<int64_t>(dims->size());
+  const Value data = value_of(match, "data");
+  const Value axes = value_of(match, "axes");
+  // Which axes are reduced: given (negative ones counted from the end), or every one when none is
+  // given, unless noop_with_empty_axes.
+  // (One builder call per statement: argument order is unspecified, the output must not be.)
+  const Value negative = b.op("Less", {axes, b.ints({0})});
+  const Value shifted = b.Add(axes, b.ints({rank}));
+  const Value normalized = b.Where(negative, shifted, axes);
+  const Value size = b.op("Size", {axes});
+  const Value none_given = b.op("Equal", {size, b.scalar(0, onnx::TensorProto::INT64)});
+  std::vector<Value> reduced;
+  for (int64_t i = 0; i < rank; ++i) {
+    const Value hits = b.Cast(b.op("Equal", {normalized, b.ints({i})}), onnx::TensorProto::INT64);
+    const Value count = b.Reduce("ReduceSum", hits, {}, false);
+    Value flag = b.op("Greater", {count, b.scalar(0, onnx::TensorProto::INT64)});
+    if (int_attribute(node, "noop_with_empty_axes", 0) == 0) flag = b.op("Or", {flag, none_given});
+    reduced.push_back(flag);
+  }
+  auto chained = [&](const char* reduction, Value x) {
+    for (int64_t i = 0; i < rank; ++i) {
+      const Value along = b.Reduce(reduction, x, {i});
+      x = b.Where(reduced[static_cast<size_t>(i)], along, x);
+    }
+    return x;
+  };
+  Value result;
+  if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceProd") {
+    result = chained(op.c_str(), data);
+  } else if (op == "ReduceSumSquare") {
+    result = chained("ReduceSum", b.Mul(data, data));
+  } else if (op == "ReduceL1") {
+    result = chained("ReduceSum", b.op("Abs", {data}));
+  } else if (op == "ReduceL2") {
+    result = b.Sqrt(chained("ReduceSum", b.Mul(data, data)));
+  } else if (op == "ReduceLogSum") {
+    result = b.op("Log", {chained("ReduceSum", data)});
+  } else if (op == "ReduceLogSumExp") {  // max subtracted first, as the kernels do
+    const Value top = chained("ReduceMax", data);
+    const Value sum = chained("ReduceSum", b.op("Exp", {b.Sub(data, top)}));
+    result = b.Add(b.op("Log", {sum}), top);
+  } else {
+    return fmt::format("{} has no decomposition here", op);
+  }
+  std::vector<Value> ends, flags;
+  for (const Value& flag : reduced) {
+    const Value one = b.ints({1});
+    ends.push_back(b.Where(flag, one, b.ints({std::numeric_limits<int64_t>::max()})));
+    flags.push_back(b.Unsqueeze(flag, {0}));
+  }
+  std::vector<int64_t> all_axes(static_cast<size_t>(rank));
+  for (int64_t i = 0; i < rank; ++i) all_axes[static_cast<size_t>(i)] = i;
+  result = b.op("Slice", {result, b.ints(std::vector<int64_t>(all_axes.size(), 0)), b.Concat(ends, 0), b.ints(all_axes)});
+  if (int_attribute(node, "keepdims", 1) == 0) {
+    const Value shape = b.Shape(result);
+    const Value kept = b.op("Compress", {shape, b.op("Not", {b.Concat(flags, 0)})}, {attr("axis", int64_t{0})});
+    result = b.Reshape(result, kept);
+  }
+  b.output(node.output(0), result);
+  return {};
+}
+
 // Split-18 <num_outputs = n>: parts of ceil(d / n), the last one smaller.
 std::string split_num_outputs(const Match& match, GraphBuilder& b) {
   const onnx::NodeProto& node = *match.anchor;
@@ -223,7 +297,8 @@ std::string gelu_spelled_out(const Match& match, GraphBuilder& b) {
 std::string celu_as_elu(const Match& match, GraphBuilder& b) {
   const double alpha = match.attribute_float("alpha", 1.f);
   const Value scaled = b.Div(Value{match.value("x")}, b.scalar(alpha));
-  b.output(match.value("y"), b.Mul(b.op("Elu", {scaled}, {attr("alpha", 1.0)}), b.scalar(alpha)));
+  const Value elu = b.op("Elu", {scaled}, {attr("alpha", 1.0)});
+  b.output(match.value("y"), b.Mul(elu, b.scalar(alpha)));
   return {};
 }
 
@@ -234,6 +309,7 @@ void register_opset_down_builders(BuilderRegistry& registry) {
                {.values = {"data"},
                 .optional_values = {"axes", "split", "pads", "value", "min", "max", "starts", "ends", "steps", "k"}},
                inputs_as_attributes);
+  registry.add("reduce_runtime_axes", {.values = {"data", "axes"}}, reduce_runtime_axes);
   registry.add("split_num_outputs", {.values = {"data"}, .attributes = {"num_outputs"}, .optional_attributes = {"axis"}},
                split_num_outputs);
   registry.add("last_axis_softmax", {.values = {"x", "y"}, .optional_attributes = {"axis"}}, last_axis_softmax);

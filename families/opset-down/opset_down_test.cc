@@ -19,6 +19,14 @@ struct Adapted {
 };
 
 const std::vector<Adapted> kAdapted = {
+    {"reduce-runtime-axes-18-lowering", 13,
+     {"test_reduce_mean_keepdims_example", "test_reduce_mean_do_not_keepdims_random", "test_reduce_max_negative_axes_keepdims_random",
+      "test_reduce_min_keepdims_random", "test_reduce_prod_do_not_keepdims_example", "test_reduce_l1_keep_dims_random",
+      "test_reduce_l2_negative_axes_keep_dims_example", "test_reduce_log_sum_asc_axes", "test_reduce_log_sum_exp_keepdims_random",
+      "test_reduce_sum_square_do_not_keepdims_random", "test_reduce_mean_default_axes_keepdims_random"}},
+    {"reduce-sum-runtime-axes-13-lowering", 11,
+     {"test_reduce_sum_keepdims_random", "test_reduce_sum_negative_axes_keepdims_example", "test_reduce_sum_do_not_keepdims_example",
+      "test_reduce_sum_empty_axes_input_noop_example", "test_reduce_sum_default_axes_keepdims_random"}},
     {"reduce without axes: moved as is", 13, {"test_reduce_max_default_axes_keepdim_example"}},
     {"split-num-outputs-18-lowering", 13, {"test_split_equal_parts_1d_opset18", "test_split_1d_uneven_split_opset18"}},
     {"split-num-outputs-18-lowering", 11, {"test_split_equal_parts_default_axis_opset18", "test_split_2d_uneven_split_opset18"}},
