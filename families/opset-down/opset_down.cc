@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -263,6 +264,36 @@ std::string resize_with_empty_inputs(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// Trilu-14 with its last two dims static: Where (mask, x, 0), the mask a constant of them, or for
+// a k known only at run time the comparison of a constant j - i with k (no NaN in int64).
+std::string trilu_as_mask(const Match& match, GraphBuilder& b) {
+  const auto dims = match.facts("x").static_dims();
+  if (!dims || dims->size() < 2) return "the input's rank is unknown";
+  const int64_t rows = (*dims)[dims->size() - 2], columns = dims->back();
+  if (rows < 0 || columns < 0) return "the last two dims are not static";
+  const int32_t type = element_type(match, {"x"});
+  if (type == onnx::TensorProto::UNDEFINED) return "the element type is unknown";
+  const bool upper = match.attribute_int("upper", 1) != 0;
+  std::optional<int64_t> k = 0;
+  if (bound(match, "k")) {
+    auto value = match.constant("k");
+    k = value && value->integers.size() == 1 ? std::optional(value->integers[0]) : std::nullopt;
+  }
+  std::vector<double> above;  // j - i, or whether the element is kept
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < columns; ++j) above.push_back(!k ? j - i : upper ? j - i >= *k : j - i <= *k);
+  }
+  Value mask;
+  if (k) {
+    mask = b.constant(make_tensor(onnx::TensorProto::BOOL, {rows, columns}, above));
+  } else {
+    const Value diagonal = b.constant(make_tensor(onnx::TensorProto::INT64, {rows, columns}, above));
+    mask = b.op("Not", {b.op(upper ? "Less" : "Greater", {diagonal, value_of(match, "k")})});
+  }
+  b.output(match.value("y"), b.Where(mask, Value{match.value("x")}, b.scalar(0, type)));
+  return {};
+}
+
 // The element type of x for the constants of a decomposition; 0 when it can't be used.
 int32_t float_type(const Match& match, std::string& why) {
   const int32_t type = element_type(match, {"x"});
@@ -318,6 +349,7 @@ void register_opset_down_builders(BuilderRegistry& registry) {
   registry.add("constant_value_tensor", {.values = {"y"}}, constant_value_tensor);
   registry.add("resize_with_empty_inputs", {.values = {"x", "y"}, .optional_values = {"roi", "scales", "sizes"}},
                resize_with_empty_inputs);
+  registry.add("trilu_as_mask", {.values = {"x", "y"}, .optional_values = {"k"}, .optional_attributes = {"upper"}}, trilu_as_mask);
   registry.add("gelu_spelled_out", {.values = {"x", "y"}, .optional_attributes = {"approximate"}}, gelu_spelled_out);
   registry.add("celu_as_elu", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, celu_as_elu);
 }

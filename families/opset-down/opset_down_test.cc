@@ -43,6 +43,9 @@ const std::vector<Adapted> kAdapted = {
      {"test_resize_upsample_sizes_nearest", "test_resize_downsample_scales_linear", "test_resize_upsample_scales_cubic"}},
     {"resize (no Resize-18/19 attributes: moved as is)", 13, {"test_resize_upsample_sizes_nearest", "test_resize_downsample_scales_linear"}},
     {"scatter elements (no max/min reduction: moved as is)", 13, {"test_scatter_elements_with_axis"}},
+    {"trilu-14-lowering", 11, {"test_tril", "test_tril_neg", "test_triu_pos", "test_triu_one_row", "test_tril_out_pos", "test_triu_square", "test_tril_zero"}},
+    {"rms-normalization-23-lowering", 13,
+     {"test_rms_normalization_3d_axis1_epsilon", "test_rms_normalization_4d_axis_negative_2", "test_rms_normalization_default_axis"}},
     {"layer-normalization-17-lowering", 13, {"test_layer_normalization_3d_axis1_epsilon", "test_layer_normalization_4d_axis_negative_2"}},
 };
 
