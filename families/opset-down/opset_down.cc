@@ -165,6 +165,26 @@ std::string reduce_runtime_axes(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// Split-18 <num_outputs = n> on an axis whose size d is known only at run time (Split-13 takes
+// sizes as an input): n - 1 parts of ceil(d / n), the rest last.
+std::string split_sizes_at_run_time(const Match& match, GraphBuilder& b, int64_t axis, int64_t parts) {
+  if (b.opset() < 13) return "the size of the split axis is unknown (sizes computed at run time need opset 13)";
+  const onnx::NodeProto& node = *match.anchor;
+  const Value data = value_of(match, "data");
+  const Value shape = b.Shape(data);
+  const Value size = b.Gather(shape, b.ints({axis}));
+  const Value rounded_up = b.Add(size, b.ints({parts - 1}));
+  const Value chunk = b.Div(rounded_up, b.ints({parts}));
+  const Value rest = b.Sub(size, b.Mul(chunk, b.ints({parts - 1})));
+  std::vector<Value> sizes(static_cast<size_t>(parts - 1), chunk);
+  sizes.push_back(rest);
+  const auto outputs = b.op_outputs("Split", {data, b.Concat(sizes, 0)}, static_cast<size_t>(parts), {attr("axis", axis)});
+  for (int i = 0; i < node.output_size(); ++i) {
+    if (!node.output(i).empty()) b.output(node.output(i), outputs[static_cast<size_t>(i)]);
+  }
+  return {};
+}
+
 // Split-18 <num_outputs = n>: parts of ceil(d / n), the last one smaller.
 std::string split_num_outputs(const Match& match, GraphBuilder& b) {
   const onnx::NodeProto& node = *match.anchor;
@@ -174,8 +194,8 @@ std::string split_num_outputs(const Match& match, GraphBuilder& b) {
   int64_t axis = match.attribute_int("axis", 0);
   if (axis < 0) axis += static_cast<int64_t>(*rank);
   const int64_t size = match.facts("data").dim(static_cast<size_t>(axis));
-  if (size < 0) return "the size of the split axis is unknown";
   if (parts != node.output_size()) return fmt::format("num_outputs is {}, the node has {} outputs", parts, node.output_size());
+  if (size < 0) return split_sizes_at_run_time(match, b, axis, parts);
   const int64_t chunk = (size + parts - 1) / parts;
   std::vector<int64_t> sizes;
   for (int64_t begin = 0; begin < size; begin += chunk) sizes.push_back(std::min(chunk, size - begin));
@@ -294,6 +314,30 @@ std::string trilu_as_mask(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// ArgMax/ArgMin-12 <select_last_index = 1>: the first index in the reversed axis, counted back.
+std::string arg_last_index(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  if (int_attribute(node, "select_last_index", 0) == 0) return "the first index: the node means the same at opset 11";
+  const int64_t axis = int_attribute(node, "axis", 0);
+  const Value data = value_of(match, "data");
+  const Value reversed = b.op("Slice", {data, b.ints({-1}), b.ints({std::numeric_limits<int64_t>::min()}), b.ints({axis}), b.ints({-1})});
+  const Value index = b.op(node.op_type(), {reversed}, {attr("axis", axis), attr("keepdims", int_attribute(node, "keepdims", 1))});
+  const Value shape = b.Shape(data);
+  const Value size = b.Gather(shape, b.scalar(static_cast<double>(axis), onnx::TensorProto::INT64));
+  const Value last = b.Sub(size, b.scalar(1, onnx::TensorProto::INT64));
+  b.output(node.output(0), b.Sub(last, index));
+  return {};
+}
+
+// Dropout-12 without training_mode is the identity, whatever its ratio or seed: Dropout-10
+// without them (its output only).
+std::string dropout_inference(const Match& match, GraphBuilder& b) {
+  if (bound(match, "mask")) return "the mask is used (ONNX Runtime's Dropout-10 writes another one)";
+  if (!bound(match, "ratio") && !find_attribute(*match.anchor, "seed")) return "nothing to drop: the node means the same at opset 10";
+  b.output(match.value("output"), b.op("Dropout", {value_of(match, "data")}));
+  return {};
+}
+
 // The element type of x for the constants of a decomposition; 0 when it can't be used.
 int32_t float_type(const Match& match, std::string& why) {
   const int32_t type = element_type(match, {"x"});
@@ -350,6 +394,8 @@ void register_opset_down_builders(BuilderRegistry& registry) {
   registry.add("resize_with_empty_inputs", {.values = {"x", "y"}, .optional_values = {"roi", "scales", "sizes"}},
                resize_with_empty_inputs);
   registry.add("trilu_as_mask", {.values = {"x", "y"}, .optional_values = {"k"}, .optional_attributes = {"upper"}}, trilu_as_mask);
+  registry.add("arg_last_index", {.values = {"data"}}, arg_last_index);
+  registry.add("dropout_inference", {.values = {"data", "output"}, .optional_values = {"ratio", "mask"}}, dropout_inference);
   registry.add("gelu_spelled_out", {.values = {"x", "y"}, .optional_attributes = {"approximate"}}, gelu_spelled_out);
   registry.add("celu_as_elu", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, celu_as_elu);
 }

@@ -46,6 +46,10 @@ const std::vector<Adapted> kAdapted = {
     {"trilu-14-lowering", 11, {"test_tril", "test_tril_neg", "test_triu_pos", "test_triu_one_row", "test_tril_out_pos", "test_triu_square", "test_tril_zero"}},
     {"rms-normalization-23-lowering", 13,
      {"test_rms_normalization_3d_axis1_epsilon", "test_rms_normalization_4d_axis_negative_2", "test_rms_normalization_default_axis"}},
+    {"arg-select-last-index-12-lowering", 11,
+     {"test_argmax_default_axis_example_select_last_index", "test_argmin_negative_axis_keepdims_random_select_last_index",
+      "test_argmax_no_keepdims_random_select_last_index"}},
+    {"dropout-12-lowering", 11, {"test_dropout_default", "test_dropout_default_ratio"}},
     {"layer-normalization-17-lowering", 13, {"test_layer_normalization_3d_axis1_epsilon", "test_layer_normalization_4d_axis_negative_2"}},
 };
 
@@ -131,6 +135,11 @@ const std::vector<Written> kWritten = {
       g (float[2, 7] x) => (float[2, 3] a, float[2, 4] b) <int64[2] split = {3, 4}> {
         a, b = Split <axis = -1> (x, split)
       })", {}},
+    {"split-num-outputs-18-lowering (sizes at run time)", 13, R"(
+      <ir_version: 8, opset_import: ["": 18]>
+      g (float[N, 2] x) => (float[M, 2] a, float[K, 2] b, float[L, 2] c) {
+        a, b, c = Split <axis = 0, num_outputs = 3> (x)
+      })", {"--dim", "N=7"}},
     {"clip-bounds-input-11-lowering", 10, R"(
       <ir_version: 7, opset_import: ["": 13]>
       g (float[3, 4] x) => (float[3, 4] y, float[3, 4] z) <float lo = {-0.25}, float hi = {0.5}> {
