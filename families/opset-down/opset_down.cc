@@ -338,6 +338,21 @@ std::string dropout_inference(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// GridSample-20 renamed GridSample-16's modes (bilinear, bicubic: linear, cubic; absent: linear)
+// and took N-D inputs; a 4-D one in a 16 name. "nearest" kept its name, so such a node can't be
+// told from the rewrite of one and is left (refused) rather than rewritten forever.
+std::string grid_sample_16_modes(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  const std::string mode = string_attribute(node, "mode", "linear");
+  const std::string older = mode == "linear" ? "bilinear" : mode == "cubic" ? "bicubic" : "";
+  if (older.empty()) return fmt::format("mode \"{}\" is spelled the same before opset 20", mode);
+  if (match.facts("x").rank() != std::optional<size_t>(4)) return "GridSample-16 takes 4-D inputs only (the rank is not 4 or unknown)";
+  Attributes attributes = attributes_without(node, "mode");
+  attributes.push_back(attr("mode", older));
+  b.output(match.value("y"), b.op("GridSample", {value_of(match, "x"), value_of(match, "grid")}, attributes));
+  return {};
+}
+
 // The element type of x for the constants of a decomposition; 0 when it can't be used.
 int32_t float_type(const Match& match, std::string& why) {
   const int32_t type = element_type(match, {"x"});
@@ -396,6 +411,7 @@ void register_opset_down_builders(BuilderRegistry& registry) {
   registry.add("trilu_as_mask", {.values = {"x", "y"}, .optional_values = {"k"}, .optional_attributes = {"upper"}}, trilu_as_mask);
   registry.add("arg_last_index", {.values = {"data"}}, arg_last_index);
   registry.add("dropout_inference", {.values = {"data", "output"}, .optional_values = {"ratio", "mask"}}, dropout_inference);
+  registry.add("grid_sample_16_modes", {.values = {"x", "grid", "y"}}, grid_sample_16_modes);
   registry.add("gelu_spelled_out", {.values = {"x", "y"}, .optional_attributes = {"approximate"}}, gelu_spelled_out);
   registry.add("celu_as_elu", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, celu_as_elu);
 }

@@ -50,6 +50,7 @@ const std::vector<Adapted> kAdapted = {
      {"test_argmax_default_axis_example_select_last_index", "test_argmin_negative_axis_keepdims_random_select_last_index",
       "test_argmax_no_keepdims_random_select_last_index"}},
     {"dropout-12-lowering", 11, {"test_dropout_default", "test_dropout_default_ratio"}},
+    {"grid-sample-20-lowering", 17, {"test_gridsample", "test_gridsample_bicubic", "test_gridsample_bilinear_align_corners_1_additional_1"}},
     {"layer-normalization-17-lowering", 13, {"test_layer_normalization_3d_axis1_epsilon", "test_layer_normalization_4d_axis_negative_2"}},
 };
 
