@@ -139,7 +139,7 @@ int64_t int_attribute_or(const onnx::NodeProto& node, std::string_view name, int
 bool has_input(const onnx::NodeProto& node, int index) { return index < node.input_size() && !node.input(index).empty(); }
 
 // Version steps the tables mark as changing meaning, where this node means the same on both
-// sides (the change is about inputs or attributes it doesn't use), whichever way the import moves.
+// sides (and is valid on both: no input slot, even empty, that one side lacks) (the change is about inputs or attributes it doesn't use), whichever way the import moves.
 bool same_meaning_across(const onnx::NodeProto& node, int step) {
   const std::string& op = node.op_type();
   if ((op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") && step == 13) {
@@ -150,13 +150,13 @@ bool same_meaning_across(const onnx::NodeProto& node, int step) {
   const bool reduce = op.starts_with("Reduce") && (step == 18 || (op == "ReduceSum" && step == 13));
   if (reduce) {
     // Reducing every axis: axes neither an input (newer) nor an attribute (older).
-    return !has_input(node, 1) && !has_attribute(node, "axes") && int_attribute_or(node, "noop_with_empty_axes", 0) == 0;
+    return node.input_size() <= 1 && !has_attribute(node, "axes") && int_attribute_or(node, "noop_with_empty_axes", 0) == 0;
   }
-  if (op == "Squeeze" && step == 13) return !has_input(node, 1) && !has_attribute(node, "axes");
-  if (op == "Split" && step == 13) return !has_input(node, 1) && !has_attribute(node, "split");  // equal parts
+  if (op == "Squeeze" && step == 13) return node.input_size() <= 1 && !has_attribute(node, "axes");
+  if (op == "Split" && step == 13) return node.input_size() <= 1 && !has_attribute(node, "split");  // equal parts
   if (op == "Split" && step == 18) return has_input(node, 1) && !has_attribute(node, "num_outputs");
   if (op == "Clip" && step == 11) {  // no bounds: nothing clipped
-    return !has_input(node, 1) && !has_input(node, 2) && !has_attribute(node, "min") && !has_attribute(node, "max");
+    return node.input_size() <= 1 && !has_attribute(node, "min") && !has_attribute(node, "max");
   }
   if (op == "Resize" && step == 13) return has_input(node, 1) && has_input(node, 2);  // 13 made them optional
   if (op == "Resize" && step == 18) {  // 18 added these
@@ -176,7 +176,7 @@ bool same_meaning_across(const onnx::NodeProto& node, int step) {
   }
   if (op == "Dropout" && step == 12) {  // inference, the identity, on both sides; ratio and seed are one side's,
     // and ONNX Runtime's masks differ (Dropout-10 with a ratio input dropped gave zeros)
-    return !has_input(node, 1) && !has_input(node, 2) && !has_attribute(node, "ratio") && !has_attribute(node, "seed") &&
+    return node.input_size() <= 1 && !has_attribute(node, "ratio") && !has_attribute(node, "seed") &&
            (node.output_size() < 2 || node.output(1).empty());
   }
   if (op == "Pad" && step == 19) {  // 19 added mode "wrap"
@@ -263,16 +263,19 @@ std::optional<std::string> OpTable::move_blocker(const onnx::NodeProto& node, in
     if (step.relaxed && lowering) return where + " accepts nodes that " + op + "-" + std::to_string(low) + " does not";
     if (auto used = added_type_used(step, where, model_types)) return used;
     if (!lowering) continue;  // new attributes and inputs default to the old behaviour
+    // Set even to its default, an attribute the older schema lacks makes the node invalid there
+    // (ONNX Runtime: "Unrecognized attribute"), as does an input slot, even an empty one.
     for (const auto& [name, default_text] : step.added_attributes) {
       for (const auto& attribute : node.attribute()) {
-        if (attribute.name() == name && differs_from_default(attribute, default_text)) {
-          return where + " added attribute " + name + ", which this node sets";
-        }
+        if (attribute.name() != name) continue;
+        if (differs_from_default(attribute, default_text)) return where + " added attribute " + name + ", which this node sets";
+        return where + " added attribute " + name + ", which this node writes (to its default)";
       }
     }
     for (int index : step.added_inputs) {
-      if (index < node.input_size() && !node.input(index).empty()) {
-        return where + " added input " + std::to_string(index) + ", which this node uses";
+      if (index < node.input_size()) {
+        const bool used = !node.input(index).empty();
+        return where + " added input " + std::to_string(index) + (used ? ", which this node uses" : ", which this node lists (empty)");
       }
     }
   }
