@@ -8,7 +8,12 @@
 // - last_axis_softmax: Softmax/LogSoftmax/Hardmax-13 normalize over one axis, the older ones over
 //   the flattened [axis:] block; equal for the last axis, else the axis is transposed to the end.
 // - split_num_outputs: Split-18's num_outputs (the last part may be smaller) as explicit sizes.
-// - gelu_spelled_out, celu_as_elu: newer activations in older ops, constants of x's element type.
+// - reduce_runtime_axes: reductions over axes known only at run time, axis by axis.
+// - shape_slice, cast_like_as_cast, constant_value_tensor, resize_with_empty_inputs,
+//   grid_sample_16_modes, arg_last_index, dropout_inference: newer spellings in older ones.
+// - trilu_as_mask, gelu_spelled_out, celu_as_elu: newer ops in older ones, constants of x's type.
+// One builder call per statement where two would be arguments of one call: C++ leaves their
+// order unspecified, and the output must be the same from every compiler.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -108,7 +113,6 @@ std::string reduce_runtime_axes(const Match& match, GraphBuilder& b) {
   const Value axes = value_of(match, "axes");
   // Which axes are reduced: given (negative ones counted from the end), or every one when none is
   // given, unless noop_with_empty_axes.
-  // (One builder call per statement: argument order is unspecified, the output must not be.)
   const Value negative = b.op("Less", {axes, b.ints({0})});
   const Value shifted = b.Add(axes, b.ints({rank}));
   const Value normalized = b.Where(negative, shifted, axes);
