@@ -147,7 +147,7 @@ std::optional<std::string> OpsetPolicy::apply(const std::unordered_set<const onn
   for (const auto& [key, version] : decided_) {
     auto original = original_.find(key);
     if (original == original_.end() || version >= original->second) continue;
-    const auto blocker = import_move_blocker(model_.proto, key.first, key.second, original->second, version, model_types_,
+    const auto blocker = import_move_blocker(model_.proto, key.first, key.second, original->second, version, model_types_, {},
                                              [&](const onnx::NodeProto& node) { return created.count(&node) != 0; });
     if (blocker) {
       return fmt::format("{} opset {} can't be lowered to {}: {}", display_domain(key.second), original->second, version, *blocker);
