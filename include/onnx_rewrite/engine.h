@@ -27,6 +27,7 @@ struct RewriteOptions {
   std::ostream* explain_out = nullptr;
   std::ostream* progress_out = nullptr;  // a terminal: a line of rounds and matches once a model takes over a second
   int record_matches = 0;                // per rule, keep the first N matches' nodes (--html)
+  std::optional<int64_t> ir_version;     // --ir-version: write this IR version, if the model allows
 };
 
 struct RuleStats {
@@ -56,7 +57,9 @@ struct RewriteResult {
   std::map<std::string, std::pair<int, int>> opset_changes;  // domain -> (before, after); 0 = absent
   std::vector<std::string> notes;  // e.g. why --opset could not be reached
   std::vector<RecordedMatch> recorded;  // options.record_matches per rule, in the order applied
-  bool changed() const { return !rules.empty() || functions_inlined > 0 || !opset_changes.empty(); }
+  std::optional<std::pair<int64_t, int64_t>> ir_change;  // IR version (before, after) when options.ir_version changed it
+  std::optional<std::string> ir_version_problem;         // why options.ir_version could not be written
+  bool changed() const { return !rules.empty() || functions_inlined > 0 || !opset_changes.empty() || ir_change.has_value(); }
 };
 
 // The active rules for a run: serving the target, filtered by only/skip (unknown ids: UsageError).

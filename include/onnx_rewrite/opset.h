@@ -86,4 +86,9 @@ class OpRegistry {
   std::map<std::string, OpTable, std::less<>> tables_;
 };
 
+// Why `model` can't be written as IR `version` — an ai.onnx import, an element type, functions,
+// training info, sparse tensors or (from IR 9 on) fields ONNX 1.12 doesn't know that the older IR
+// lacks — or nullopt. Raising the IR never is blocked (from 3).
+std::optional<std::string> ir_version_blocker(const onnx::ModelProto& model, int64_t version);
+
 }  // namespace onnx_rewrite

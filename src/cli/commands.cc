@@ -247,6 +247,9 @@ void write_run_json(JsonWriter& json, const RewriteOptions& options, const RuleS
   json.key("builtin_rules").value(rules.builtin);
   json.key("rules").strings(rules.paths);
   json.key("fuse").value(options.fuse);
+  json.key("ir_version");
+  if (options.ir_version) json.value(*options.ir_version);
+  else json.null();
   json.key("max_rounds").value(options.max_rounds);
   json.key("provenance").value(provenance);
   json.end_object();
@@ -312,6 +315,10 @@ void write_outcome_fields(JsonWriter& json, const ModelOutcome& outcome, const s
     json.end_object();
   }
   json.end_array();
+  if (outcome.result.ir_change) {
+    json.key("ir_version").begin_object().key("before").value(outcome.result.ir_change->first);
+    json.key("after").value(outcome.result.ir_change->second).end_object();
+  }
   json.key("notes").strings(outcome.result.notes);
   json.key("check");
   write_check_json(json, outcome.check);
@@ -355,6 +362,7 @@ void print_summary(const ModelOutcome& outcome, const std::string& target, bool 
       const auto text = [](int version) { return version ? std::to_string(version) : std::string("(none)"); };
       out << fmt::format("  opset import {}: {} -> {}\n", display_domain(domain), text(change.first), text(change.second));
     }
+    if (result.ir_change) out << fmt::format("  IR version: {} -> {}\n", result.ir_change->first, result.ir_change->second);
   }
   for (const auto& note : result.notes) out << "  note: " << note << "\n";
   for (const auto& note : outcome.check.notes) out << "  note: " << note << "\n";
@@ -430,6 +438,7 @@ Processed process(const std::string& input, const std::string& output, const Rul
   if (const auto opsets = impossible_opset_imports(model.proto); !opsets.empty()) throw InputError(input, opsets.front());
   outcome.result = rewrite_model(model, rules, options, &checked);
   outcome.check = check_model(model, target, options.max_opset);
+  if (outcome.result.ir_version_problem) outcome.check.opset_problems.push_back(*outcome.result.ir_version_problem);
   if (how.provenance && outcome.result.changed()) record_provenance(model, outcome.result, options);
   outcome.timing.rewrite = seconds_since(start);
   start = std::chrono::steady_clock::now();

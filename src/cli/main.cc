@@ -55,6 +55,9 @@ void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources
   command.add_flag("--fuse", options.fuse,
                    "Also fuse spelled-out patterns into the target's own ops where that is opt-in (--target onnx: "
                    "LayerNormalization, Gelu, HardSwish, ...)");
+  command.add_option("--ir-version", options.ir_version,
+                     "Write this IR version (older runtimes refuse IR 9/10); exit 1 naming what the model uses that it lacks")
+      ->check(CLI::Range(3, 11));
   command.add_option("--max-rounds", options.max_rounds, "Rounds before rules that keep firing are an error")
       ->capture_default_str()
       ->check(CLI::Range(1, 10000));

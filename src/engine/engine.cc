@@ -428,6 +428,15 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
     if (!imports_before.count(domain)) result.opset_changes[domain] = {0, version};
   }
   if (!result.opset_changes.empty()) model.changed = true;
+  if (options.ir_version && *options.ir_version != model.proto.ir_version()) {
+    if (auto why = ir_version_blocker(model.proto, *options.ir_version)) {
+      result.ir_version_problem = fmt::format("IR version {} can't be written as {}: {}", model.proto.ir_version(), *options.ir_version, *why);
+    } else {
+      result.ir_change = {model.proto.ir_version(), *options.ir_version};
+      model.proto.set_ir_version(*options.ir_version);
+      model.changed = true;
+    }
+  }
   if (model.changed && input_valid) {
     // A round's check (always in topological order) covers the node lists as they are now.
     const auto problem = nodes_checked ? model_problem(model.proto) : output_problem(model.proto, input_ordered);
