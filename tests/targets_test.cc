@@ -78,6 +78,30 @@ max-opset ai.onnx 18
   EXPECT_EQ(find_target("onnx").refuses("", "LayerNormalization", 9), "LayerNormalization does not exist (or is deprecated) at ai.onnx opset 9");
 }
 
+// `check --opset N` names, per op, the nodes that keep the import above N and why.
+TEST(Targets, CheckOpsetNamesTheNodesThatKeepTheImportUp) {
+  TempDir dir;
+  const auto model = write_model_text(R"(<ir_version: 10, opset_import: ["": 21]>
+g (float[2, 3] x, float[2, 3] y) => (float[2, 3] a, bool[2, 3] b, bool[2, 3] c) {
+  a = Gelu (x)
+  b = GreaterOrEqual (x, y)
+  c = GreaterOrEqual (y, x)
+})", dir / "m.onnx");
+  const auto result = run_cli({"check", model.string(), "--opset", "11"});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.out.find("  the model imports ai.onnx opset 21, above --opset 11\n"
+                            "    Gelu x1 (main graph) keeps it there as it is: Gelu does not exist at opset 11\n"),
+            std::string::npos)
+      << result.out;
+  EXPECT_NE(result.out.find("    GreaterOrEqual x2 (main graph) keeps it there as it is: GreaterOrEqual does not exist at opset 11\n"),
+            std::string::npos)
+      << result.out;
+  // Both lower with rules: rewrite --opset 11 meets it.
+  const auto lowered = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--opset", "11"});
+  EXPECT_EQ(lowered.exit_code, 0) << lowered.out << lowered.err;
+  EXPECT_EQ(run_cli({"check", (dir / "out.onnx").string(), "--opset", "11"}).exit_code, 0);
+}
+
 TEST(Targets, ABadFileIsAnErrorNamingFileAndLine) {
   EXPECT_EQ(parse_error("inherits onnx\nmax-opset ai.onnx x\n"), "t.target:2: 'x' is not an opset version");
   EXPECT_EQ(parse_error("domain ai.onnx\ninherits onnx\n"), "t.target:2: 'inherits' must come first");

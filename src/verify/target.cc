@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -350,6 +351,34 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
     check_import(model_imports, "the model");
     for (const auto& function : model.proto.functions()) {
       check_import(import_map(function.opset_import()), fmt::format("function {}.{}", function.domain(), function.name()));
+    }
+    // Which nodes keep the import above N, and why: what `rewrite --opset N` would have to lower
+    // with a rule (its own rules lower many: families/opset-down).
+    const OpTable* table = OpRegistry::builtin().table("");
+    const auto types = model_types(model.proto);
+    std::map<const onnx::FunctionProto*, int64_t> imported;  // ai.onnx import per owner (0: none)
+    std::map<std::pair<std::string, std::string>, std::pair<int, std::string>> blocked;  // (op, why) -> count, first place
+    for_each_node(model.proto, [&](const onnx::NodeProto& node, const Place& place) {
+      if (!table || !normalize_domain(node.domain()).empty()) return;
+      const onnx::FunctionProto* function = place.function();
+      auto known = imported.find(function);
+      if (known == imported.end()) {
+        const ImportMap imports = function ? import_map(function->opset_import()) : model_imports;
+        auto it = imports.find("");
+        known = imported.emplace(function, it == imports.end() ? 0 : it->second).first;
+      }
+      if (known->second <= *max_opset || known->second > std::numeric_limits<int>::max()) return;
+      if (auto why = table->move_blocker(node, static_cast<int>(known->second), *max_opset, types)) {
+        auto& [count, first] = blocked[{node.op_type(), *why}];
+        if (count++ == 0) first = place.text();
+      }
+    });
+    for (const auto& [key, entry] : blocked) {
+      report.opset_problems.push_back(fmt::format("  {} x{} ({}) keeps it there as it is: {}", key.first, entry.first, entry.second, key.second));
+    }
+    if (!blocked.empty()) {
+      report.notes.push_back(fmt::format("`rewrite --opset {}` lowers many such nodes with rules (families/opset-down); what it can't is named then",
+                                         *max_opset));
     }
   }
   return report;
