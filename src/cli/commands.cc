@@ -246,6 +246,7 @@ void write_run_json(JsonWriter& json, const RewriteOptions& options, const RuleS
   json.key("skip").strings({options.skip.begin(), options.skip.end()});
   json.key("builtin_rules").value(rules.builtin);
   json.key("rules").strings(rules.paths);
+  json.key("canonicalize").value(options.canonicalize);
   json.key("max_rounds").value(options.max_rounds);
   json.key("provenance").value(provenance);
   json.end_object();

@@ -52,6 +52,8 @@ void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources
   command.add_flag_callback(
       "--inline-functions", [&inline_functions] { inline_functions = true; },
       "Inline calls to model-local functions (default: for --target onnx only)");
+  command.add_flag("--no-canonicalize{false}", options.canonicalize,
+                   "Don't canonicalize before matching (fold small constants, Sum of two as Add: the canonicalize-* rules)");
   command.add_option("--max-rounds", options.max_rounds, "Rounds before rules that keep firing are an error")
       ->capture_default_str()
       ->check(CLI::Range(1, 10000));
