@@ -24,6 +24,7 @@ namespace {
 
 struct Run {
   double wall_s;
+  double cpu_s;  // user + system: steadier than wall time on a machine others share
   long peak_rss_kib;
 };
 
@@ -62,7 +63,8 @@ std::optional<Run> run_once(const std::vector<std::string>& command) {
     fmt::print(stderr, "bench-measure: {} exited with {}\n", command[0], WEXITSTATUS(status));
     return std::nullopt;
   }
-  return Run{wall.count(), usage.ru_maxrss};  // ru_maxrss is in KiB on Linux
+  const auto seconds = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
+  return Run{wall.count(), seconds(usage.ru_utime) + seconds(usage.ru_stime), usage.ru_maxrss};  // ru_maxrss: KiB
 }
 
 template <class T>
@@ -105,6 +107,7 @@ int main(int argc, char** argv) {
     if (!run_once(command)) return 1;
   }
   std::vector<double> walls;
+  std::vector<double> cpus;
   std::vector<long> rss;
   for (int i = 0; i < runs; ++i) {
     const std::optional<Run> run = run_once(command);
@@ -112,6 +115,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "run {}/{}: {:.3f} s, peak RSS {:.1f} MiB\n", i + 1, runs, run->wall_s,
                double(run->peak_rss_kib) / 1024);
     walls.push_back(run->wall_s);
+    cpus.push_back(run->cpu_s);
     rss.push_back(run->peak_rss_kib);
   }
 
@@ -123,9 +127,9 @@ int main(int argc, char** argv) {
     for (const std::string& arg : command) quoted.push_back(json_string(arg));
     fmt::print(
         "{{\"command\": [{}], \"runs\": {}, \"median_wall_s\": {:.6f}, \"min_wall_s\": {:.6f}, "
-        "\"max_wall_s\": {:.6f}, \"median_peak_rss_kib\": {:.0f}, \"wall_s\": [{:.6f}], "
+        "\"max_wall_s\": {:.6f}, \"median_cpu_s\": {:.6f}, \"median_peak_rss_kib\": {:.0f}, \"wall_s\": [{:.6f}], "
         "\"peak_rss_kib\": [{}]}}\n",
-        fmt::join(quoted, ", "), runs, median_wall, *min_wall, *max_wall, median_rss_kib,
+        fmt::join(quoted, ", "), runs, median_wall, *min_wall, *max_wall, median(cpus), median_rss_kib,
         fmt::join(walls, ", "), fmt::join(rss, ", "));
   } else {
     fmt::print("median {:.3f} s (min {:.3f}, max {:.3f}), median peak RSS {:.1f} MiB, {} runs: {}\n",

@@ -882,6 +882,35 @@ g (float[2] x, int64[1] s) => (float[2] y) { r = Reshape <allowzero = 1> (x, s)
   EXPECT_EQ(count(kept.model, "Gelu"), 1) << "rewritten at the model's own opset, where Gelu-20 is loadable";
 }
 
+// Lowering must leave nodes valid at the lower version, not only meaning the same: an attribute
+// the older schema lacks, written even to its default, and an input slot it lacks, even empty,
+// make ONNX Runtime refuse the model (DepthToSpace <mode = "DCR">, Clip (x, "", "") at 10).
+// Steps marked as changes of meaning that leave a node's meaning alone let it move.
+TEST(Opsets, LoweringRefusesWhatTheOlderSchemaCantHoldAndMovesWhatMeansTheSame) {
+  RewriteOptions options;
+  options.max_opset = 10;
+  const RuleSet none;
+  for (const char* node : {R"(y = DepthToSpace <blocksize = 2, mode = "DCR"> (x))", R"(y = Clip (x, , ))"}) {
+    SCOPED_TRACE(node);
+    const auto kept = rewrite_text(fmt::format(R"(<ir_version: 7, opset_import: ["": 13]>
+g (float[1, 4, 2, 2] x) => (float[1, 1, 4, 4] y) {{ {} }})", node), none, options);
+    EXPECT_EQ(kept.model.opset_import(0).version(), 13);
+    ASSERT_FALSE(kept.result.notes.empty());
+    EXPECT_NE(kept.result.notes.front().find("can't be lowered to 10"), std::string::npos) << kept.result.notes.front();
+  }
+  options.max_opset = 11;
+  for (const char* node : {"y = Softmax <axis = -1> (x)", "y = ReduceMean <keepdims = 1> (x)", "y = Clip (x)"}) {
+    SCOPED_TRACE(node);
+    const auto moved = rewrite_text(fmt::format(R"(<ir_version: 8, opset_import: ["": 18]>
+g (float[2, 3] x) => (float[2, 3] y) {{ {} }})", node), none, options);
+    EXPECT_EQ(moved.model.opset_import(0).version(), 11);
+  }
+  // Absent, Softmax's axis is -1 from 13 but 1 before: that node does not move by itself.
+  const auto softmax = rewrite_text(R"(<ir_version: 8, opset_import: ["": 13]>
+g (float[2, 3, 4] x) => (float[2, 3, 4] y) { y = Softmax (x) })", none, options);
+  EXPECT_EQ(softmax.model.opset_import(0).version(), 13);
+}
+
 // ---- Fixed point and determinism --------------------------------------------------------------
 
 TEST(Engine, RulesThatUndoEachOtherFailAtTheCapNamingThem) {
@@ -1050,7 +1079,7 @@ TEST(RuleFiles, NumbersOutOfRangeAndDeepExpressionsAreErrors) {
 
 TEST(RuleFiles, ErrorsNameFileLineAndColumn) {
   EXPECT_EQ(load_error("rule x\n  descripton: hi\nend\n"),
-            "test.rules:2:3: unknown clause 'descripton' (description, targets, priority, requires, where, pattern, let, "
+            "test.rules:2:3: unknown clause 'descripton' (description, targets, fuses for, priority, requires, where, pattern, let, "
             "replace, example, expect, end)");
   const std::string bad_onnx = load_error(R"(rule x
   targets: onnx
@@ -1181,6 +1210,15 @@ TEST(RuleFiles, TargetsMustExist) {
 end
 )");
   EXPECT_EQ(error.rfind("test.rules:2:3: rule x: unknown target 'trt' (known: onnx, onnx-opset13, ort", 0), 0u) << error;
+  const std::string fused = load_error(R"(rule y
+  fuses for: onnx, trt
+  pattern (a) => (b) { b = Relu (a) }
+  replace (a) => (b) { b = Neg (a) }
+end
+)");
+  EXPECT_EQ(fused.rfind("test.rules:2:3: rule y: unknown target 'trt' (known: onnx, onnx-opset13, ort", 0), 0u) << fused;
+  EXPECT_EQ(load_error("rule z\n  pattern (a) => (b) { b = Relu (a) }\n  replace (a) => (b) { b = Neg (a) }\nend\n"),
+            "test.rules:4:4: rule z names no targets");
 }
 
 // Goldens several rules share are written once: `expect like RULE`.

@@ -67,6 +67,22 @@ TEST(InputProblem, NodesInAnyOrderAreFine) {
   EXPECT_TRUE(structural_problem(model).has_value());  // what the engine writes must be ordered
 }
 
+// The engine takes check_input's `ordered` for structural_problem's verdict: they must agree.
+TEST(InputProblem, CheckInputSaysWhetherTheNodesAreInOrder) {
+  const InputCheck in_order = check_input(parse_model_text(kValid));
+  EXPECT_EQ(in_order.problem, std::nullopt);
+  EXPECT_TRUE(in_order.ordered);
+  onnx::ModelProto model = parse_model_text(kValid);
+  model.mutable_graph()->mutable_node()->SwapElements(0, 2);
+  const InputCheck any_order = check_input(model);
+  EXPECT_EQ(any_order.problem, std::nullopt);
+  EXPECT_FALSE(any_order.ordered);
+  model.mutable_graph()->mutable_node(1)->set_input(0, "nope");
+  const InputCheck broken = check_input(model);
+  ASSERT_TRUE(broken.problem.has_value());
+  EXPECT_NE(broken.problem->find("reads 'nope', which nothing computes"), std::string::npos) << *broken.problem;
+}
+
 TEST(InputProblem, EachBrokenGraphIsNamed) {
   struct Case {
     std::string name;

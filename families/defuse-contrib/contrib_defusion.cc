@@ -243,7 +243,8 @@ std::optional<std::vector<int64_t>> trailing_axes(int64_t axis, std::optional<in
 // axis, epsilon, stash_type; outputs Y, Mean (not simplified), InvStdDev). LayerNormalization
 // of ai.onnx 17 and RMSNormalization of ai.onnx 23 where the opset has them.
 std::string defuse_layer_norm(const Match& match, GraphBuilder& b) {
-  const bool simplified = match.anchor->op_type() == "SimplifiedLayerNormalization";
+  // RMSNormalization-23 (ai.onnx) lowered for older opsets (families/opset-down) is the same op.
+  const bool simplified = match.anchor->op_type() == "SimplifiedLayerNormalization" || match.anchor->op_type() == "RMSNormalization";
   const int64_t axis = int_attribute(*match.anchor, "axis", -1);
   const float epsilon = float_attribute(*match.anchor, "epsilon", 1e-5f);
   const int64_t stash_type = int_attribute(*match.anchor, "stash_type", 1);

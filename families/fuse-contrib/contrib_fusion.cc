@@ -406,6 +406,20 @@ std::string build_layer_norm(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// TensorFlow's folded LayerNorm -> LayerNormalization(x, γ, β): β must have the normalized dims too.
+std::string build_layer_norm_folded(const Match& match, GraphBuilder& b) {
+  StaticShapes shapes = static_shapes(match);
+  auto norm = spelled_norm(match, shapes, "x");
+  if (auto* why = std::get_if<std::string>(&norm)) return *why;
+  const auto& [x, axes, epsilon] = std::get<SpelledNorm>(norm);
+  const std::string& beta = match.value("beta");
+  if (auto why = check_affine("β", beta, shapes(beta), shapes(x), axes, false); !why.empty()) return why;
+  const Value y = b.op("LayerNormalization", {Value{x}, Value{match.value("gamma")}, Value{beta}},
+                       {attr("axis", -axes), attr("epsilon", epsilon)});
+  b.output(match.value("y"), y);
+  return {};
+}
+
 // x - ReduceMean(x): what an RMSNorm pattern finds inside a LayerNorm that fuse-layernorm
 // could not take (its mean used elsewhere, say). That is left alone rather than half-fused.
 bool is_centered(const Scope& scope, const std::string& value) {
@@ -417,14 +431,36 @@ bool is_centered(const Scope& scope, const std::string& value) {
   return mean && mean->node->op_type() == "ReduceMean" && mean->node->input(0) == sub->node->input(0);
 }
 
-// Spelled-out RMSNorm -> ai.onnx RMSNormalization(x, γ) (opset 23).
+// Spelled-out RMSNorm -> ai.onnx RMSNormalization(x, γ) (opset 23), below 23 ORT's
+// SimplifiedLayerNormalization (which only --target ort loads). LLaMA's form, between a Cast to
+// float and one back to the input's type, is the same op on the input with stash_type = 1.
 std::string build_rms_norm(const Match& match, GraphBuilder& b) {
   if (is_centered(*match.scope, match.value("x"))) return "x is x' - mean(x'): a LayerNorm's, not an RMSNorm";
   StaticShapes shapes = static_shapes(match);
   auto norm = spelled_norm(match, shapes, "x");
   if (auto* why = std::get_if<std::string>(&norm)) return *why;
   const auto& [x, axes, epsilon] = std::get<SpelledNorm>(norm);
-  const Value y = b.op("RMSNormalization", {Value{x}, Value{match.value("gamma")}}, {attr("axis", -axes), attr("epsilon", epsilon)});
+  const bool standard = b.opset() >= 23;
+  Value input{x};
+  int32_t statistics = shapes(x).elem_type;
+  if (match.has_value("x_in")) {
+    const int32_t outer = shapes(match.value("x_in")).elem_type;
+    if (match.attribute_int("up", 0) != onnx::TensorProto::FLOAT) return "the first Cast is not to float";
+    if (!Types{onnx::TensorProto::FLOAT16, onnx::TensorProto::BFLOAT16, onnx::TensorProto::FLOAT}.count(outer)) {
+      return "the input before the Casts is not float16, bfloat16 or float";
+    }
+    if (match.attribute_int("down", 0) != outer) return "the second Cast is not back to the input's element type";
+    input = Value{match.value("x_in")};
+  }
+  Attributes attributes{attr("axis", -axes), attr("epsilon", epsilon)};
+  if (statistics == onnx::TensorProto::DOUBLE) {
+    if (!standard) return "a double RMSNorm below opset 23: ORT's SimplifiedLayerNormalization is fused for float only";
+    attributes.push_back(attr("stash_type", int64_t{onnx::TensorProto::DOUBLE}));
+  } else if (match.has_value("x_in")) {
+    attributes.push_back(attr("stash_type", int64_t{onnx::TensorProto::FLOAT}));
+  }
+  const Value y = b.op(standard ? "RMSNormalization" : "SimplifiedLayerNormalization", {input, Value{match.value("gamma")}},
+                       std::move(attributes));
   b.output(match.value("y"), y);
   return {};
 }
@@ -613,8 +649,13 @@ void register_fuse_contrib_builders(BuilderRegistry& registry) {
   const std::vector<std::string> spelled{"axes1", "axes2", "k_two", "k_one"};
   registry.add("fuse_layer_norm", {.values = {"x", "gamma", "eps", "y"}, .optional_values = spelled, .optional_attributes = reductions},
                build_layer_norm);
-  registry.add("fuse_rms_norm", {.values = {"x", "gamma", "eps", "y"}, .optional_values = spelled, .optional_attributes = reductions},
+  std::vector<std::string> rms_values = spelled, rms_attributes = reductions;
+  rms_values.push_back("x_in");
+  rms_attributes.insert(rms_attributes.end(), {"up", "down"});
+  registry.add("fuse_rms_norm", {.values = {"x", "gamma", "eps", "y"}, .optional_values = rms_values, .optional_attributes = rms_attributes},
                build_rms_norm);
+  registry.add("fuse_layer_norm_folded", {.values = {"x", "gamma", "beta", "eps", "y"}, .optional_values = spelled, .optional_attributes = reductions},
+               build_layer_norm_folded);
   registry.add("fuse_layer_norm_bias", {.values = {"x", "gamma", "beta", "y"}}, build_layer_norm_bias);
   registry.add("fuse_skip_layer_norm",
                {.values = {"a", "b", "h", "gamma", "y"}, .optional_values = {"beta"},

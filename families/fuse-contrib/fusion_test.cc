@@ -15,6 +15,7 @@
 #include "onnx_rewrite/engine.h"
 #include "onnx_rewrite/model_io.h"
 #include "onnx_rewrite/tensor.h"
+#include "onnx_rewrite/toolkit.h"
 #include "test_support.h"
 
 namespace onnx_rewrite {
@@ -49,29 +50,6 @@ Fused fuse(const onnx::ModelProto& proto, std::optional<int> max_opset = std::nu
 
 Fused fuse(const std::string& text, std::optional<int> max_opset = std::nullopt, const std::string& explain_op = "") {
   return fuse(parse_model_text(text), max_opset, explain_op);
-}
-
-// The same model in float16 (ONNX text has no float16 literals): inputs, outputs, initializers
-// and Constant nodes.
-onnx::ModelProto as_float16(onnx::ModelProto model) {
-  auto convert = [](onnx::TensorProto& tensor) {
-    if (tensor.data_type() != onnx::TensorProto::FLOAT) return;
-    const auto values = decode_tensor(tensor);
-    const std::string name = tensor.name();
-    tensor = make_tensor(onnx::TensorProto::FLOAT16, values->dims, values->numbers);
-    tensor.set_name(name);
-  };
-  auto& graph = *model.mutable_graph();
-  for (auto* infos : {graph.mutable_input(), graph.mutable_output()}) {
-    for (auto& info : *infos) info.mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT16);
-  }
-  for (auto& tensor : *graph.mutable_initializer()) convert(tensor);
-  for (auto& node : *graph.mutable_node()) {
-    for (auto& attribute : *node.mutable_attribute()) {
-      if (attribute.has_t()) convert(*attribute.mutable_t());
-    }
-  }
-  return model;
 }
 
 int count(const onnx::ModelProto& model, const std::string& domain, const std::string& op_type) {
@@ -600,10 +578,7 @@ INSTANTIATE_TEST_SUITE_P(
                                               "no_axes = Constant <value = int64[0] {}> ()\n"
                                               "  mean = ReduceMean <noop_with_empty_axes = 1> (x, no_axes)"),
                                  18),
-                 "Mul", "a ReduceMean without axes and with noop_with_empty_axes=1 reduces nothing"},
-        NearMiss{"rms_norm_below_opset_23",
-                 layer_norm_text(kLnSignature, spelled_norm(true, "x", "y", "-1", {}, "gamma", "")), "Mul",
-                 "matched, but needs ai.onnx 23 (the model uses 17), tried only when no other rule fits"}),
+                 "Mul", "a ReduceMean without axes and with noop_with_empty_axes=1 reduces nothing"}),
     [](const auto& info) { return info.param.name; });
 
 // ---- Residual Add + normalization -------------------------------------------------------------
@@ -746,6 +721,104 @@ TEST(RmsNorm, Opset23IsRMSNormalization) {
     EXPECT_EQ(out.graph().node(0).op_type(), "RMSNormalization");
     expect_same_in_ort(text, fused, {"--dim", "N=2"});
   }
+}
+
+// TensorFlow's layer norm through tf2onnx (nn.batch_normalization's folded form).
+TEST(LayerNorm, TensorFlowsFoldedFormIsLayerNormalizationWithBias) {
+  for (const auto& [opset, square, rsqrt] : std::vector<std::tuple<int, std::string, std::string>>{
+           {13, "sq = Mul (d, d)", "r = Reciprocal (s)"},
+           {17, "two = Constant <value = float {2.0}> ()\n  sq = Pow (d, two)", "r = Reciprocal (s)"},
+           {17, "sq = Mul (d, d)", "one = Constant <value = float {1.0}> ()\n  r = Div (one, s)"}}) {
+    SCOPED_TRACE(fmt::format("opset {}: {}; {}", opset, square, rsqrt));
+    const auto text = model(opset, fmt::format(R"(tf_ln (float[N, 5, 16] x) => (float[N, 5, 16] y)
+    <float[16] gamma = {}, float[16] beta = {}> {{
+  mean = ReduceMean <axes = [-1]> (x)
+  d = Sub (x, mean)
+  {}
+  var = ReduceMean <axes = [-1]> (sq)
+  eps = Constant <value = float {{1e-3}}> ()
+  ve = Add (var, eps)
+  s = Sqrt (ve)
+  {}
+  inv = Mul (r, gamma)
+  xs = Mul (x, inv)
+  ms = Mul (mean, inv)
+  shift = Sub (beta, ms)
+  y = Add (xs, shift)
+}})",
+                                               numbers(16, 1.0, 0.5), numbers(16, 0.0, 0.5, 5), square, rsqrt));
+    const auto fused = fuse(text);
+    const auto& out = fused.model;
+    ASSERT_EQ(out.graph().node_size(), 1) << canonical_nodes(out, interface_names(out));
+    EXPECT_EQ(out.graph().node(0).op_type(), "LayerNormalization");
+    EXPECT_EQ(out.graph().node(0).input_size(), 3);
+    expect_same_in_ort(text, fused, {"--dim", "N=2", "--float-range", "-3,3"});
+  }
+}
+
+// Below opset 23, ORT's own SimplifiedLayerNormalization, in the ai.onnx domain where ORT
+// registers it (as its optimizer writes it); standard ONNX has no such op.
+TEST(RmsNorm, BelowOpset23OrtGetsSimplifiedLayerNormalization) {
+  for (const int opset : {13, 17}) {
+    SCOPED_TRACE(opset);
+    const auto text = model(opset, fmt::format(R"(t5 (float[N, 5, 16] x) => (float[N, 5, 16] y) <float[16] gamma = {}> {{
+{}}})",
+                                               numbers(16, 1.0, 0.5), spelled_norm(true, "x", "y", "-1", {"Pow", "DivOne", false}, "gamma", "", "", 1e-6)));
+    const auto fused = fuse(text);
+    const auto& out = fused.model;
+    ASSERT_EQ(out.graph().node_size(), 1) << canonical_nodes(out, interface_names(out));
+    EXPECT_EQ(out.graph().node(0).op_type(), "SimplifiedLayerNormalization");
+    EXPECT_EQ(out.graph().node(0).domain(), "");
+    expect_same_in_ort(text, fused, {"--dim", "N=2"});
+  }
+}
+
+// HF LlamaRMSNorm exported in float16: the statistics in float32 between two Casts.
+std::string llama_rms_norm(int opset, const std::string& rsqrt) {
+  const std::string axes = opset >= 18 ? "axes = Constant <value = int64[1] {-1}> ()\n  var = ReduceMean <keepdims = 1> (sq, axes)"
+                                       : "var = ReduceMean <axes = [-1], keepdims = 1> (sq)";
+  return model(opset, fmt::format(R"(llama (float16[N, 5, 16] x16, float16[16] gamma) => (float16[N, 5, 16] y) {{
+  x = Cast <to = 1> (x16)
+  two = Constant <value = float {{2.0}}> ()
+  sq = Pow (x, two)
+  {}
+  eps = Constant <value = float {{1e-6}}> ()
+  ve = Add (var, eps)
+  s = Sqrt (ve)
+  {}
+  n = Mul (x, r)
+  c = Cast <to = 10> (n)
+  y = Mul (gamma, c)
+}})",
+                                  axes, rsqrt));
+}
+
+TEST(RmsNorm, LlamaFloat16BetweenCastsIsOneNodeWithFloatStatistics) {
+  const std::string div_one = "one = Constant <value = float {1.0}> ()\n  r = Div (one, s)";
+  for (const auto& [opset, rsqrt, op_type] : std::vector<std::tuple<int, std::string, std::string>>{
+           {17, div_one, "SimplifiedLayerNormalization"},
+           {14, "r = Reciprocal (s)", "SimplifiedLayerNormalization"},
+           {23, div_one, "RMSNormalization"}}) {
+    SCOPED_TRACE(fmt::format("opset {}, {}", opset, rsqrt));
+    const auto text = llama_rms_norm(opset, rsqrt);
+    const auto fused = fuse(text);
+    const auto& out = fused.model;
+    ASSERT_EQ(out.graph().node_size(), 1) << canonical_nodes(out, interface_names(out));
+    const auto& node = out.graph().node(0);
+    EXPECT_EQ(node.op_type(), op_type);
+    EXPECT_EQ(node.input(0), "x16");
+    EXPECT_EQ(int_attribute(node, "stash_type", -1), 1);
+    // float16 outputs: ORT applies γ before the one rounding the spelled-out form does twice.
+    expect_same_in_ort(text, fused, {"--dim", "N=2", "--float-range", "-3,3", "--atol", "1e-2", "--rtol", "1e-2"});
+  }
+  // A Cast back to another type than the input's is not LLaMA's: left alone, with the reason.
+  auto text = llama_rms_norm(17, div_one);
+  text.replace(text.find("Cast <to = 10>"), 14, "Cast <to = 1> ");
+  text.replace(text.find("float16[N, 5, 16] y"), 19, "float[N, 5, 16] y");
+  text.replace(text.find("float16[16] gamma"), 17, "float[16] gamma");
+  const auto kept = fuse(text, std::nullopt, "Mul");
+  EXPECT_EQ(kept.model.graph().node_size(), 12);
+  EXPECT_NE(kept.explain.find("the second Cast is not back to the input's element type"), std::string::npos) << kept.explain;
 }
 
 TEST(RmsNorm, Opset23ResidualAddPrefersTheSkipOp) {

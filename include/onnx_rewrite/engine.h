@@ -11,6 +11,7 @@
 
 #include "onnx_rewrite/model.h"
 #include "onnx_rewrite/rule.h"
+#include "onnx_rewrite/verify.h"
 
 namespace onnx_rewrite {
 
@@ -20,10 +21,12 @@ struct RewriteOptions {
   std::set<std::string> only;            // --only: rule ids (empty = all)
   std::set<std::string> skip;            // --skip
   bool inline_functions = false;         // inline calls to model-local functions first
+  bool fuse = false;                     // --fuse: also rules that fuse for the target on request (`fuses for:`)
   bool canonicalize = true;              // --no-canonicalize: false skips the canonicalize-* rules
   int max_rounds = 16;
   std::string explain;                   // --explain: op type or node name
   std::ostream* explain_out = nullptr;
+  std::ostream* progress_out = nullptr;  // a terminal: a line of rounds and matches once a model takes over a second
   int record_matches = 0;                // per rule, keep the first N matches' nodes (--html)
 };
 
@@ -65,8 +68,10 @@ bool is_canonicalization(const Rule& rule);
 // The active rules for a run: serving the target, filtered by only/skip (unknown ids: UsageError).
 std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions& options);
 
-// Rewrites `model` in place. Throws InputError when rules keep firing past max_rounds.
-RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOptions& options);
+// Rewrites `model` in place. Throws InputError when rules keep firing past max_rounds. `input`:
+// check_input of the model as given, if the caller has it (on big graphs a pass worth saving).
+RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOptions& options,
+                            const InputCheck* input = nullptr);
 
 // Records in the model's metadata_props what `result` did to it, under keys "onnx_rewrite.*"
 // (tool and version, target, ai.onnx opset, rules with match counts, functions inlined),

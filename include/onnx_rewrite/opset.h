@@ -64,6 +64,10 @@ class OpTable {
   // model declares anywhere (new types added by a version only matter if the model uses them).
   std::optional<std::string> move_blocker(const onnx::NodeProto& node, int from, int to,
                                           const std::set<int32_t>& model_types) const;
+  // The types part of move_blocker alone: for nodes a rewrite built for `to`, which mean what
+  // they should there but may take element types only `from` has.
+  std::optional<std::string> type_blocker(const onnx::NodeProto& node, int from, int to,
+                                          const std::set<int32_t>& model_types) const;
   int highest_version() const { return highest_; }
   std::vector<std::string> op_types() const;
 

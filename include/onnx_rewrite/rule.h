@@ -130,6 +130,7 @@ struct Rule {
   std::string file;
   int line = 0;
   std::vector<std::string> targets;
+  std::vector<std::string> fuse_targets;  // `fuses for:` targets it also serves, with --fuse only
   int priority = 0;
   std::vector<VersionRange> requires_opsets;  // what the replacement needs
   std::vector<Pattern> patterns;
@@ -137,8 +138,9 @@ struct Rule {
   std::shared_ptr<const Replacement> replacement;
   std::optional<RuleExample> example;
 
-  // Whether the rule runs under `target`: it names it, or a target it builds on.
-  bool serves(const Target& target) const;
+  // Whether the rule runs under `target`: it names it, or a target it builds on (with `fuse`,
+  // also through `fuses for:`).
+  bool serves(const Target& target, bool fuse = false) const;
 };
 
 struct RuleSet {

@@ -24,6 +24,17 @@ std::optional<std::string> input_problem(const onnx::ModelProto& model);
 // with a model `check` refuses.
 std::optional<std::string> output_problem(const onnx::ModelProto& model, bool ordered = true);
 
+// input_problem, and whether structural_problem finds nothing either: one pass over the nodes
+// for a model in topological order (which passes the order-free check too).
+struct InputCheck {
+  std::optional<std::string> problem;
+  bool ordered = false;
+};
+InputCheck check_input(const onnx::ModelProto& model);
+
+// What output_problem checks beyond the node lists: calls of model-local functions, imports.
+std::optional<std::string> model_problem(const onnx::ModelProto& model);
+
 // Opset imports (of the model and its functions) outside 0..2^31-1: damage, not a newer opset.
 // `check` reports them, `rewrite` refuses the model (imports are raised and lowered as ints).
 std::vector<std::string> impossible_opset_imports(const onnx::ModelProto& model);

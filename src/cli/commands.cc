@@ -246,6 +246,7 @@ void write_run_json(JsonWriter& json, const RewriteOptions& options, const RuleS
   json.key("skip").strings({options.skip.begin(), options.skip.end()});
   json.key("builtin_rules").value(rules.builtin);
   json.key("rules").strings(rules.paths);
+  json.key("fuse").value(options.fuse);
   json.key("canonicalize").value(options.canonicalize);
   json.key("max_rounds").value(options.max_rounds);
   json.key("provenance").value(provenance);
@@ -400,8 +401,10 @@ void report_failure(PendingFile* report, const std::exception_ptr& error,
 
 // A graph ONNX Runtime would refuse (a cycle, a value computed twice or by nothing) is bad input:
 // rewriting or checking it would only hide that.
-void refuse_invalid(const Model& model) {
-  if (auto problem = input_problem(model.proto)) throw InputError(model.path.string(), *problem);
+InputCheck refuse_invalid(const Model& model) {
+  InputCheck input = check_input(model.proto);
+  if (input.problem) throw InputError(model.path.string(), *input.problem);
+  return input;
 }
 
 
@@ -424,9 +427,9 @@ Processed process(const std::string& input, const std::string& output, const Rul
   Model& model = *loaded;
   outcome.timing.load = seconds_since(start);
   start = std::chrono::steady_clock::now();
-  refuse_invalid(model);
+  const InputCheck checked = refuse_invalid(model);
   if (const auto opsets = impossible_opset_imports(model.proto); !opsets.empty()) throw InputError(input, opsets.front());
-  outcome.result = rewrite_model(model, rules, options);
+  outcome.result = rewrite_model(model, rules, options, &checked);
   outcome.check = check_model(model, target, options.max_opset);
   if (how.provenance && outcome.result.changed()) record_provenance(model, outcome.result, options);
   outcome.timing.rewrite = seconds_since(start);
@@ -975,6 +978,7 @@ int run_rules(const RuleSources& sources, bool json, std::ostream& out) {
       writer.key("id").value(rule->id);
       writer.key("description").value(rule->description);
       writer.key("targets").strings(rule->targets);
+      writer.key("fuses_for").strings(rule->fuse_targets);
       writer.key("priority").value(rule->priority);
       writer.key("matches").strings(anchors(*rule));
       writer.key("requires").strings(needs(*rule));
@@ -987,7 +991,10 @@ int run_rules(const RuleSources& sources, bool json, std::ostream& out) {
     return 0;
   }
   for (const auto& rule : rules.rules) {
-    out << fmt::format("{}  [{}]\n    {}\n    matches {}", rule->id, fmt::join(rule->targets, ", "), rule->description,
+    std::vector<std::string> serves;
+    if (!rule->targets.empty()) serves.push_back(fmt::format("{}", fmt::join(rule->targets, ", ")));
+    if (!rule->fuse_targets.empty()) serves.push_back(fmt::format("with --fuse: {}", fmt::join(rule->fuse_targets, ", ")));
+    out << fmt::format("{}  [{}]\n    {}\n    matches {}", rule->id, fmt::join(serves, "; "), rule->description,
                        fmt::join(anchors(*rule), ", "));
     const auto required = needs(*rule);
     if (!required.empty()) out << fmt::format("; needs {}", fmt::join(required, ", "));

@@ -52,6 +52,9 @@ void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources
   command.add_flag_callback(
       "--inline-functions", [&inline_functions] { inline_functions = true; },
       "Inline calls to model-local functions (default: for --target onnx only)");
+  command.add_flag("--fuse", options.fuse,
+                   "Also fuse spelled-out patterns into the target's own ops where that is opt-in (--target onnx: "
+                   "LayerNormalization, Gelu, HardSwish, ...)");
   command.add_flag("--no-canonicalize{false}", options.canonicalize,
                    "Don't canonicalize before matching (fold small constants, Sum of two as Add: the canonicalize-* rules)");
   command.add_option("--max-rounds", options.max_rounds, "Rounds before rules that keep firing are an error")
@@ -165,6 +168,7 @@ int main(int argc, char** argv) {
   try {
     if (*rewrite_app) {
       rewrite.options.explain_out = &std::cout;
+      if (::isatty(STDERR_FILENO)) rewrite.options.progress_out = &std::cerr;
       return run_rewrite(rewrite, std::cout, std::cerr);
     }
     if (*check_app) return run_check(check_model_path, check_target, check_opset, check_rules, check_json, std::cout, std::cerr, check_junit);

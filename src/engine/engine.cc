@@ -2,6 +2,7 @@
 #include "onnx_rewrite/toolkit.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include <fmt/format.h>
@@ -42,7 +43,7 @@ std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions
   const Target& target = find_target(options.target);
   std::vector<const Rule*> active;
   for (const auto& rule : rules.rules) {
-    if (!rule->serves(target)) continue;
+    if (!rule->serves(target, options.fuse)) continue;
     if (!options.only.empty() && !options.only.count(rule->id)) continue;
     if (options.skip.count(rule->id)) continue;
     if (!options.canonicalize && is_canonicalization(*rule)) continue;
@@ -92,19 +93,52 @@ bool explains(const RewriteOptions& options, const onnx::NodeProto& node) {
 
 using Raise = OpsetPolicy::Raise;
 
+// One line on a terminal, rewritten in place once a run has taken more than a second, and
+// cleared when the run ends: a big model shows it is getting on.
+class ProgressLine {
+ public:
+  explicit ProgressLine(std::ostream* out) : out_(out), start_(Clock::now()) {}
+  ~ProgressLine() {
+    if (shown_) *out_ << "\r\033[K" << std::flush;
+  }
+  ProgressLine(const ProgressLine&) = delete;
+  ProgressLine& operator=(const ProgressLine&) = delete;
+
+  // Called per node: the clock is read once in 1024 calls.
+  void update(int round, int matches) {
+    if (!out_ || ++calls_ % 1024 != 0) return;
+    const auto now = Clock::now();
+    if (now - start_ < std::chrono::seconds(1) || now < next_) return;
+    next_ = now + std::chrono::milliseconds(250);
+    shown_ = true;
+    *out_ << fmt::format("\r\033[Kround {}: {} matches", round, matches) << std::flush;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::ostream* out_;
+  Clock::time_point start_;
+  Clock::time_point next_;
+  uint64_t calls_ = 0;
+  bool shown_ = false;
+};
+
 class Run {
  public:
+  // `ordered`: whether structural_problem finds nothing in the model as it is now, if known.
   Run(Model& model, const std::vector<const Rule*>& rules, const RewriteOptions& options, bool lower,
-      const std::set<std::pair<ImportOwner, std::string>>& domains_before, RewriteResult& result)
+      const std::set<std::pair<ImportOwner, std::string>>& domains_before, RewriteResult& result,
+      std::optional<bool> ordered)
       : model_(model), options_(options), target_(find_target(options.target)), domains_before_(domains_before),
         candidates_(index_by_anchor(rules)),
-        policy_(model, options.max_opset, lower), names_(model.proto), rewriter_(model), result_(result) {}
+        policy_(model, options.max_opset, lower), names_(model.proto), rewriter_(model), result_(result), ordered_(ordered),
+        progress_(options.progress_out) {}
 
   // Returns why the requested opset can't be reached, if it can't.
   std::optional<std::string> execute() {
     if (!any_candidate()) return policy_.apply(rewriter_.created(), domains_before_);
     // A model that was already inconsistent can't tell our mistakes from its own.
-    verify_ = !structural_problem(model_.proto);
+    verify_ = ordered_ ? *ordered_ : !structural_problem(model_.proto);
     std::set<std::string> firing;
     std::map<std::string, int> last_fired;  // rule id -> round
     for (int round = 1;; ++round) {
@@ -125,16 +159,22 @@ class Run {
       if (firing.empty()) break;
       for (const auto& id : firing) last_fired[id] = round;
       rewriter_.commit(scopes);
+      scopes.clear();  // the round's indexes and shape facts are stale now: not held through the check
       model_.changed = true;
       result_.rounds = round;
       if (verify_) {
         if (auto problem = structural_problem(model_.proto)) {
           throw std::logic_error(fmt::format("rules {} left an invalid graph: {}", fmt::join(firing, ", "), *problem));
         }
+        nodes_checked_ = true;
       }
     }
     return policy_.apply(rewriter_.created(), domains_before_);
   }
+
+  // Whether structural_problem was run after the last change to any node list (the later ones
+  // change only imports).
+  bool nodes_checked() const { return nodes_checked_; }
 
  private:
   // Whether any node anywhere has an op some active rule is anchored at (or is explained).
@@ -149,6 +189,7 @@ class Run {
   void rewrite_scope(const Scope& scope, int round, std::set<std::string>& firing) {
     Matcher matcher(scope, claimed_);
     for (auto& node : scope.nodes()) {
+      progress_.update(round, matches_);
       if (claimed_.count(&node)) continue;
       const bool explain = explains(options_, node);
       auto found = candidates_.find(OpView::of(node));
@@ -273,6 +314,7 @@ class Run {
     for (auto* node : match.nodes) claimed_.insert(node);
     for (const auto& note : builder.notes()) add_note(rule.id + ": " + note);
     ++stats.matches;
+    ++matches_;
     stats.nodes_removed += static_cast<int>(match.nodes.size());
     stats.nodes_added += static_cast<int>(builder.nodes().size());
     return true;
@@ -331,7 +373,11 @@ class Run {
   Rewriter rewriter_;
   RewriteResult& result_;
   std::unordered_set<const onnx::NodeProto*> claimed_;
+  std::optional<bool> ordered_;
   bool verify_ = false;
+  bool nodes_checked_ = false;
+  int matches_ = 0;  // in all rounds, for the progress line
+  ProgressLine progress_;
 };
 
 std::map<std::string, int> imports(const onnx::ModelProto& model) {
@@ -342,12 +388,14 @@ std::map<std::string, int> imports(const onnx::ModelProto& model) {
 
 }  // namespace
 
-RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOptions& options) {
+RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOptions& options, const InputCheck* checked) {
   const auto active = active_rules(rules, options);
   // A valid input must give a valid output; an invalid one (the library takes what it is given)
   // can't tell our mistakes from its own.
-  const bool input_valid = !input_problem(model.proto);
-  const bool input_ordered = input_valid && !structural_problem(model.proto);
+  const InputCheck input = checked ? *checked : check_input(model.proto);
+  const bool input_valid = !input.problem;
+  const bool input_ordered = input_valid && input.ordered;
+  bool nodes_checked = false;
   RewriteResult result;
   result.before = count_ops(model.proto);
   const auto imports_before = imports(model.proto);
@@ -359,7 +407,11 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
     const auto domains_before = domains_in_use(model.proto);
     result.functions_inlined = options.inline_functions ? inline_local_functions(model, &result.notes) : 0;
     if (result.functions_inlined > 0) model.changed = true;
-    return Run(model, active, options, lower, domains_before, result).execute();
+    Run run(model, active, options, lower, domains_before, result,
+            result.functions_inlined > 0 ? std::nullopt : std::optional<bool>(input.ordered));
+    auto problem = run.execute();
+    nodes_checked = run.nodes_checked();
+    return problem;
   };
   if (auto problem = attempt(true)) {
     // The requested opset can't be reached: rewrite again at the model's own opset.
@@ -393,7 +445,9 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
   }
   if (!result.opset_changes.empty()) model.changed = true;
   if (model.changed && input_valid) {
-    if (auto problem = output_problem(model.proto, input_ordered)) throw std::logic_error("the rewrite left an invalid model: " + *problem);
+    // A round's check (always in topological order) covers the node lists as they are now.
+    const auto problem = nodes_checked ? model_problem(model.proto) : output_problem(model.proto, input_ordered);
+    if (problem) throw std::logic_error("the rewrite left an invalid model: " + *problem);
   }
   result.after = count_ops(model.proto);
   return result;

@@ -41,7 +41,9 @@ int OpsetPolicy::effective(Owner owner, const std::string& domain) const {
 }
 
 std::optional<std::string> OpsetPolicy::move_blocker(Owner owner, const std::string& domain, int from, int to) const {
-  return import_move_blocker(model_.proto, owner, domain, from, to, model_types_);
+  auto [it, fresh] = move_blockers_.try_emplace({owner, domain, from, to});
+  if (fresh) it->second = import_move_blocker(model_.proto, owner, domain, from, to, model_types_);
+  return it->second;
 }
 
 std::vector<OpsetPolicy::Owner> OpsetPolicy::owners_importing(const std::string& domain) const {
@@ -145,7 +147,7 @@ std::optional<std::string> OpsetPolicy::apply(const std::unordered_set<const onn
   for (const auto& [key, version] : decided_) {
     auto original = original_.find(key);
     if (original == original_.end() || version >= original->second) continue;
-    const auto blocker = import_move_blocker(model_.proto, key.first, key.second, original->second, version, model_types_,
+    const auto blocker = import_move_blocker(model_.proto, key.first, key.second, original->second, version, model_types_, {},
                                              [&](const onnx::NodeProto& node) { return created.count(&node) != 0; });
     if (blocker) {
       return fmt::format("{} opset {} can't be lowered to {}: {}", display_domain(key.second), original->second, version, *blocker);

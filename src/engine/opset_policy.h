@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_set>
 #include <variant>
 #include <vector>
@@ -37,7 +38,10 @@ class OpsetPolicy {
   std::variant<Plan, std::string> plan(const Scope& scope, const std::vector<VersionRange>& requires_opsets, Raise raise) const;
   void commit(const Scope& scope, const Plan& plan);
   // Call at the start of a round: raising is only checked against nodes already in the graph.
-  void new_round() { rewritten_owners_.clear(); }
+  void new_round() {
+    rewritten_owners_.clear();
+    move_blockers_.clear();
+  }
   // Whether a raise in `scope` waits for the next round (its graph or function changed in this one).
   bool deferred(const Scope& scope) const { return rewritten_owners_.count(owner_of(scope)) != 0; }
 
@@ -63,6 +67,9 @@ class OpsetPolicy {
   std::map<std::pair<Owner, std::string>, int> decided_;
   std::set<int32_t> model_types_;
   std::set<Owner> rewritten_owners_;
+  // move_blocker() by (owner, domain, from, to): the nodes it reads don't change within a round,
+  // and without this every match needing a raise would walk the whole model.
+  mutable std::map<std::tuple<Owner, std::string, int, int>, std::optional<std::string>> move_blockers_;
 };
 
 }  // namespace onnx_rewrite

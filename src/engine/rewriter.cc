@@ -180,10 +180,15 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   for (const auto* node : pending.removed) {
     for (const auto name : read_values(*node)) maybe_dead.push_back(name);
   }
+  // `gone` only grows, so each value keeps how many of its uses are known to be gone: a constant
+  // read by every block of a long chain is scanned once, not once per removed reader.
+  std::unordered_map<std::string_view, size_t> uses_gone;
   auto unused = [&](std::string_view name) {
     if (name.empty() || scope.is_output(name) || read_by_new.count(name)) return false;
-    const auto& uses = scope.uses(name);
-    return std::all_of(uses.begin(), uses.end(), [&](const Use& use) { return gone.count(use.node) != 0; });
+    const auto uses = scope.uses(name);
+    size_t& known = uses_gone[name];
+    while (known < uses.size() && gone.count(uses[known].node)) ++known;
+    return known == uses.size();
   };
   std::unordered_set<std::string> dead_initializers;
   while (!maybe_dead.empty()) {

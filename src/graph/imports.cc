@@ -102,13 +102,19 @@ std::set<int32_t> model_types(const onnx::ModelProto& model) {
 
 std::optional<std::string> import_move_blocker(const onnx::ModelProto& model, ImportOwner owner, const std::string& domain,
                                                int from, int to, const std::set<int32_t>& types,
-                                               const std::function<bool(const onnx::NodeProto&)>& skip) {
+                                               const std::function<bool(const onnx::NodeProto&)>& skip,
+                                               const std::function<bool(const onnx::NodeProto&)>& built_for_to) {
   const OpTable* table = OpRegistry::builtin().table(domain);
   std::optional<std::string> blocker;
   for_each_owned_node(model, owner, [&](const onnx::NodeProto& node) {
     if (blocker || normalize_domain(node.domain()) != domain || (skip && skip(node))) return;
-    blocker = table ? table->move_blocker(node, from, to, types)
-                    : std::optional<std::string>("no version history is known for " + display_domain(domain));
+    if (!table) {
+      blocker = "no version history is known for " + display_domain(domain);
+    } else if (built_for_to && built_for_to(node)) {
+      blocker = table->type_blocker(node, from, to, types);
+    } else {
+      blocker = table->move_blocker(node, from, to, types);
+    }
   });
   return blocker;
 }

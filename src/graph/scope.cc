@@ -129,9 +129,11 @@ void Scope::Index::build(const Scope& scope) {
   // Uses are stored flat, grouped by value: count, place, then fill in node order.
   NodeList& nodes = scope.nodes();
   const size_t count = static_cast<size_t>(nodes.size());
+  // About one value per node (a model with more grows these once): tables twice as large would
+  // be a fifth of the peak memory on a graph of a million nodes.
   positions.reserve(count);
-  producers.reserve(count + count / 2);
-  use_ranges.reserve(count + count / 2);
+  producers.reserve(count);
+  use_ranges.reserve(count);
   auto for_each_use = [&](auto&& visit) {
     for (auto& node : nodes) {
       for (int i = 0; i < node.input_size(); ++i) {

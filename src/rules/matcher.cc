@@ -141,6 +141,26 @@ std::optional<onnx::AttributeProto> schema_default(const std::string& domain, co
 
 namespace {
 
+// How far apart neighbouring numbers near `number` are in a narrow float type (one unit in the
+// last place), 0 for the others: a float16 or bfloat16 constant can only hold the number an
+// exporter meant to that precision (√2 in float16 is 1.4140625), so `≈` allows that much.
+double storage_step(int32_t data_type, double number) {
+  int significand_bits = 0, min_exponent = 0;
+  if (data_type == onnx::TensorProto::FLOAT16) {
+    significand_bits = 11;
+    min_exponent = -14;
+  } else if (data_type == onnx::TensorProto::BFLOAT16) {
+    significand_bits = 8;
+    min_exponent = -126;
+  } else {
+    return 0;
+  }
+  int exponent = 0;
+  std::frexp(number, &exponent);  // number = m · 2^exponent, 0.5 <= |m| < 1
+  return std::ldexp(1.0, std::max(exponent - 1, min_exponent) - (significand_bits - 1));
+}
+
+
 // Everything a partial match has bound; copied to backtrack (patterns are small).
 struct Bindings {
   std::map<std::string, std::string> values;
@@ -242,8 +262,9 @@ class Search {
       case K::kApprox: {
         auto values = scope_.constant_values(value);
         if (!values || values->numbers.empty()) return reject("is not a small numeric constant");
+        const double tolerance = std::max(constraint.tolerance, storage_step(values->data_type, constraint.number));
         for (double number : values->numbers) {
-          if (std::fabs(number - constraint.number) > constraint.tolerance) {
+          if (std::fabs(number - constraint.number) > tolerance) {
             return reject(fmt::format("holds {}, not {}", number, constraint.describe()));
           }
         }

@@ -53,8 +53,10 @@ std::string Constraint::describe() const {
   return {};
 }
 
-bool Rule::serves(const Target& target) const {
-  return std::any_of(targets.begin(), targets.end(), [&](const std::string& name) { return target.builds_on(name); });
+bool Rule::serves(const Target& target, bool fuse) const {
+  const auto builds_on = [&](const std::string& name) { return target.builds_on(name); };
+  return std::any_of(targets.begin(), targets.end(), builds_on) ||
+         (fuse && std::any_of(fuse_targets.begin(), fuse_targets.end(), builds_on));
 }
 
 void RuleSet::load_text(const std::string& text, const std::string& name) {

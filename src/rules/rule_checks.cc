@@ -90,6 +90,7 @@ class RuleChecker {
  public:
   RuleChecker(const Rule& rule, const onnx::NodeList* replacement) : rule_(rule), replacement_(replacement) {
     for (const auto& name : rule.targets) targets_.push_back(&find_target(name));
+    for (const auto& name : rule.fuse_targets) targets_.push_back(&find_target(name));
   }
 
   std::optional<RuleProblem> run() {

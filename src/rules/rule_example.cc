@@ -130,7 +130,9 @@ ExampleOutcome run_rule_example(const Rule& rule, const RuleSet& rules) {
     return outcome;
   }
   RewriteOptions options;
-  options.target = rule.targets.front();
+  // The rule's first target; an opt-in fusion (`fuses for:` alone) runs as with --fuse.
+  options.target = rule.targets.empty() ? rule.fuse_targets.front() : rule.targets.front();
+  options.fuse = rule.targets.empty();
   options.only = {rule.id};
   options.max_opset = rule.example->max_opset;
   Model model = parse_model(serialized(before), rule.file + " (example of " + rule.id + ")");

@@ -216,6 +216,7 @@ class RuleFileParser {
     std::vector<std::string> replacement_inputs, replacement_outputs;
     size_t replacement_at = 0;
     size_t targets_at = 0;
+    size_t fuse_targets_at = 0;
     size_t requires_at = 0;
     std::vector<std::vector<size_t>> pattern_node_at;  // where each pattern node's op is written
     std::vector<size_t> replacement_node_at;
@@ -223,15 +224,22 @@ class RuleFileParser {
 
     for (;;) {
       const size_t clause_at = (skip_space(), pos_);
-      const std::string clause = read_word("a clause or 'end'");
+      std::string clause = read_word("a clause or 'end'");
       if (clause == "end") break;
-      if (clause == "description" || clause == "targets" || clause == "priority" || clause == "requires") {
+      if (clause == "fuses" && peek_word() == "for") {  // `fuses for: onnx`
+        pos_ += 3;
+        clause = "fuses for";
+      }
+      if (clause == "description" || clause == "targets" || clause == "fuses for" || clause == "priority" || clause == "requires") {
         expect(':');
         const std::string value = rest_of_line();
         if (clause == "description") rule->description = value;
         else if (clause == "targets") {
           rule->targets = split_list(value, clause_at);
           targets_at = clause_at;
+        } else if (clause == "fuses for") {
+          rule->fuse_targets = split_list(value, clause_at);
+          fuse_targets_at = clause_at;
         }
         else if (clause == "priority") rule->priority = parse_int(value, clause_at);
         else {
@@ -285,22 +293,26 @@ class RuleFileParser {
           rule->example->expected_nodes_text = parse_onnx(nodes, "the expected nodes");
         }
       } else {
-        error_at(clause_at, "unknown clause '" + clause + "' (description, targets, priority, requires, where, "
+        error_at(clause_at, "unknown clause '" + clause + "' (description, targets, fuses for, priority, requires, where, "
                             "pattern, let, replace, example, expect, end)");
       }
     }
 
     if (rule->patterns.empty()) error("rule " + rule->id + " has no pattern");
     if (!has_replacement) error("rule " + rule->id + " has no replacement");
-    if (rule->targets.empty()) error("rule " + rule->id + " names no targets");
-    for (const auto& target : rule->targets) {
+    if (rule->targets.empty() && rule->fuse_targets.empty()) error("rule " + rule->id + " names no targets");
+    const auto check_targets = [&](const std::vector<std::string>& targets, size_t at) {
       const auto& known = all_targets();
-      if (std::none_of(known.begin(), known.end(), [&](const Target* t) { return t->name == target; })) {
-        std::vector<std::string> names;
-        for (const Target* t : known) names.push_back(t->name);
-        error_at(targets_at, fmt::format("rule {}: unknown target '{}' (known: {})", rule->id, target, fmt::join(names, ", ")));
+      for (const auto& target : targets) {
+        if (std::none_of(known.begin(), known.end(), [&](const Target* t) { return t->name == target; })) {
+          std::vector<std::string> names;
+          for (const Target* t : known) names.push_back(t->name);
+          error_at(at, fmt::format("rule {}: unknown target '{}' (known: {})", rule->id, target, fmt::join(names, ", ")));
+        }
       }
-    }
+    };
+    check_targets(rule->targets, targets_at);
+    check_targets(rule->fuse_targets, fuse_targets_at);
     for (auto& pattern : rule->patterns) {
       for (const auto& constraint : shared_constraints) {
         if (pattern_has_name(pattern, constraint.subject)) pattern.constraints.push_back(constraint);

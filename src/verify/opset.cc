@@ -125,6 +125,77 @@ std::string type_text(int32_t type) {
   }
 }
 
+bool has_attribute(const onnx::NodeProto& node, std::string_view name) {
+  return std::any_of(node.attribute().begin(), node.attribute().end(), [&](const auto& a) { return a.name() == name; });
+}
+
+int64_t int_attribute_or(const onnx::NodeProto& node, std::string_view name, int64_t otherwise) {
+  for (const auto& attribute : node.attribute()) {
+    if (attribute.name() == name) return attribute.i();
+  }
+  return otherwise;
+}
+
+bool has_input(const onnx::NodeProto& node, int index) { return index < node.input_size() && !node.input(index).empty(); }
+
+// Version steps the tables mark as changing meaning, where this node means the same on both
+// sides (and is valid on both: no input slot, even empty, that one side lacks) (the change is about inputs or attributes it doesn't use), whichever way the import moves.
+bool same_meaning_across(const onnx::NodeProto& node, int step) {
+  const std::string& op = node.op_type();
+  if ((op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") && step == 13) {
+    // The last axis: -1 coerces to [rest, last] (before 13) and is the one axis (from 13). Only
+    // when written: the default changed from 1 to -1.
+    return has_attribute(node, "axis") && int_attribute_or(node, "axis", 0) == -1;
+  }
+  const bool reduce = op.starts_with("Reduce") && (step == 18 || (op == "ReduceSum" && step == 13));
+  if (reduce) {
+    // Reducing every axis: axes neither an input (newer) nor an attribute (older).
+    return node.input_size() <= 1 && !has_attribute(node, "axes") && int_attribute_or(node, "noop_with_empty_axes", 0) == 0;
+  }
+  if (op == "Squeeze" && step == 13) return node.input_size() <= 1 && !has_attribute(node, "axes");
+  if (op == "Split" && step == 13) return node.input_size() <= 1 && !has_attribute(node, "split");  // equal parts
+  if (op == "Split" && step == 18) return has_input(node, 1) && !has_attribute(node, "num_outputs");
+  if (op == "Clip" && step == 11) {  // no bounds: nothing clipped
+    return node.input_size() <= 1 && !has_attribute(node, "min") && !has_attribute(node, "max");
+  }
+  if (op == "Resize" && step == 13) return has_input(node, 1) && has_input(node, 2);  // 13 made them optional
+  if (op == "Resize" && step == 18) {  // 18 added these
+    return !has_attribute(node, "antialias") && !has_attribute(node, "axes") && !has_attribute(node, "keep_aspect_ratio_policy");
+  }
+  if (op == "Resize" && step == 19) {  // 19 added a coordinate mode
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == "coordinate_transformation_mode") return attribute.s() != "half_pixel_symmetric";
+    }
+    return true;
+  }
+  if ((op == "ScatterElements" || op == "ScatterND") && step == 18) {  // 18 added reductions max and min
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == "reduction") return attribute.s() != "max" && attribute.s() != "min";
+    }
+    return true;
+  }
+  if (op == "Dropout" && step == 12) {  // inference, the identity, on both sides; ratio and seed are one side's,
+    // and ONNX Runtime's masks differ (Dropout-10 with a ratio input dropped gave zeros)
+    return node.input_size() <= 1 && !has_attribute(node, "ratio") && !has_attribute(node, "seed") &&
+           (node.output_size() < 2 || node.output(1).empty());
+  }
+  if (op == "Pad" && step == 19) {  // 19 added mode "wrap"
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == "mode") return attribute.s() != "wrap";
+    }
+    return true;
+  }
+  return false;
+}
+
+std::optional<std::string> added_type_used(const OpVersionStep& step, const std::string& where,
+                                           const std::set<int32_t>& model_types) {
+  for (int32_t type : step.added_types) {
+    if (model_types.count(type)) return where + " added " + type_text(type) + " types, which the model uses";
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 OpTable OpTable::parse(std::string_view text) {
@@ -188,24 +259,39 @@ std::optional<std::string> OpTable::move_blocker(const onnx::NodeProto& node, in
   for (const auto& step : ops_.find(op)->second) {
     if (step.version <= low || step.version > high) continue;
     const std::string where = op + "-" + std::to_string(step.version);
-    if (step.breaking) return where + " changed its meaning";
+    if (step.breaking && !same_meaning_across(node, step.version)) return where + " changed its meaning";
     if (step.relaxed && lowering) return where + " accepts nodes that " + op + "-" + std::to_string(low) + " does not";
-    for (int32_t type : step.added_types) {
-      if (model_types.count(type)) return where + " added " + type_text(type) + " types, which the model uses";
-    }
+    if (auto used = added_type_used(step, where, model_types)) return used;
     if (!lowering) continue;  // new attributes and inputs default to the old behaviour
+    // Set even to its default, an attribute the older schema lacks makes the node invalid there
+    // (ONNX Runtime: "Unrecognized attribute"), as does an input slot, even an empty one.
     for (const auto& [name, default_text] : step.added_attributes) {
       for (const auto& attribute : node.attribute()) {
-        if (attribute.name() == name && differs_from_default(attribute, default_text)) {
-          return where + " added attribute " + name + ", which this node sets";
-        }
+        if (attribute.name() != name) continue;
+        if (differs_from_default(attribute, default_text)) return where + " added attribute " + name + ", which this node sets";
+        return where + " added attribute " + name + ", which this node writes (to its default)";
       }
     }
     for (int index : step.added_inputs) {
-      if (index < node.input_size() && !node.input(index).empty()) {
-        return where + " added input " + std::to_string(index) + ", which this node uses";
+      if (index < node.input_size()) {
+        const bool used = !node.input(index).empty();
+        return where + " added input " + std::to_string(index) + (used ? ", which this node uses" : ", which this node lists (empty)");
       }
     }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> OpTable::type_blocker(const onnx::NodeProto& node, int from, int to,
+                                                 const std::set<int32_t>& model_types) const {
+  if (std::max(from, to) > highest_) {
+    return "opset " + std::to_string(std::max(from, to)) + " is newer than the version tables (" + std::to_string(highest_) + ")";
+  }
+  auto it = ops_.find(node.op_type());
+  if (it == ops_.end()) return std::nullopt;
+  for (const auto& step : it->second) {
+    if (step.version <= std::min(from, to) || step.version > std::max(from, to)) continue;
+    if (auto used = added_type_used(step, node.op_type() + "-" + std::to_string(step.version), model_types)) return used;
   }
   return std::nullopt;
 }

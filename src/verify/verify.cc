@@ -62,6 +62,10 @@ class Verifier {
   void open(std::deque<Frame>& stack, Place place, const NodeList* nodes, const onnx::GraphProto* graph,
             const onnx::FunctionProto* function) {
     Frame& frame = stack.emplace_back(Frame{std::move(place), nodes, graph, function, {}, 0, false, {}, 0});
+    // About one value per node: no rehashing on the way (a large part of the cost on big graphs).
+    const size_t expected = static_cast<size_t>(nodes->size()) + (graph ? static_cast<size_t>(graph->input_size() + graph->initializer_size()) : 0);
+    frame.local.reserve(expected);
+    visible_.reserve(visible_.size() + expected);
     if (graph) {
       for (const auto& input : graph->input()) define(frame, input.name());
       for (const auto& tensor : graph->initializer()) define(frame, tensor.name());
@@ -94,8 +98,12 @@ class Verifier {
       }
     }
     if (!ordered_ && !problem_) find_cycle(*frame.nodes, frame.place);
-    for (const auto name : frame.local) {
-      if (--visible_[name] == 0) visible_.erase(name);
+    if (stack.size() == 1) {
+      visible_.clear();  // nothing encloses this graph: all that is visible is its own
+    } else {
+      for (const auto name : frame.local) {
+        if (--visible_[name] == 0) visible_.erase(name);
+      }
     }
     stack.pop_back();
   }
@@ -267,18 +275,27 @@ std::vector<std::string> impossible_opset_imports(const onnx::ModelProto& model)
   return problems;
 }
 
-std::optional<std::string> input_problem(const onnx::ModelProto& model) {
-  if (auto problem = verify(model, false)) return problem;
-  if (auto problem = call_arity_problem(model)) return problem;
-  return recursive_function(model);
+InputCheck check_input(const onnx::ModelProto& model) {
+  InputCheck check;
+  check.ordered = !verify(model, true);
+  if (!check.ordered) check.problem = verify(model, false);  // the order-free check also searches for cycles
+  if (!check.problem) check.problem = call_arity_problem(model);
+  if (!check.problem) check.problem = recursive_function(model);
+  return check;
 }
 
-std::optional<std::string> output_problem(const onnx::ModelProto& model, bool ordered) {
-  if (auto problem = verify(model, ordered)) return problem;
+std::optional<std::string> input_problem(const onnx::ModelProto& model) { return check_input(model).problem; }
+
+std::optional<std::string> model_problem(const onnx::ModelProto& model) {
   if (auto problem = call_arity_problem(model)) return problem;
   if (auto problem = recursive_function(model)) return problem;
   if (auto problems = impossible_opset_imports(model); !problems.empty()) return problems.front();
   return std::nullopt;
+}
+
+std::optional<std::string> output_problem(const onnx::ModelProto& model, bool ordered) {
+  if (auto problem = verify(model, ordered)) return problem;
+  return model_problem(model);
 }
 
 }  // namespace onnx_rewrite

@@ -2,6 +2,8 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "onnx_rewrite/tensor.h"
+
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -283,6 +285,27 @@ google::protobuf::Value parse_json(const std::string& text) {
   const auto status = google::protobuf::util::JsonStringToMessage(text, &value);
   EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << text;
   return value;
+}
+
+onnx::ModelProto as_float16(onnx::ModelProto model) {
+  auto convert = [](onnx::TensorProto& tensor) {
+    if (tensor.data_type() != onnx::TensorProto::FLOAT) return;
+    const auto values = decode_tensor(tensor);
+    const std::string name = tensor.name();
+    tensor = make_tensor(onnx::TensorProto::FLOAT16, values->dims, values->numbers);
+    tensor.set_name(name);
+  };
+  auto& graph = *model.mutable_graph();
+  for (auto* infos : {graph.mutable_input(), graph.mutable_output()}) {
+    for (auto& info : *infos) info.mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT16);
+  }
+  for (auto& tensor : *graph.mutable_initializer()) convert(tensor);
+  for (auto& node : *graph.mutable_node()) {
+    for (auto& attribute : *node.mutable_attribute()) {
+      if (attribute.has_t()) convert(*attribute.mutable_t());
+    }
+  }
+  return model;
 }
 
 }  // namespace onnx_rewrite::testing

@@ -56,6 +56,10 @@ g (float[2, 3] x, float[2, 3] y) => (float[2, 3] z) {
   z = Relu (t)
 })";
 
+// The same model in float16 (ONNX text has no float16 literals): inputs, outputs, initializers
+// and Constant nodes.
+onnx::ModelProto as_float16(onnx::ModelProto model);
+
 // JSON (a --json output, a report) as a protobuf Value; a test failure when it doesn't parse.
 google::protobuf::Value parse_json(const std::string& text);
 
