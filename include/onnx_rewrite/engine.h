@@ -22,6 +22,7 @@ struct RewriteOptions {
   std::set<std::string> skip;            // --skip
   bool inline_functions = false;         // inline calls to model-local functions first
   bool fuse = false;                     // --fuse: also rules that fuse for the target on request (`fuses for:`)
+  bool canonicalize = true;              // --no-canonicalize: false skips the canonicalize-* rules
   int max_rounds = 16;
   std::string explain;                   // --explain: op type or node name
   std::ostream* explain_out = nullptr;
@@ -61,6 +62,11 @@ struct RewriteResult {
   std::optional<std::string> ir_version_problem;         // why options.ir_version could not be written
   bool changed() const { return !rules.empty() || functions_inlined > 0 || !opset_changes.empty() || ir_change.has_value(); }
 };
+
+// A canonicalization (families/canonicalize/): a rewrite other rules match better after, never a
+// change for its own sake. A run in which only these fire keeps the model as it was, unless --only
+// asks for them by id.
+bool is_canonicalization(const Rule& rule);
 
 // The active rules for a run: serving the target, filtered by only/skip (unknown ids: UsageError).
 std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions& options);

@@ -250,6 +250,7 @@ void write_run_json(JsonWriter& json, const RewriteOptions& options, const RuleS
   json.key("ir_version");
   if (options.ir_version) json.value(*options.ir_version);
   else json.null();
+  json.key("canonicalize").value(options.canonicalize);
   json.key("max_rounds").value(options.max_rounds);
   json.key("provenance").value(provenance);
   json.end_object();

@@ -58,6 +58,8 @@ void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources
   command.add_option("--ir-version", options.ir_version,
                      "Write this IR version (older runtimes refuse IR 9/10); exit 1 naming what the model uses that it lacks")
       ->check(CLI::Range(3, 11));
+  command.add_flag("--no-canonicalize{false}", options.canonicalize,
+                   "Don't canonicalize before matching (fold small constants, Sum of two as Add: the canonicalize-* rules)");
   command.add_option("--max-rounds", options.max_rounds, "Rounds before rules that keep firing are an error")
       ->capture_default_str()
       ->check(CLI::Range(1, 10000));

@@ -31,6 +31,8 @@ OpCounts count_ops(const onnx::ModelProto& model) {
   return counts;
 }
 
+bool is_canonicalization(const Rule& rule) { return rule.id.starts_with("canonicalize-"); }
+
 std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions& options) {
   for (const auto& id : options.only) {
     if (!rules.find(id)) throw UsageError("--only " + id + ": no rule has that id");
@@ -44,6 +46,7 @@ std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions
     if (!rule->serves(target, options.fuse)) continue;
     if (!options.only.empty() && !options.only.count(rule->id)) continue;
     if (options.skip.count(rule->id)) continue;
+    if (!options.canonicalize && is_canonicalization(*rule)) continue;
     active.push_back(rule.get());
   }
   return active;
@@ -416,6 +419,19 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
     auto again = attempt(false);
     result.notes.push_back(*problem);
     if (again) result.notes.push_back(*again);
+  }
+  const bool canonicalized_only = !result.rules.empty() && result.functions_inlined == 0 && imports(model.proto) == imports_before &&
+                                  std::all_of(result.rules.begin(), result.rules.end(), [&](const auto& fired) {
+                                    return is_canonicalization(*rules.find(fired.first)) && !options.only.count(fired.first);
+                                  });
+  if (canonicalized_only) {
+    // Nothing matched what canonicalization made: the model stays an exact copy.
+    model = reload_model(model);
+    std::string what;
+    for (const auto& [id, stats] : result.rules) what += fmt::format("{}{} ({})", what.empty() ? "" : ", ", id, stats.matches);
+    result.notes.push_back("canonicalization alone was undone, no other rule fired after it: " + what);
+    result.rules.clear();
+    result.recorded.clear();
   }
 
   const auto imports_after = imports(model.proto);
