@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Batch throughput: `batch -j 1` against `batch -j 2` over a zoo of real models, medians of RUNS
+# runs each, and the ratio (issue #11 asks for at least 1.8x on 2 cores). The zoo is COPIES copies
+# of every MODELS_DIR/*/model.onnx (fetch them with ../shared/models/fetch.sh), under --target ort.
+#
+# Builds nothing: uses onnx-rewrite from $BUILD_DIR. Environment: BUILD_DIR (default <repo>/build),
+# MODELS_DIR (default /work/models), BENCH_DIR (default /tmp/onnx-rewrite-batch-bench), RUNS (5),
+# COPIES (12).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir=${BUILD_DIR:-$repo/build}
+models_dir=${MODELS_DIR:-/work/models}
+bench_dir=${BENCH_DIR:-/tmp/onnx-rewrite-batch-bench}
+runs=${RUNS:-5}
+copies=${COPIES:-12}
+
+[[ -x $build_dir/onnx-rewrite ]] || { echo "batch_bench.sh: build first ($build_dir/onnx-rewrite)" >&2; exit 1; }
+compgen -G "$models_dir/*/model.onnx" >/dev/null || { echo "batch_bench.sh: no $models_dir/*/model.onnx" >&2; exit 1; }
+rm -rf "$bench_dir" && mkdir -p "$bench_dir/zoo"
+for copy in $(seq 1 "$copies"); do
+  for model in "$models_dir"/*/model.onnx; do
+    cp "$model" "$bench_dir/zoo/$(basename "$(dirname "$model")")-$copy.onnx"
+  done
+done
+count=$(ls "$bench_dir/zoo" | wc -l)
+
+median_seconds() {  # jobs
+  local times=()
+  for _ in $(seq 0 "$runs"); do  # one more: the first is a warm-up
+    rm -rf "$bench_dir/out"
+    local start end
+    start=$(date +%s.%N)
+    "$build_dir/onnx-rewrite" batch "$bench_dir/zoo" -o "$bench_dir/out" -j "$1" --target ort >/dev/null 2>&1 || true
+    end=$(date +%s.%N)
+    times+=("$(echo "$end - $start" | bc)")
+  done
+  printf '%s\n' "${times[@]:1}" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'
+}
+
+one=$(median_seconds 1)
+two=$(median_seconds 2)
+echo "| models | -j 1 median (s) | -j 2 median (s) | throughput -j 2 / -j 1 |"
+echo "|---:|---:|---:|---:|"
+printf '| %d | %.3f | %.3f | %.2fx |\n' "$count" "$one" "$two" "$(echo "$one / $two" | bc -l)"
