@@ -773,6 +773,30 @@ TEST(RmsNorm, BelowOpset23OrtGetsSimplifiedLayerNormalization) {
   }
 }
 
+// Gemma's RMSNorm scales by (1 + w): canonicalization folds the constant Add first, then it is
+// an RMSNorm like any other.
+TEST(RmsNorm, GemmasOnePlusWeightScaleFusesOnceTheAddIsFolded) {
+  const auto text = model(17, R"(gemma (float[N, 5, 8] x) => (float[N, 5, 8] y) <float[8] w = {0.1, -0.2, 0.3, 0.0, 0.5, -0.5, 1.0, 0.25}> {
+  two = Constant <value = float {2.0}> ()
+  sq = Pow (x, two)
+  var = ReduceMean <axes = [-1], keepdims = 1> (sq)
+  eps = Constant <value = float {1e-6}> ()
+  ve = Add (var, eps)
+  s = Sqrt (ve)
+  one = Constant <value = float {1.0}> ()
+  r = Div (one, s)
+  n = Mul (x, r)
+  one_w = Constant <value = float {1.0}> ()
+  scale = Add (one_w, w)
+  y = Mul (n, scale)
+})");
+  const auto fused = fuse(text);
+  const auto& out = fused.model;
+  EXPECT_EQ(count(out, "ai.onnx", "SimplifiedLayerNormalization"), 1) << canonical_nodes(out, interface_names(out));
+  EXPECT_EQ(count(out, "ai.onnx", "Add"), 0);
+  expect_same_in_ort(text, fused, {"--dim", "N=2", "--float-range", "-3,3"});
+}
+
 // HF LlamaRMSNorm exported in float16: the statistics in float32 between two Casts.
 std::string llama_rms_norm(int opset, const std::string& rsqrt) {
   const std::string axes = opset >= 18 ? "axes = Constant <value = int64[1] {-1}> ()\n  var = ReduceMean <keepdims = 1> (sq, axes)"
