@@ -163,6 +163,32 @@ TEST(OnnxscriptSeluTestdata, TargetOnnxInlinesByDefault) {
                       "onnxscript Selu inlined vs ORT running the function");
 }
 
+// The onnxscript custom-op tutorial writes its body under `opset14`, though CastLike exists only
+// from 15: the function's import is raised (no other node changes meaning), with a note, and
+// the call then inlines instead of leaving a function no strict runtime loads.
+TEST(OnnxscriptSeluTestdata, AFunctionImportTooLowForItsOpsIsRaised) {
+  TempDir dir;
+  onnx::ModelProto model = onnxscript_selu();
+  model.mutable_functions(0)->mutable_opset_import(0)->set_version(14);
+  ASSERT_EQ(model.functions(0).opset_import(0).domain(), "");
+  write_file(dir / "in.onnx", serialize(model));
+  const auto result = run_cli({"rewrite", (dir / "in.onnx").string(), "-o", (dir / "out.onnx").string()});
+  ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
+  EXPECT_NE(result.out.find("note: function custom-onnx-script.Selu uses CastLike, which needs ai.onnx 15, but imported ai.onnx 14: "
+                            "its import is raised to 15"),
+            std::string::npos)
+      << result.out;
+  const auto inlined = read_model(dir / "out.onnx");
+  EXPECT_EQ(inlined.functions_size(), 0);
+  expect_same_numbers(onnxscript_selu(), inlined, {"--dim", "batch=2", "--float-range", "-3,3"},
+                      "onnxscript Selu (import 14) inlined vs ORT running the function");
+
+  // Kept for ort, with the import mended.
+  const auto kept = run_cli({"rewrite", (dir / "in.onnx").string(), "-o", (dir / "kept.onnx").string(), "--target", "ort"});
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  EXPECT_EQ(read_model(dir / "kept.onnx").functions(0).opset_import(0).version(), 15);
+}
+
 TEST(OnnxscriptSeluTestdata, TargetOrtKeepsTheCallUnlessAsked) {
   TempDir dir;
   const auto kept = dir / "kept.onnx";

@@ -55,12 +55,15 @@ struct RewriteResult {
   OpCounts before, after;
   int rounds = 0;
   int functions_inlined = 0;
+  int function_imports_raised = 0;  // model-local functions whose too-low ai.onnx import was raised
   std::map<std::string, std::pair<int, int>> opset_changes;  // domain -> (before, after); 0 = absent
   std::vector<std::string> notes;  // e.g. why --opset could not be reached
   std::vector<RecordedMatch> recorded;  // options.record_matches per rule, in the order applied
   std::optional<std::pair<int64_t, int64_t>> ir_change;  // IR version (before, after) when options.ir_version changed it
   std::optional<std::string> ir_version_problem;         // why options.ir_version could not be written
-  bool changed() const { return !rules.empty() || functions_inlined > 0 || !opset_changes.empty() || ir_change.has_value(); }
+  bool changed() const {
+    return !rules.empty() || functions_inlined > 0 || function_imports_raised > 0 || !opset_changes.empty() || ir_change.has_value();
+  }
 };
 
 // A canonicalization (families/canonicalize/): a rewrite other rules match better after, never a

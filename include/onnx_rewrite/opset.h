@@ -59,6 +59,8 @@ class OpTable {
   bool knows(const std::string& op_type) const { return ops_.count(op_type) != 0; }
   // The version of the op in effect at `opset` (its since_version); nullopt if it does not exist there.
   std::optional<int> since_version(const std::string& op_type, int opset) const;
+  // The first version of the op (even one deprecated from the start); nullopt for an unknown op.
+  std::optional<int> introduced(const std::string& op_type) const;
   // Why `node` would mean something else (or not exist) if its domain's import moved from
   // `from` to `to`; nullopt when the move is safe. `model_types` are the element types the
   // model declares anywhere (new types added by a version only matter if the model uses them).

@@ -404,6 +404,7 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
     result.rules.clear();
     result.notes.clear();
     result.recorded.clear();
+    result.function_imports_raised = raise_wrong_function_imports(model, result.notes);
     const auto domains_before = domains_in_use(model.proto);
     result.functions_inlined = options.inline_functions ? inline_local_functions(model, &result.notes) : 0;
     if (result.functions_inlined > 0) model.changed = true;
@@ -420,7 +421,8 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
     result.notes.push_back(*problem);
     if (again) result.notes.push_back(*again);
   }
-  const bool canonicalized_only = !result.rules.empty() && result.functions_inlined == 0 && imports(model.proto) == imports_before &&
+  const bool canonicalized_only = !result.rules.empty() && result.functions_inlined == 0 && result.function_imports_raised == 0 &&
+                                  imports(model.proto) == imports_before &&
                                   std::all_of(result.rules.begin(), result.rules.end(), [&](const auto& fired) {
                                     return is_canonicalization(*rules.find(fired.first)) && !options.only.count(fired.first);
                                   });

@@ -72,4 +72,9 @@ class OpsetPolicy {
   mutable std::map<std::tuple<Owner, std::string, int, int>, std::optional<std::string>> move_blockers_;
 };
 
+// Raises a model-local function's ai.onnx import that is lower than an op of its body needs
+// (CastLike under 14), where no other node of it changes meaning; notes each function raised or
+// left. Returns how many were raised (function_imports.cc).
+int raise_wrong_function_imports(Model& model, std::vector<std::string>& notes);
+
 }  // namespace onnx_rewrite

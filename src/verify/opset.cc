@@ -245,6 +245,12 @@ std::optional<int> OpTable::since_version(const std::string& op_type, int opset)
   return current->version;
 }
 
+std::optional<int> OpTable::introduced(const std::string& op_type) const {
+  auto it = ops_.find(op_type);
+  if (it == ops_.end() || it->second.empty()) return std::nullopt;
+  return it->second.front().version;
+}
+
 std::optional<std::string> OpTable::move_blocker(const onnx::NodeProto& node, int from, int to,
                                                  const std::set<int32_t>& model_types) const {
   const std::string& op = node.op_type();
