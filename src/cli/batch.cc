@@ -338,6 +338,10 @@ struct BatchTotals {
   int64_t nodes_before = 0, nodes_after = 0;
   double model_seconds = 0;
   int64_t resumed = 0;
+  int64_t count(const std::string& status) const {
+    auto found = statuses.find(status);
+    return found == statuses.end() ? 0 : found->second;
+  }
 };
 
 BatchTotals totals_of(const std::vector<Entry>& entries) {
@@ -364,10 +368,7 @@ std::string batch_report(const std::function<void(JsonWriter&)>& run, const std:
   json.key("target").value(target);
   json.key("summary").begin_object();
   json.key("models").value(static_cast<int64_t>(entries.size()));
-  for (const auto& status : kStatuses) {
-    auto found = totals.statuses.find(status);
-    json.key(status).value(found == totals.statuses.end() ? int64_t{0} : found->second);
-  }
+  for (const auto& status : kStatuses) json.key(status).value(totals.count(status));
   json.key("resumed").value(totals.resumed);
   json.key("nodes_before").value(totals.nodes_before);
   json.key("nodes_after").value(totals.nodes_after);
@@ -434,10 +435,8 @@ int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* jun
   const auto run_fields = [&](JsonWriter& json) { write_run_json(json, command.options, command.rules, command.provenance, false); };
   const std::string options_text = [&] {
     JsonWriter json(true);
-    json.begin_object();
-    run_fields(json);
-    json.end_object();
-    return compact(*parse_json(json.str())->find("options"));
+    write_options_json(json, command.options, command.rules, command.provenance);
+    return json.str();
   }();
   const Resumable resumable = read_resumable(command, options_text);
   std::unique_ptr<LineStream> lines;
@@ -542,13 +541,9 @@ int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* jun
   if (stream_error) std::rethrow_exception(stream_error);
 
   const BatchTotals totals = totals_of(entries);
-  const auto count = [&](const std::string& status) {
-    auto found = totals.statuses.find(status);
-    return found == totals.statuses.end() ? int64_t{0} : found->second;
-  };
   std::string scope = command.shard.empty() ? "" : fmt::format(" (shard {} of {} models)", command.shard, all.size());
   out << fmt::format("batch: {} model(s){}: {} rewritten, {} unchanged, {} target not met, {} failed", entries.size(), scope,
-                     count("rewritten"), count("unchanged"), count("target-not-met"), count("failed"));
+                     totals.count("rewritten"), totals.count("unchanged"), totals.count("target-not-met"), totals.count("failed"));
   if (totals.resumed) out << fmt::format("; {} done by an earlier run (--resume)", totals.resumed);
   out << "\n";
   for (const auto& entry : entries) {
@@ -577,7 +572,7 @@ int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* jun
   if (junit) junit->set_contents(junit_report("batch", target.name, entries));
   if (report) report->commit();
   if (junit) junit->commit();
-  return count("failed") + count("target-not-met") > 0 ? static_cast<int>(ExitCode::kTargetNotMet) : 0;
+  return totals.count("failed") + totals.count("target-not-met") > 0 ? static_cast<int>(ExitCode::kTargetNotMet) : 0;
 }
 
 }  // namespace
@@ -646,14 +641,10 @@ int run_merge_reports(const MergeCommand& command, std::ostream& out, std::ostre
   if (report) report->commit();
   if (junit) junit->commit();
   const BatchTotals totals = totals_of(entries);
-  const auto count = [&](const std::string& status) {
-    auto found = totals.statuses.find(status);
-    return found == totals.statuses.end() ? int64_t{0} : found->second;
-  };
   out << fmt::format("merged {} model(s) from {} file(s): {} rewritten, {} unchanged, {} target not met, {} failed{}\n", entries.size(),
-                     command.inputs.size(), count("rewritten"), count("unchanged"), count("target-not-met"), count("failed"),
+                     command.inputs.size(), totals.count("rewritten"), totals.count("unchanged"), totals.count("target-not-met"), totals.count("failed"),
                      missing > 0 ? fmt::format(", {} missing", missing) : "");
-  return count("failed") + count("target-not-met") + std::max<int64_t>(missing, 0) > 0 ? static_cast<int>(ExitCode::kTargetNotMet) : 0;
+  return totals.count("failed") + totals.count("target-not-met") + std::max<int64_t>(missing, 0) > 0 ? static_cast<int>(ExitCode::kTargetNotMet) : 0;
 }
 
 }  // namespace onnx_rewrite

@@ -235,9 +235,8 @@ int64_t node_total(const OpCounts& counts) {
   return total;
 }
 
-void write_run_json(JsonWriter& json, const RewriteOptions& options, const RuleSources& rules, bool provenance, bool dry_run) {
-  json.key("tool").begin_object().key("name").value("onnx-rewrite").key("version").value(ONNX_REWRITE_VERSION).end_object();
-  json.key("options").begin_object();
+void write_options_json(JsonWriter& json, const RewriteOptions& options, const RuleSources& rules, bool provenance) {
+  json.begin_object();
   json.key("target").value(options.target);
   json.key("opset");
   if (options.max_opset) json.value(*options.max_opset);
@@ -254,6 +253,12 @@ void write_run_json(JsonWriter& json, const RewriteOptions& options, const RuleS
   json.key("max_rounds").value(options.max_rounds);
   json.key("provenance").value(provenance);
   json.end_object();
+}
+
+void write_run_json(JsonWriter& json, const RewriteOptions& options, const RuleSources& rules, bool provenance, bool dry_run) {
+  json.key("tool").begin_object().key("name").value("onnx-rewrite").key("version").value(ONNX_REWRITE_VERSION).end_object();
+  json.key("options");
+  write_options_json(json, options, rules, provenance);
   json.key("dry_run").value(dry_run);
 }
 

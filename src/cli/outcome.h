@@ -55,6 +55,8 @@ JunitCase junit_case(const JsonValue& model, const std::string& command);
 
 // One model's report object (docs/cli.md, "--report").
 void write_outcome_json(JsonWriter& json, const ModelOutcome& outcome, const std::string& target);
+// The "options" object of a report; compact, it is what --resume compares.
+void write_options_json(JsonWriter& json, const RewriteOptions& options, const RuleSources& rules, bool provenance);
 // "tool": {"name", "version"}, "options": {...}, "dry_run": the fields every report starts with.
 void write_run_json(JsonWriter& json, const RewriteOptions& options, const RuleSources& rules, bool provenance, bool dry_run);
 
