@@ -8,6 +8,7 @@
 #include <google/protobuf/stubs/logging.h>
 
 #include "cli/commands.h"
+#include "cli/outcome.h"
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/model_io.h"
 #include "onnx_rewrite/target.h"
@@ -184,18 +185,11 @@ int main(int argc, char** argv) {
       return run_batch(batch, std::cout, std::cerr);
     }
     if (*merge_app) return run_merge_reports(merge, std::cout, std::cerr);
-  } catch (const InputError& e) {
-    std::cerr << kProgram << ": error: " << printable(e.file()) << ": " << printable(e.what()) << "\n";
-    return static_cast<int>(ExitCode::kBadInput);
-  } catch (const UsageError& e) {
-    std::cerr << kProgram << ": error: " << printable(e.what()) << "\n";
-    return static_cast<int>(ExitCode::kUsage);
-  } catch (const std::bad_alloc&) {
-    std::cerr << kProgram << ": error: out of memory\n";
-    return static_cast<int>(ExitCode::kBadInput);
-  } catch (const std::exception& e) {
-    std::cerr << kProgram << ": error: internal error: " << printable(e.what()) << "\n";
-    return static_cast<int>(ExitCode::kBadInput);
+  } catch (...) {
+    // One mapping from exception to message and exit code, shared with the JSON error objects.
+    const ErrorInfo error = describe_error(std::current_exception());
+    std::cerr << kProgram << ": error: " << (error.file.empty() ? "" : printable(error.file) + ": ") << printable(error.message) << "\n";
+    return static_cast<int>(error.exit_code);
   }
   return static_cast<int>(ExitCode::kUsage);
 }
