@@ -11,6 +11,7 @@
 // - reduce_runtime_axes: reductions over axes known only at run time, axis by axis.
 // - shape_slice, cast_like_as_cast, constant_value_tensor, resize_with_empty_inputs,
 //   grid_sample_16_modes, arg_last_index, dropout_inference: newer spellings in older ones.
+// - operands_of_one_type: Pow-12 / BatchNormalization-15 nodes valid in the older schema, as they are.
 // - trilu_as_mask, gelu_spelled_out, celu_as_elu: newer ops in older ones, constants of x's type.
 // One builder call per statement where two would be arguments of one call: C++ leaves their
 // order unspecified, and the output must be the same from every compiler.
@@ -365,6 +366,30 @@ int32_t float_type(const Match& match, std::string& why) {
   return why.empty() ? type : 0;
 }
 
+// Pow-12 / BatchNormalization-15 whose operands all have x's type (float, double or float16, the
+// older schemas' types): the node as it is, without BatchNormalization's training_mode = 0.
+std::string operands_of_one_type(const Match& match, GraphBuilder& b) {
+  const int32_t type = element_type(match, {"x"});
+  if (std::string why = check_element_type(type, {onnx::TensorProto::FLOAT, onnx::TensorProto::DOUBLE, onnx::TensorProto::FLOAT16},
+                                           "older schema's");
+      !why.empty()) {
+    return why;
+  }
+  for (const char* operand : {"e", "scale", "bias", "mean", "var"}) {
+    if (!bound(match, operand)) continue;
+    const int32_t own = match.facts(operand).elem_type;
+    if (own != type) {
+      return fmt::format("{} is {} while x is {}: the older schema takes one type for both", operand,
+                         own ? data_type_name(own) : "of unknown type", data_type_name(type));
+    }
+  }
+  const onnx::NodeProto& node = *match.anchor;
+  std::vector<Value> inputs;
+  for (const auto& input : node.input()) inputs.push_back(Value{input});
+  b.output(node.output(0), b.op(node.op_type(), inputs, attributes_without(node, "training_mode")));
+  return {};
+}
+
 // Gelu-20: x·½·(1 + erf(x/√2)), or with approximate = "tanh" x·½·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
 std::string gelu_spelled_out(const Match& match, GraphBuilder& b) {
   std::string why;
@@ -417,6 +442,9 @@ void register_opset_down_builders(BuilderRegistry& registry) {
   registry.add("dropout_inference", {.values = {"data", "output"}, .optional_values = {"ratio", "mask"}}, dropout_inference);
   registry.add("grid_sample_16_modes", {.values = {"x", "grid", "y"}}, grid_sample_16_modes);
   registry.add("gelu_spelled_out", {.values = {"x", "y"}, .optional_attributes = {"approximate"}}, gelu_spelled_out);
+  registry.add("operands_of_one_type", {.values = {"x", "y"}, .optional_values = {"e", "scale", "bias", "mean", "var"},
+                                        .optional_attributes = {"training_mode"}},
+               operands_of_one_type);
   registry.add("celu_as_elu", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, celu_as_elu);
 }
 

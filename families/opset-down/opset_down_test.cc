@@ -52,6 +52,9 @@ const std::vector<Adapted> kAdapted = {
     {"dropout-12-lowering", 11, {"test_dropout_default", "test_dropout_default_ratio"}},
     {"grid-sample-20-lowering", 17, {"test_gridsample", "test_gridsample_bicubic", "test_gridsample_bilinear_align_corners_1_additional_1"}},
     {"layer-normalization-17-lowering", 13, {"test_layer_normalization_3d_axis1_epsilon", "test_layer_normalization_4d_axis_negative_2"}},
+    {"pow-exponent-type-12-lowering", 11, {"test_pow", "test_pow_bcast_scalar", "test_pow_bcast_array", "test_pow_example"}},
+    {"batch-normalization-types-15-lowering", 13, {"test_batchnorm_example", "test_batchnorm_epsilon"}},
+    {"batch-normalization-types-15-lowering", 9, {"test_batchnorm_example"}},
 };
 
 class OpsetDown : public ::testing::TestWithParam<Adapted> {};
@@ -216,6 +219,17 @@ INSTANTIATE_TEST_SUITE_P(Adapters, OpsetDownWritten, ::testing::ValuesIn(kWritte
   }
   return name + "_" + std::to_string(info.index);
 });
+
+// Operands of another type than the base have no older spelling: the lowering is refused.
+TEST(OpsetDown, PowWithAnExponentOfAnotherTypeStaysAboveOpset12) {
+  const auto corpus = conformance_dir();
+  if (!corpus) GTEST_SKIP() << "no conformance corpus";
+  TempDir dir;
+  const fs::path model = *corpus / "node" / "test_pow_types_float32_int32" / "model.onnx";
+  const auto result = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--opset", "11"});
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  EXPECT_NE(result.err.find("Pow x1 (main graph) keeps it there as it is"), std::string::npos) << result.err;
+}
 
 // A rewrite that does not lower keeps every adapted op as it is (`--opset` at the model's own).
 TEST(OpsetDown, NothingChangesWithoutALowerOpset) {

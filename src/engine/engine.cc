@@ -213,7 +213,14 @@ class Run {
                          const std::vector<Candidate>& candidates, bool explain) {
     std::vector<std::pair<Candidate, Match>> need_raise;
     std::vector<std::string> refused_raises;  // notes, if no rule rewrites the node
+    const bool built_here = rewriter_.created().count(&node) != 0;
     for (const auto& candidate : candidates) {
+      // A node a replacement built is of the version it was built for: a rule lowering Pow-12 to
+      // Pow-7 as it is must not find its own Pow at the import's 12 again.
+      if (built_here && !fits_built_version(scope, *candidate.pattern)) {
+        if (explain) say(candidate, "no: built by a replacement for a version the pattern is not for");
+        continue;
+      }
       std::string why;
       auto match = matcher.match(*candidate.rule, *candidate.pattern, &node, explain ? &why : nullptr);
       if (!match) {
@@ -242,6 +249,11 @@ class Run {
     }
     for (const auto& note : refused_raises) add_note(note);
     return nullptr;
+  }
+
+  bool fits_built_version(const Scope& scope, const Pattern& pattern) const {
+    return std::all_of(pattern.opsets.begin(), pattern.opsets.end(),
+                       [&](const VersionRange& range) { return range.contains(policy_.built_version(scope, range.domain)); });
   }
 
   bool calls_local_function(const onnx::NodeProto& node) const {

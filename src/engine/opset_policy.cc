@@ -123,6 +123,12 @@ std::variant<OpsetPolicy::Plan, std::string> OpsetPolicy::plan(const Scope& scop
   return plan;
 }
 
+int OpsetPolicy::built_version(const Scope& scope, const std::string& domain) const {
+  const auto version = current_version(owner_of(scope), normalize_domain(domain));
+  const int* known = std::get_if<int>(&version);
+  return known && *known ? *known : scope.opset(domain);
+}
+
 void OpsetPolicy::commit(const Scope& scope, const Plan& plan) {
   const Owner owner = owner_of(scope);
   for (const auto& [domain, version] : plan.versions) {

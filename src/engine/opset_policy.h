@@ -37,6 +37,9 @@ class OpsetPolicy {
   // The versions a replacement in `scope` needing `requires_opsets` is built for, or why it can't be.
   std::variant<Plan, std::string> plan(const Scope& scope, const std::vector<VersionRange>& requires_opsets, Raise raise) const;
   void commit(const Scope& scope, const Plan& plan);
+  // The version of `domain` replacements in `scope` are built for now: what a node an earlier
+  // replacement built there is, whatever the import still says (it is written at the end).
+  int built_version(const Scope& scope, const std::string& domain) const;
   // Call at the start of a round: raising is only checked against nodes already in the graph.
   void new_round() {
     rewritten_owners_.clear();
