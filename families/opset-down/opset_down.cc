@@ -11,6 +11,7 @@
 // - reduce_runtime_axes: reductions over axes known only at run time, axis by axis.
 // - shape_slice, cast_like_as_cast, constant_value_tensor, resize_with_empty_inputs,
 //   grid_sample_16_modes, arg_last_index, dropout_inference: newer spellings in older ones.
+// - attribute_at_default_dropped: an attribute a newer version added, written at its default.
 // - operands_of_one_type: Pow-12 / BatchNormalization-15 nodes valid in the older schema, as they are.
 // - trilu_as_mask, gelu_spelled_out, celu_as_elu: newer ops in older ones, constants of x's type.
 // One builder call per statement where two would be arguments of one call: C++ leaves their
@@ -320,12 +321,40 @@ std::string trilu_as_mask(const Match& match, GraphBuilder& b) {
 }
 
 // ArgMax/ArgMin-12 <select_last_index = 1>: the first index in the reversed axis, counted back.
+// The node as it is but for one attribute: inputs (absent ones too) and outputs in their places.
+std::string node_without_attribute(const onnx::NodeProto& node, std::string_view dropped, GraphBuilder& b) {
+  std::vector<Value> inputs;
+  for (const auto& input : node.input()) inputs.push_back(Value{input});
+  Attributes attributes;
+  for (const auto& attribute : node.attribute()) {
+    if (attribute.name() != dropped) attributes.push_back(attribute);
+  }
+  const auto outputs = b.op_outputs(node.op_type(), inputs, static_cast<size_t>(node.output_size()), attributes);
+  for (int i = 0; i < node.output_size(); ++i) {
+    if (!node.output(i).empty()) b.output(node.output(i), outputs[static_cast<size_t>(i)]);
+  }
+  return {};
+}
+
+// An attribute a newer version added, written at the default that means the older behaviour:
+// the older schema does not know it, so the node goes without it (the rule's `dropped`).
+std::string attribute_at_default_dropped(const Match& match, GraphBuilder& b) {
+  return node_without_attribute(*match.anchor, match.attribute_string("dropped"), b);
+}
+
 std::string arg_last_index(const Match& match, GraphBuilder& b) {
   const onnx::NodeProto& node = *match.anchor;
-  if (int_attribute(node, "select_last_index", 0) == 0) return "the first index: the node means the same at opset 11";
+  if (int_attribute(node, "select_last_index", 0) == 0) {
+    if (!find_attribute(node, "select_last_index")) return "the first index: the node means the same at opset 11";
+    return node_without_attribute(node, "select_last_index", b);  // written at its default: unknown at 11
+  }
   const int64_t axis = int_attribute(node, "axis", 0);
   const Value data = value_of(match, "data");
-  const Value reversed = b.op("Slice", {data, b.ints({-1}), b.ints({std::numeric_limits<int64_t>::min()}), b.ints({axis}), b.ints({-1})});
+  const Value starts = b.ints({-1});
+  const Value ends = b.ints({std::numeric_limits<int64_t>::min()});
+  const Value axes = b.ints({axis});
+  const Value steps = b.ints({-1});
+  const Value reversed = b.op("Slice", {data, starts, ends, axes, steps});
   const Value index = b.op(node.op_type(), {reversed}, {attr("axis", axis), attr("keepdims", int_attribute(node, "keepdims", 1))});
   const Value shape = b.Shape(data);
   const Value size = b.Gather(shape, b.scalar(static_cast<double>(axis), onnx::TensorProto::INT64));
@@ -445,6 +474,7 @@ void register_opset_down_builders(BuilderRegistry& registry) {
   registry.add("operands_of_one_type", {.values = {"x", "y"}, .optional_values = {"e", "scale", "bias", "mean", "var"},
                                         .optional_attributes = {"training_mode"}},
                operands_of_one_type);
+  registry.add("attribute_at_default_dropped", {.values = {"y"}, .attributes = {"dropped"}}, attribute_at_default_dropped);
   registry.add("celu_as_elu", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, celu_as_elu);
 }
 

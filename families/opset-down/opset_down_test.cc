@@ -190,6 +190,21 @@ const std::vector<Written> kWritten = {
       g (float[3, 5] x) => (float[3, 2] v, int64[3, 2] i) <int64[1] k = {2}> {
         v, i = TopK <axis = 1> (x, k)
       })", {}},
+    // Relu-14 added int64, which the model uses for shapes: the Relu reads an If's float output
+    // (the branches declare it), so it is not an int64 Relu. RNN and Reshape write their new
+    // attributes at the default.
+    {"recurrent-layout-14-lowering and reshape-allowzero-14-lowering (node types)", 13, R"(
+      <ir_version: 8, opset_import: ["": 14]>
+      g (float[2, 1, 3] x, bool c) => (float[2, 1, 1, 2] y, float[1, 1, 2] h, float[3, 2] z)
+        <float[1, 2, 3] w = {0.1, -0.2, 0.3, 0.4, 0.5, -0.6}, float[1, 2, 2] r = {0.7, -0.1, 0.2, 0.3}, int64[2] shape = {3, 2}> {
+        t = If (c) <then_branch = then_g () => (float[2, 1, 3] o) { o = Identity (x) },
+                    else_branch = else_g () => (float[2, 1, 3] o) { o = Neg (x) }>
+        u = Relu (t)
+        y, h = RNN <hidden_size = 2, layout = 0> (u, w, r)
+        f = Flatten <axis = 0> (x)
+        q = Squeeze (f)
+        z = Reshape <allowzero = 0> (q, shape)
+      })", {}},
     {"reduce-axes-input-18-lowering (empty axes)", 13, R"(
       <ir_version: 8, opset_import: ["": 18]>
       g (float[2, 3, 4] x) => (float[1, 1, 1] y, float[2, 3, 4] z) <int64[0] none = {}> {
@@ -229,6 +244,20 @@ TEST(OpsetDown, PowWithAnExponentOfAnotherTypeStaysAboveOpset12) {
   const auto result = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--opset", "11"});
   EXPECT_EQ(result.exit_code, 1) << result.err;
   EXPECT_NE(result.err.find("Pow x1 (main graph) keeps it there as it is"), std::string::npos) << result.err;
+}
+
+// The types a version step added count where the node uses them: an int64 Relu stays above 13.
+TEST(OpsetDown, ANodeOfATypeTheOlderVersionLacksStaysAbove) {
+  TempDir dir;
+  const fs::path model = write_model_text(R"(
+    <ir_version: 8, opset_import: ["": 14]>
+    g (float[2] x) => (float[2] y, int64[2] n) <int64[2] a = {1, -2}> {
+      y = Relu (x)
+      n = Relu (a)
+    })", dir / "m.onnx");
+  const auto result = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--opset", "13"});
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  EXPECT_NE(result.err.find("Relu x1 (main graph) keeps it there as it is: Relu-14 added int64 types"), std::string::npos) << result.err;
 }
 
 // A rewrite that does not lower keeps every adapted op as it is (`--opset` at the model's own).

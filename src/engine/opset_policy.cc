@@ -42,8 +42,13 @@ int OpsetPolicy::effective(Owner owner, const std::string& domain) const {
 
 std::optional<std::string> OpsetPolicy::move_blocker(Owner owner, const std::string& domain, int from, int to) const {
   auto [it, fresh] = move_blockers_.try_emplace({owner, domain, from, to});
-  if (fresh) it->second = import_move_blocker(model_.proto, owner, domain, from, to, model_types_);
+  if (fresh) it->second = import_move_blocker(model_.proto, owner, domain, from, to, model_types_, {}, {}, [this] { return node_types(); });
   return it->second;
+}
+
+const NodeTypes* OpsetPolicy::node_types() const {
+  if (!node_types_) node_types_ = std::make_unique<NodeTypes>(model_);
+  return node_types_.get();
 }
 
 std::vector<OpsetPolicy::Owner> OpsetPolicy::owners_importing(const std::string& domain) const {
@@ -154,7 +159,8 @@ std::optional<std::string> OpsetPolicy::apply(const std::unordered_set<const onn
     auto original = original_.find(key);
     if (original == original_.end() || version >= original->second) continue;
     const auto blocker = import_move_blocker(model_.proto, key.first, key.second, original->second, version, model_types_, {},
-                                             [&](const onnx::NodeProto& node) { return created.count(&node) != 0; });
+                                             [&](const onnx::NodeProto& node) { return created.count(&node) != 0; },
+                                             [this] { return node_types(); });
     if (blocker) {
       return fmt::format("{} opset {} can't be lowered to {}: {}", display_domain(key.second), original->second, version, *blocker);
     }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "graph/imports.h"
+#include "graph/node_types.h"
 #include "onnx_rewrite/model.h"
 #include "onnx_rewrite/rule.h"
 #include "onnx_rewrite/scope.h"
@@ -44,6 +46,7 @@ class OpsetPolicy {
   void new_round() {
     rewritten_owners_.clear();
     move_blockers_.clear();
+    node_types_.reset();
   }
   // Whether a raise in `scope` waits for the next round (its graph or function changed in this one).
   bool deferred(const Scope& scope) const { return rewritten_owners_.count(owner_of(scope)) != 0; }
@@ -73,6 +76,9 @@ class OpsetPolicy {
   // move_blocker() by (owner, domain, from, to): the nodes it reads don't change within a round,
   // and without this every match needing a raise would walk the whole model.
   mutable std::map<std::tuple<Owner, std::string, int, int>, std::optional<std::string>> move_blockers_;
+  // Element types per node, inferred the first time a step that added types is in the way (per round).
+  mutable std::unique_ptr<NodeTypes> node_types_;
+  const NodeTypes* node_types() const;
 };
 
 // Raises a model-local function's ai.onnx import that is lower than an op of its body needs

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "graph/node_types.h"
 #include "graph/walk.h"
 #include "onnx_rewrite/opset.h"
 
@@ -103,17 +104,25 @@ std::set<int32_t> model_types(const onnx::ModelProto& model) {
 std::optional<std::string> import_move_blocker(const onnx::ModelProto& model, ImportOwner owner, const std::string& domain,
                                                int from, int to, const std::set<int32_t>& types,
                                                const std::function<bool(const onnx::NodeProto&)>& skip,
-                                               const std::function<bool(const onnx::NodeProto&)>& built_for_to) {
+                                               const std::function<bool(const onnx::NodeProto&)>& built_for_to,
+                                               const std::function<const NodeTypes*()>& node_types) {
   const OpTable* table = OpRegistry::builtin().table(domain);
   std::optional<std::string> blocker;
   for_each_owned_node(model, owner, [&](const onnx::NodeProto& node) {
     if (blocker || normalize_domain(node.domain()) != domain || (skip && skip(node))) return;
     if (!table) {
       blocker = "no version history is known for " + display_domain(domain);
-    } else if (built_for_to && built_for_to(node)) {
-      blocker = table->type_blocker(node, from, to, types);
-    } else {
-      blocker = table->move_blocker(node, from, to, types);
+      return;
+    }
+    const bool built = built_for_to && built_for_to(node);
+    auto check = [&](const std::set<int32_t>& used) {
+      return built ? table->type_blocker(node, from, to, used) : table->move_blocker(node, from, to, used);
+    };
+    blocker = check(types);
+    // The model's types are all the node's and more: its own can only clear it (inferred once needed).
+    if (!blocker || !node_types) return;
+    if (const NodeTypes* known = node_types()) {
+      if (auto own = known->of(node)) blocker = check(*own);
     }
   });
   return blocker;

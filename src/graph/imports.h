@@ -15,6 +15,8 @@
 
 namespace onnx_rewrite {
 
+class NodeTypes;
+
 class Place;
 using Imports = google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>;
 
@@ -54,10 +56,13 @@ std::set<int32_t> model_types(const onnx::ModelProto& model);
 // Why moving `domain`'s import from `from` to `to` would change what one of these nodes means
 // (or make it disappear); nullopt when the move is safe. `skip` leaves nodes out (calls of local
 // functions); nodes `built_for_to` (a rewrite's new ones) are only checked for element types `to` lacks.
+// A version step that added types matters if the model's `types` include one, unless the node's
+// own types (from `node_types`, asked only then; where all are known) don't.
 std::optional<std::string> import_move_blocker(const onnx::ModelProto& model, ImportOwner owner, const std::string& domain,
                                                int from, int to, const std::set<int32_t>& types,
                                                const std::function<bool(const onnx::NodeProto&)>& skip = {},
-                                               const std::function<bool(const onnx::NodeProto&)>& built_for_to = {});
+                                               const std::function<bool(const onnx::NodeProto&)>& built_for_to = {},
+                                               const std::function<const NodeTypes*()>& node_types = {});
 
 // (owner, domain) pairs that have nodes.
 std::set<std::pair<ImportOwner, std::string>> domains_in_use(const onnx::ModelProto& model);

@@ -207,6 +207,24 @@ class ShapeInference::Worker {
     }
   }
 
+  // If's outputs have the types both branches declare for them (torch and tf2onnx write them).
+  static void infer_if_types(const onnx::NodeProto& node, std::vector<ShapeFacts>& outputs) {
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      int32_t agreed = 0;
+      for (const auto& attribute : node.attribute()) {
+        if (attribute.type() != onnx::AttributeProto::GRAPH || static_cast<int>(i) >= attribute.g().output_size()) continue;
+        const auto& type = attribute.g().output(static_cast<int>(i)).type();
+        const int32_t declared = type.has_tensor_type() ? type.tensor_type().elem_type() : 0;
+        if (declared == 0 || (agreed != 0 && agreed != declared)) {
+          agreed = 0;
+          break;
+        }
+        agreed = declared;
+      }
+      outputs[i].elem_type = agreed;
+    }
+  }
+
   void infer(const onnx::NodeProto& node, std::vector<ShapeFacts>& outputs) {
     const std::string domain = normalize_domain(node.domain());
     const std::string& op = node.op_type();
@@ -215,6 +233,13 @@ class ShapeInference::Worker {
     if (domain == "com.microsoft") return infer_contrib(node, outputs);
     if (domain == "com.microsoft.nchwc") return infer_spatial(node, input(node, 0), result);
     if (!domain.empty()) return;
+    if (op == "If") return infer_if_types(node, outputs);
+    if (op == "LSTM" || op == "GRU" || op == "RNN") {  // every output has X's type (W's: the same)
+      const int32_t x_type = input(node, 0).elem_type;
+      const int32_t type = x_type ? x_type : input(node, 1).elem_type;
+      for (auto& output : outputs) output.elem_type = type;
+      return;
+    }
 
     static const std::set<std::string> kSameShape = {
         "Identity", "Abs", "Neg", "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "Tanh",

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "graph/imports.h"
+#include "graph/node_types.h"
 #include "graph/walk.h"
 #include "rules/embedded.h"
 #include "onnx_rewrite/error.h"
@@ -356,6 +357,7 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
     // with a rule (its own rules lower many: families/opset-down).
     const OpTable* table = OpRegistry::builtin().table("");
     const auto types = model_types(model.proto);
+    std::unique_ptr<NodeTypes> node_types;  // inferred once a node is in the way
     std::map<const onnx::FunctionProto*, int64_t> imported;  // ai.onnx import per owner (0: none)
     std::map<std::pair<std::string, std::string>, std::pair<int, std::string>> blocked;  // (op, why) -> count, first place
     for_each_node(model.proto, [&](const onnx::NodeProto& node, const Place& place) {
@@ -368,7 +370,12 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
         known = imported.emplace(function, it == imports.end() ? 0 : it->second).first;
       }
       if (known->second <= *max_opset || known->second > std::numeric_limits<int>::max()) return;
-      if (auto why = table->move_blocker(node, static_cast<int>(known->second), *max_opset, types)) {
+      auto why = table->move_blocker(node, static_cast<int>(known->second), *max_opset, types);
+      if (why) {  // the node's own types can clear it (a float Relu in a model with int64 shapes)
+        if (!node_types) node_types = std::make_unique<NodeTypes>(model);
+        if (auto own = node_types->of(node)) why = table->move_blocker(node, static_cast<int>(known->second), *max_opset, *own);
+      }
+      if (why) {
         auto& [count, first] = blocked[{node.op_type(), *why}];
         if (count++ == 0) first = place.text();
       }
