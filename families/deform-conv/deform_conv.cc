@@ -269,14 +269,21 @@ class Spatial {
   Value in_size_int(int axis) {
     if (known_) return b_.scalar(static_cast<double>(in_[axis]), kInt64);
     Value& size = in_sizes_int_[axis];
-    if (size.absent()) size = b_.Gather(input_shape(), b_.scalar(axis + 2, kInt64));
+    if (size.absent()) {
+      const Value shape = input_shape();
+      size = b_.Gather(shape, b_.scalar(axis + 2, kInt64));
+    }
     return size;
   }
   // (width, height) as a 1-D tensor of the convolution's type; computed sizes only.
-  Value in_width_height() { return b_.Cast(b_.Gather(input_shape(), b_.ints({3, 2})), conv_.dtype); }
+  Value in_width_height() {
+    const Value shape = input_shape();
+    return b_.Cast(b_.Gather(shape, b_.ints({3, 2})), conv_.dtype);
+  }
   // Output positions 0, 1, ..., out - 1 along `axis` in the convolution's type; computed sizes only.
   Value out_positions(int axis) {
-    Value count = b_.Gather(offset_shape(), b_.scalar(axis + 2, kInt64));
+    const Value shape = offset_shape();
+    Value count = b_.Gather(shape, b_.scalar(axis + 2, kInt64));
     return b_.Cast(b_.op("Range", {b_.scalar(0, kInt64), count, b_.scalar(1, kInt64)}), conv_.dtype);
   }
 
@@ -290,7 +297,10 @@ class Spatial {
     }
     Value& tiled = tiled_out_[tile];
     if (tiled.absent()) {
-      if (out_hw_.absent()) out_hw_ = b_.Gather(offset_shape(), b_.ints({2, 3}));
+      if (out_hw_.absent()) {
+        const Value shape = offset_shape();
+        out_hw_ = b_.Gather(shape, b_.ints({2, 3}));
+      }
       tiled = tile == std::array<int64_t, 2>{1, 1} ? out_hw_ : b_.Mul(out_hw_, b_.ints({tile[0], tile[1]}));
     }
     std::vector<Value> parts{b_.ints(prefix), tiled};
@@ -388,8 +398,10 @@ std::string build_grid_sample(const Match& match, GraphBuilder& b) {
 
   // Offsets (dy, dx) per tap -> (dx, dy) in the tiled layout [N, og, out_h, kh, out_w, kw, 2].
   Value offsets = b.Reshape(conv.offset, spatial.shape({0, groups, kh, kw, 2}, {1, 1}));
-  offsets = b.Gather(b.Transpose(offsets, {0, 1, 5, 2, 6, 3, 4}), b.ints({1, 0}), 6);
-  Value positions = b.Add(b.Add(offsets, taps(b, spatial, conv, 0, 2, 1)), taps(b, spatial, conv, 1, 0, 0));
+  offsets = b.Transpose(offsets, {0, 1, 5, 2, 6, 3, 4});
+  offsets = b.Gather(offsets, b.ints({1, 0}), 6);
+  Value positions = b.Add(offsets, taps(b, spatial, conv, 0, 2, 1));
+  positions = b.Add(positions, taps(b, spatial, conv, 1, 0, 0));
 
   // GridSample's coordinates with align_corners = 0 (-1 and 1 are the outer edges of the border
   // pixels): (2p + 1) / size - 1. Points beyond ±2 sample zeros either way: clipping keeps huge
@@ -402,7 +414,8 @@ std::string build_grid_sample(const Match& match, GraphBuilder& b) {
   } else {
     Value size = spatial.in_width_height();
     scale = b.Div(b.scalar(2, dtype), size);
-    shift = b.Sub(b.Reciprocal(size), b.scalar(1, dtype));
+    const Value reciprocal = b.Reciprocal(size);
+    shift = b.Sub(reciprocal, b.scalar(1, dtype));
   }
   Value grid = b.Clip(b.Add(b.Mul(positions, scale), shift), -2.0, 2.0, dtype);
   grid = b.Reshape(grid, spatial.shape({-1}, {kh, kw}, {2}));
@@ -413,7 +426,8 @@ std::string build_grid_sample(const Match& match, GraphBuilder& b) {
                         attr("padding_mode", "zeros")});
   if (!conv.mask.absent()) {
     Value mask = b.Reshape(conv.mask, spatial.shape({0, groups, kh, kw}, {1, 1}));
-    mask = b.Reshape(b.Transpose(mask, {0, 1, 4, 2, 5, 3}), spatial.shape({-1, 1}, {kh, kw}));
+    mask = b.Transpose(mask, {0, 1, 4, 2, 5, 3});
+    mask = b.Reshape(mask, spatial.shape({-1, 1}, {kh, kw}));
     samples = b.Mul(samples, mask);
   }
   if (groups != 1) samples = b.Reshape(samples, b.ints({-1, conv.channels, 0, 0}));
@@ -438,13 +452,15 @@ Neighbours neighbours(GraphBuilder& b, Spatial& spatial, int axis, Value positio
   };
   auto clip = [&](Value x, Value low, Value high) { return b.op("Clip", {x, low, high}); };
   // Beyond [-1, size] every neighbour is outside: clamping keeps huge or infinite offsets finite.
-  Value clamped = clip(positions, b.scalar(-1, dtype), spatial.in_size(axis));
+  const Value lowest = b.scalar(-1, dtype);
+  Value clamped = clip(positions, lowest, spatial.in_size(axis));
   Value low = b.Floor(clamped);
   Value fraction = b.Sub(clamped, low);
   Value weight = b.op("Abs", {b.Sub(fraction, corner_tensor(1, 0))});  // 1 - fraction, fraction
   Value coordinate = b.Add(low, corner_tensor(0, 1));                // low, low + 1
-  Value inside = clip(coordinate, b.scalar(0, dtype), spatial.in_size(axis, -1));
-  weight = b.Where(b.op("Equal", {inside, coordinate}), weight, b.scalar(0, dtype));
+  const Value zero = b.scalar(0, dtype);
+  Value inside = clip(coordinate, zero, spatial.in_size(axis, -1));
+  weight = b.Where(b.op("Equal", {inside, coordinate}), weight, zero);
   return {b.Cast(inside, kInt64), weight};
 }
 
@@ -470,9 +486,15 @@ std::string build_gather(const Match& match, GraphBuilder& b) {
   // Table row of (n, g, row, column): ((n*og + g)*H + row)*W + column.
   Value index = b.Add(b.Mul(rows.coordinate, spatial.in_size_int(1)), columns.coordinate);
   if (static_dim(match.facts("input"), 0) * groups != 1) {
-    Value plane = spatial.known() ? b.scalar(static_cast<double>(spatial.in(0) * spatial.in(1)), kInt64)
-                                  : b.Mul(spatial.in_size_int(0), spatial.in_size_int(1));
-    Value rows_total = b.Div(b.op("Size", {conv.input}), b.scalar(static_cast<double>(group_channels), kInt64));
+    Value plane;
+    if (spatial.known()) {
+      plane = b.scalar(static_cast<double>(spatial.in(0) * spatial.in(1)), kInt64);
+    } else {
+      const Value height = spatial.in_size_int(0);
+      plane = b.Mul(height, spatial.in_size_int(1));
+    }
+    const Value size = b.op("Size", {conv.input});
+    Value rows_total = b.Div(size, b.scalar(static_cast<double>(group_channels), kInt64));
     Value first_rows = b.op("Range", {b.scalar(0, kInt64), rows_total, plane});
     index = b.Add(index, b.Reshape(first_rows, b.ints({-1, groups, 1, 1, 1, 1, 1, 1})));
   }
@@ -483,8 +505,10 @@ std::string build_gather(const Match& match, GraphBuilder& b) {
   }
 
   Value table = b.Reshape(conv.input, b.ints({0, groups, group_channels, -1}));
-  table = b.Reshape(b.Transpose(table, {0, 1, 3, 2}), b.ints({-1, group_channels}));
-  Value samples = b.Mul(b.Gather(table, index, 0), b.Unsqueeze(weights, {8}));
+  table = b.Transpose(table, {0, 1, 3, 2});
+  table = b.Reshape(table, b.ints({-1, group_channels}));
+  Value samples = b.Gather(table, index, 0);
+  samples = b.Mul(samples, b.Unsqueeze(weights, {8}));
   samples = b.Reduce("ReduceSum", samples, {2, 3}, false);  // [N, og, out_h, kh, out_w, kw, C/og]
   samples = b.Transpose(samples, {0, 1, 6, 2, 3, 4, 5});
   samples = b.Reshape(samples, spatial.shape({-1, conv.channels}, {kh, kw}));

@@ -121,7 +121,10 @@ class Axis {
   }
   Value size_int() {
     if (known()) return b_.scalar(static_cast<double>(size_), kInt64);
-    if (int_size_.absent()) int_size_ = b_.Gather(b_.Shape(input_), b_.scalar(static_cast<double>(index_), kInt64));
+    if (int_size_.absent()) {
+      const Value shape = b_.Shape(input_);
+      int_size_ = b_.Gather(shape, b_.scalar(static_cast<double>(index_), kInt64));
+    }
     return int_size_;
   }
 
@@ -136,8 +139,13 @@ class Axis {
 // grid_sampler_unnormalize: align_corners ((g + 1) / 2) * (size - 1), else ((g + 1) * size - 1) / 2.
 Value unnormalize(GraphBuilder& b, Value g, Axis& axis, bool align_corners) {
   const Value shifted = b.Add(g, b.scalar(1, kFloat));
-  if (align_corners) return b.Mul(b.Div(shifted, b.scalar(2, kFloat)), axis.size_float(-1));
-  return b.Div(b.Sub(b.Mul(shifted, axis.size_float()), b.scalar(1, kFloat)), b.scalar(2, kFloat));
+  if (align_corners) {
+    const Value half = b.Div(shifted, b.scalar(2, kFloat));
+    return b.Mul(half, axis.size_float(-1));
+  }
+  const Value scaled = b.Mul(shifted, axis.size_float());
+  const Value less_one = b.Sub(scaled, b.scalar(1, kFloat));
+  return b.Div(less_one, b.scalar(2, kFloat));
 }
 
 Value clip_to_image(GraphBuilder& b, Value c, Axis& axis) {
@@ -162,7 +170,8 @@ Value reflect(GraphBuilder& b, Value c, Axis& axis, bool align_corners) {
   Value reflected = b.Where(odd, odd_side, even_side);
   if (align_corners && !axis.known()) {
     // size 1: the kernel returns 0 (the span is 0, fmod would give NaN).
-    reflected = b.Where(b.op("Equal", {span, b.scalar(0, kFloat)}), b.scalar(0, kFloat), reflected);
+    const Value empty = b.op("Equal", {span, b.scalar(0, kFloat)});
+    reflected = b.Where(empty, b.scalar(0, kFloat), reflected);
   }
   return clip_to_image(b, reflected, axis);
 }
@@ -190,12 +199,18 @@ Value concat_taps(GraphBuilder& b, const std::vector<Value>& taps, int64_t tap_a
 // ((A + 2) * x - (A + 3)) * x * x + 1 and ((A * x - 5A) * x + 8A) * x - 4A with A = -0.75, in
 // the kernel's order (cubic_convolution1, cubic_convolution2).
 Value convolution1(GraphBuilder& b, Value x) {
-  const Value inner = b.Sub(b.Mul(b.scalar(1.25, kFloat), x), b.scalar(2.25, kFloat));
-  return b.Add(b.Mul(b.Mul(inner, x), x), b.scalar(1, kFloat));
+  const Value scaled = b.Mul(b.scalar(1.25, kFloat), x);
+  const Value inner = b.Sub(scaled, b.scalar(2.25, kFloat));
+  const Value cubic = b.Mul(b.Mul(inner, x), x);
+  return b.Add(cubic, b.scalar(1, kFloat));
 }
 Value convolution2(GraphBuilder& b, Value x) {
-  const Value inner = b.Sub(b.Mul(b.scalar(-0.75, kFloat), x), b.scalar(-3.75, kFloat));
-  return b.Sub(b.Mul(b.Add(b.Mul(inner, x), b.scalar(-6, kFloat)), x), b.scalar(-3, kFloat));
+  const Value scaled = b.Mul(b.scalar(-0.75, kFloat), x);
+  const Value inner = b.Sub(scaled, b.scalar(-3.75, kFloat));
+  const Value product = b.Mul(inner, x);
+  const Value quadratic = b.Add(product, b.scalar(-6, kFloat));
+  const Value cubic = b.Mul(quadratic, x);
+  return b.Sub(cubic, b.scalar(-3, kFloat));
 }
 
 Taps taps(GraphBuilder& b, Value g, Axis& axis, const GridSampler& sampler, int64_t tap_axis) {
@@ -259,8 +274,10 @@ std::string build_gather(const Match& match, GraphBuilder& b) {
   // Row of (n, y, x) in the table [N*H*W, C]: (n*H + y)*W + x.
   Value index = b.Add(b.Mul(along_y.index, width.size_int()), along_x.index);
   if (input.dim(0) != 1) {
-    const Value plane = b.Mul(height.size_int(), width.size_int());
-    const Value batch = b.Gather(b.Shape(sampler.input), b.scalar(0, kInt64));
+    const Value height_size = height.size_int();
+    const Value plane = b.Mul(height_size, width.size_int());
+    const Value shape = b.Shape(sampler.input);
+    const Value batch = b.Gather(shape, b.scalar(0, kInt64));
     const Value starts = b.Mul(b.op("Range", {b.scalar(0, kInt64), batch, b.scalar(1, kInt64)}), plane);
     index = b.Add(index, b.Reshape(starts, b.ints({-1, 1, 1, 1, 1})));
   }

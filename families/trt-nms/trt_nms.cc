@@ -98,7 +98,10 @@ class Dim {
   int64_t value() const { return known_; }
   Value scalar() {
     if (known()) return b_->scalar(static_cast<double>(known_), kInt64);
-    if (scalar_.absent()) scalar_ = b_->Gather(b_->Shape(shape_of_), b_->scalar(static_cast<double>(axis_), kInt64));
+    if (scalar_.absent()) {
+      const Value shape = b_->Shape(shape_of_);
+      scalar_ = b_->Gather(shape, b_->scalar(static_cast<double>(axis_), kInt64));
+    }
     return scalar_;
   }
   Value vector() { return known() ? b_->ints({known_}) : b_->Unsqueeze(scalar(), {0}); }
@@ -116,7 +119,8 @@ Value min_int(GraphBuilder& b, Value x, Value y) { return b.Where(b.op("Less", {
 
 Value product(GraphBuilder& b, Dim& x, Dim& y) {
   if (x.known() && y.known()) return b.scalar(static_cast<double>(x.value() * y.value()), kInt64);
-  return b.Mul(x.scalar(), y.scalar());
+  const Value first = x.scalar();
+  return b.Mul(first, y.scalar());
 }
 
 // ---- Pieces ---------------------------------------------------------------------------------
@@ -309,7 +313,8 @@ std::string build_efficient_nms(const Match& match, GraphBuilder& b) {
     const Value k = anchors_count.known() && classes.known()
                         ? b.ints({kEfficientNmsCandidates})
                         : b.Unsqueeze(min_int(b, elements, b.scalar(static_cast<double>(kEfficientNmsCandidates), kInt64)), {0});
-    candidates = b.Reshape(keep_top(b, flat, k, 1), b.Shape(candidates));
+    const Value kept = keep_top(b, flat, k, 1);
+    candidates = b.Reshape(kept, b.Shape(candidates));
   }
   // Thresholds: the plugin keeps score >= t (raw >= logf(t / (1 - t)) with score_activation) and
   // drops IoU >= t; NonMaxSuppression keeps score > t' and drops IoU > t'.
@@ -333,17 +338,20 @@ std::string build_efficient_nms(const Match& match, GraphBuilder& b) {
     const Value class_scores = b.Transpose(candidates, {0, 2, 1});  // [B, C, N]
     const Value selected = b.op("NonMaxSuppression", {compared, class_scores, max_per_class, iou_below, score_below});
     const auto cols = columns(b, selected);
-    flat_position = b.Add(b.Mul(b.Add(b.Mul(cols[0], anchors_count.scalar()), cols[2]), classes.scalar()), cols[1]);
+    const Value anchor_major = b.Add(b.Mul(cols[0], anchors_count.scalar()), cols[2]);
+    flat_position = b.Add(b.Mul(anchor_major, classes.scalar()), cols[1]);
     updates = b.op("GatherND", {class_scores, selected});
   } else {
     // Each (image, class) its own batch of boxes: [B*C, N, 4] and scores [B*C, 1, N].
-    const Value class_boxes =
-        b.Reshape(b.Transpose(compared, {0, 2, 1, 3}), b.Concat({b.ints({-1}), anchors_count.vector(), b.ints({4})}, 0));
-    const Value class_scores = b.Reshape(b.Transpose(candidates, {0, 2, 1}), b.Concat({b.ints({-1, 1}), anchors_count.vector()}, 0));
+    const Value boxes_by_class = b.Transpose(compared, {0, 2, 1, 3});
+    const Value class_boxes = b.Reshape(boxes_by_class, b.Concat({b.ints({-1}), anchors_count.vector(), b.ints({4})}, 0));
+    const Value scores_by_class = b.Transpose(candidates, {0, 2, 1});
+    const Value class_scores = b.Reshape(scores_by_class, b.Concat({b.ints({-1, 1}), anchors_count.vector()}, 0));
     const Value selected = b.op("NonMaxSuppression", {class_boxes, class_scores, max_per_class, iou_below, score_below});
     const auto cols = columns(b, selected);
     const Value image = b.Div(cols[0], classes.scalar()), klass = b.op("Mod", {cols[0], classes.scalar()});
-    flat_position = b.Add(b.Mul(b.Add(b.Mul(image, anchors_count.scalar()), cols[2]), classes.scalar()), klass);
+    const Value anchor_major = b.Add(b.Mul(image, anchors_count.scalar()), cols[2]);
+    flat_position = b.Add(b.Mul(anchor_major, classes.scalar()), klass);
     updates = b.op("GatherND", {class_scores, selected});
   }
   Ranked ranked = rank(b, flat_position, updates, batch, elements, max_boxes);
@@ -351,15 +359,20 @@ std::string build_efficient_nms(const Match& match, GraphBuilder& b) {
   // Outputs: boxes of the chosen elements, scores (sigmoid with score_activation), classes; 0 padding.
   const Value zero = b.scalar(0, kFloat);
   const Value images = batch_column(b, batch);
-  const Value rows = per_class ? b.Add(b.Mul(images, elements), ranked.indices)
-                               : b.Add(b.Mul(images, anchors_count.scalar()), b.Div(ranked.indices, classes.scalar()));
+  Value rows;
+  if (per_class) {
+    rows = b.Add(b.Mul(images, elements), ranked.indices);
+  } else {
+    const Value image_rows = b.Mul(images, anchors_count.scalar());
+    rows = b.Add(image_rows, b.Div(ranked.indices, classes.scalar()));
+  }
   const Value chosen_boxes = gather_rows(b, boxes, rows);
   const Value count = b.Reduce("ReduceSum", b.Cast(ranked.valid, kInt32), {1}, true);
   output(match, b, "num_detections", count_shape(match, b, "num_detections", count), kInt32);
   output(match, b, "detection_boxes", b.Where(b.Unsqueeze(ranked.valid, {2}), chosen_boxes, zero), kFloat);
   output(match, b, "detection_scores", b.Where(ranked.valid, activation ? b.Sigmoid(ranked.values) : ranked.values, zero), kFloat);
-  output(match, b, "detection_classes",
-         b.Where(ranked.valid, b.Cast(b.op("Mod", {ranked.indices, classes.scalar()}), kInt32), b.scalar(0, kInt32)), kInt32);
+  const Value chosen_classes = b.Cast(b.op("Mod", {ranked.indices, classes.scalar()}), kInt32);
+  output(match, b, "detection_classes", b.Where(ranked.valid, chosen_classes, b.scalar(0, kInt32)), kInt32);
   return {};
 }
 
@@ -469,7 +482,9 @@ std::string build_batched_nms(const Match& match, GraphBuilder& b, Variant varia
   if (variant == Variant::kTensorRT && !p.normalized) {
     // Caffe semantics: widths and heights + 1 -> the max corners + 1 (after the min/max reorder).
     const auto pairs = b.Split(boxes, -1, {2, 2});
-    compared = b.Concat({b.op("Min", {pairs[0], pairs[1]}), b.Add(b.op("Max", {pairs[0], pairs[1]}), b.scalar(1, kFloat))}, -1);
+    const Value low = b.op("Min", {pairs[0], pairs[1]});
+    const Value high = b.op("Max", {pairs[0], pairs[1]});
+    compared = b.Concat({low, b.Add(high, b.scalar(1, kFloat))}, -1);
     b.note("isNormalized = 0 (Caffe IoU, + 1 on widths and heights) is reproduced for overlapping and touching boxes; "
            "for boxes apart (by any gap) the plugin's IoU is 1 / (area1 + area2 - 1), NonMaxSuppression's 0: they differ "
            "only where that exceeds the IoU threshold (boxes of a few pixels)");
@@ -497,8 +512,8 @@ std::string build_batched_nms(const Match& match, GraphBuilder& b, Variant varia
     nms_scores = class_scores;
     selected = b.op("NonMaxSuppression", {b.Squeeze(compared, {2}), nms_scores, max_per_class, iou_threshold, score_threshold});
   } else {
-    const Value class_boxes =
-        b.Reshape(b.Transpose(compared, {0, 2, 1, 3}), b.Concat({b.ints({-1}), anchors_count.vector(), b.ints({4})}, 0));
+    const Value boxes_by_class = b.Transpose(compared, {0, 2, 1, 3});
+    const Value class_boxes = b.Reshape(boxes_by_class, b.Concat({b.ints({-1}), anchors_count.vector(), b.ints({4})}, 0));
     nms_scores = b.Reshape(class_scores, b.Concat({b.ints({-1, 1}), anchors_count.vector()}, 0));
     selected = b.op("NonMaxSuppression", {class_boxes, nms_scores, max_per_class, iou_threshold, score_threshold});
   }
@@ -506,7 +521,8 @@ std::string build_batched_nms(const Match& match, GraphBuilder& b, Variant varia
   const auto cols = columns(b, selected);
   const Value image_class = per_class ? cols[0] : b.Add(b.Mul(cols[0], classes.scalar()), cols[1]);
   const Value flat = b.Add(b.Mul(image_class, anchors_count.scalar()), cols[2]);
-  Ranked ranked = rank(b, flat, b.op("GatherND", {nms_scores, selected}), batch, product(b, classes, anchors_count), keep);
+  const Value selected_scores = b.op("GatherND", {nms_scores, selected});
+  Ranked ranked = rank(b, flat, selected_scores, batch, product(b, classes, anchors_count), keep);
 
   const Value klass = b.Div(ranked.indices, anchors_count.scalar());
   const Value anchor = b.op("Mod", {ranked.indices, anchors_count.scalar()});
@@ -524,7 +540,8 @@ std::string build_batched_nms(const Match& match, GraphBuilder& b, Variant varia
     output(match, b, "num_detections", count_shape(match, b, "num_detections", count), kInt32);
     output(match, b, "nmsed_boxes", chosen_boxes, kFloat);
     output(match, b, "nmsed_scores", chosen_scores, kFloat);
-    output(match, b, "nmsed_classes", b.Where(ranked.valid, b.Cast(klass, kFloat), b.scalar(-1, kFloat)), kFloat);
+    const Value classes_as_float = b.Cast(klass, kFloat);
+    output(match, b, "nmsed_classes", b.Where(ranked.valid, classes_as_float, b.scalar(-1, kFloat)), kFloat);
   } else {
     output(match, b, "dets", b.Concat({chosen_boxes, b.Unsqueeze(chosen_scores, {2})}, 2), kFloat);
     const Value minus_one = b.scalar(-1, kInt32);

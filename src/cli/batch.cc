@@ -206,7 +206,7 @@ JsonValue report_object(const JsonValue& line) {
   JsonValue object;
   object.kind = JsonValue::Kind::kObject;
   for (const auto& member : line.members) {
-    if (!line_only_key(member.first)) object.members.push_back(member);
+    if (!line_only_key(member.key)) object.members.push_back(member);
   }
   return object;
 }

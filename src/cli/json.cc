@@ -226,8 +226,8 @@ class JsonParser {
       if (at_ >= text_.size() || text_[at_] != '"' || !string(key)) return false;
       skip_space();
       if (!consume(":")) return false;
-      value.members.emplace_back(std::move(key), JsonValue{});
-      if (!parse(value.members.back().second, depth + 1)) return false;
+      value.members.push_back(JsonMember{std::move(key), JsonValue{}});
+      if (!parse(value.members.back().value, depth + 1)) return false;
       skip_space();
       if (consume("}")) return true;
       if (!consume(",")) return false;

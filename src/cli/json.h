@@ -5,7 +5,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 namespace onnx_rewrite {
@@ -47,17 +46,23 @@ class JsonWriter {
 
 // A parsed JSON document, for reading back our own reports (batch --resume, merge-reports).
 // Objects keep their key order; numbers keep their text, so writing one back changes nothing.
+struct JsonMember;
 struct JsonValue {
   enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
   Kind kind = Kind::kNull;
   bool flag = false;
   std::string text;  // a string's value, a number's literal
   std::vector<JsonValue> items;
-  std::vector<std::pair<std::string, JsonValue>> members;
+  // Not std::pair: a pair of the incomplete JsonValue does not compile with every standard library.
+  std::vector<JsonMember> members;
 
   const JsonValue* find(std::string_view key) const;
   std::string string_or(std::string_view key, std::string fallback) const;
   double number_or(std::string_view key, double fallback) const;
+};
+struct JsonMember {
+  std::string key;
+  JsonValue value;
 };
 
 // nullopt unless `text` is exactly one JSON value (surrounding white space allowed).
