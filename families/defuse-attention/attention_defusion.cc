@@ -44,7 +44,8 @@ struct Extent {
 
 Extent extent(const Match& match, GraphBuilder& b, const std::string& name, int64_t axis) {
   if (auto number = size_of(match, name, static_cast<size_t>(axis))) return {number, {}};
-  return {std::nullopt, b.Gather(b.Shape(Value{match.value(name)}), b.scalar(static_cast<double>(axis), TensorProto::INT64))};
+  const Value shape = b.Shape(Value{match.value(name)});
+  return {std::nullopt, b.Gather(shape, b.scalar(static_cast<double>(axis), TensorProto::INT64))};
 }
 
 Value scalar_of(GraphBuilder& b, const Extent& size) {
@@ -55,7 +56,8 @@ Extent plus(GraphBuilder& b, const Extent& x, const Extent& y) {
   if (x.number && y.number) return {*x.number + *y.number, {}};
   if (x.number == 0) return y;
   if (y.number == 0) return x;
-  return {std::nullopt, b.Add(scalar_of(b, x), scalar_of(b, y))};
+  const Value first = scalar_of(b, x);
+  return {std::nullopt, b.Add(first, scalar_of(b, y))};
 }
 
 // The integers [start, end) as an int64 vector: a constant when both ends are known, else Range
@@ -69,7 +71,8 @@ Value integers(GraphBuilder& b, const Extent& start, const Extent& end) {
   if (b.opset() >= 11) {
     return b.op("Range", {scalar_of(b, start), scalar_of(b, end), b.scalar(1, TensorProto::INT64)});
   }
-  const Value count = start.number == 0 ? scalar_of(b, end) : b.Sub(scalar_of(b, end), scalar_of(b, start));
+  Value count = scalar_of(b, end);
+  if (start.number != 0) count = b.Sub(count, scalar_of(b, start));
   const Value ones = b.op("ConstantOfShape", {b.Unsqueeze(count, {0})},
                           {attr("value", make_tensor(TensorProto::INT64, {1}, {1}))});
   const Value indices = b.Squeeze(b.op("NonZero", {ones}), {0});
@@ -141,7 +144,8 @@ Value padding_mask(GraphBuilder& b, Value mask, MaskForm form, Value keys, float
       seen = b.op("Less", {keys, b.Unsqueeze(b.Cast(mask, TensorProto::INT64), {1})});
       break;
     case MaskForm::kEndsStarts: {
-      const Value pairs = b.Reshape(b.Cast(mask, TensorProto::INT64), b.ints({2, -1, 1}));
+      const Value mask_ints = b.Cast(mask, TensorProto::INT64);
+      const Value pairs = b.Reshape(mask_ints, b.ints({2, -1, 1}));
       const Value ends = b.Gather(pairs, b.scalar(0, TensorProto::INT64));
       const Value starts = b.Gather(pairs, b.scalar(1, TensorProto::INT64));
       seen = b.op("And", {b.op("Less", {keys, ends}), b.op("Not", {b.op("Less", {keys, starts})})});
@@ -155,7 +159,8 @@ Value padding_mask(GraphBuilder& b, Value mask, MaskForm form, Value keys, float
     }
     default: seen = b.op("Greater", {mask, zero32}); break;
   }
-  const Value additive = b.Where(seen, b.scalar(0, dtype), b.scalar(filter, dtype));
+  const Value zero = b.scalar(0, dtype);
+  const Value additive = b.Where(seen, zero, b.scalar(filter, dtype));
   return b.Unsqueeze(additive, form == MaskForm::kQueriesKeys ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 2});
 }
 
@@ -228,7 +233,8 @@ std::string defuse_attention(const Match& match, GraphBuilder& b) {
   }
   float scale = match.attribute_float("scale", 0.f);
   if (scale == 0.f) scale = 1.f / std::sqrt(static_cast<float>(head_size));
-  Value scores = b.Mul(b.MatMul(q, k_transposed), b.scalar(scale, dtype));
+  const Value products = b.MatMul(q, k_transposed);
+  Value scores = b.Mul(products, b.scalar(scale, dtype));
 
   // The additive terms, as the kernel sums them: attention_bias + (padding and causal mask).
   const Extent queries = extent(match, b, "input", 1);
@@ -245,7 +251,9 @@ std::string defuse_attention(const Match& match, GraphBuilder& b) {
   if (causal) {  // a query at s sees the keys up to P + s; ORT gives the later ones the lowest float
     const Value positions = past_length.number == 0 ? keys : integers(b, past_length, total);
     const Value future = b.op("Greater", {keys, b.Unsqueeze(positions, {1})});
-    mask = b.Where(future, b.scalar(lowest(dtype), dtype), mask.absent() ? b.scalar(0, dtype) : mask);
+    const Value masked_out = b.scalar(lowest(dtype), dtype);
+    const Value kept = mask.absent() ? b.scalar(0, dtype) : mask;
+    mask = b.Where(future, masked_out, kept);
   }
   Value additive = value_of(match, "attention_bias");
   if (!mask.absent()) additive = additive.absent() ? mask : b.Add(additive, mask);
