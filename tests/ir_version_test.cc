@@ -92,5 +92,50 @@ TEST(IrVersion, FieldsNewerThanOnnx112AreNotDroppedSilently) {
       << result.err;
 }
 
+// `--opset N` alone also writes the IR version ONNX released with opset N, where the model allows:
+// a runtime that stops at opset 11 (ONNX Runtime 1.0..1.2) reads IR 6 at most.
+TEST(IrVersion, AnOpsetAloneLowersTheIrToTheOnesReleasedWithIt) {
+  TempDir dir;
+  const auto input = write_model_text(kIr10Opset17, dir / "in.onnx");
+  auto result = run_cli({"rewrite", input.string(), "-o", (dir / "out.onnx").string(), "--opset", "11", "--report",
+                         (dir / "r.json").string()});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("  IR version: 10 -> 6\n"), std::string::npos) << result.out;
+  EXPECT_EQ(read_model(dir / "out.onnx").ir_version(), 6);
+  EXPECT_EQ(opset_import(read_model(dir / "out.onnx"), ""), 11);
+  const auto report = parse_json(read_file(dir / "r.json")).struct_value().fields();
+  EXPECT_EQ(report.at("ir_version").struct_value().fields().at("after").number_value(), 6);
+  EXPECT_TRUE(ort_compare(input, dir / "out.onnx", {"--dim", "N=3"}).ok);
+
+  // An explicit --ir-version wins.
+  result = run_cli({"rewrite", input.string(), "-o", (dir / "eight.onnx").string(), "--opset", "11", "--ir-version", "8"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(read_model(dir / "eight.onnx").ir_version(), 8);
+
+  // Never raised: an IR 5 model at opset 10 stays as it is under --opset 11.
+  const auto old_model = write_model_text(R"(<ir_version: 5, opset_import: ["": 10]>
+g (float[2] x) => (float[2] y) { y = Relu (x) })", dir / "old.onnx");
+  result = run_cli({"rewrite", old_model.string(), "-o", (dir / "old_out.onnx").string(), "--opset", "11"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(read_file(dir / "old_out.onnx"), read_file(old_model));
+}
+
+// What the implied IR can't hold keeps the model's IR with a note, not a failure: only
+// --ir-version N insists.
+TEST(IrVersion, AnImpliedIrTheModelCantBeWrittenAsIsANote) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 8, opset_import: ["": 13, "local": 1]>
+g (float[2] x) => (float[2] y) { y = local.twice (x) }
+<domain: "local", opset_import: ["": 13]>
+twice (v) => (r) { r = Add (v, v) })", dir / "in.onnx");
+  const auto result = run_cli({"rewrite", input.string(), "-o", (dir / "out.onnx").string(), "--opset", "13", "--target", "ort"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("note: IR version 8 kept, although runtimes of opset 13 read IR 7: it has model-local functions, "
+                            "which need IR 8 (--ir-version insists)"),
+            std::string::npos)
+      << result.out;
+  EXPECT_EQ(read_model(dir / "out.onnx").ir_version(), 8);
+}
+
 }  // namespace
 }  // namespace onnx_rewrite

@@ -398,6 +398,32 @@ std::map<std::string, int> imports(const onnx::ModelProto& model) {
   return versions;
 }
 
+// --ir-version N, or else the IR version ONNX released with --opset N (what a runtime that stops
+// at that opset reads: ONNX Runtime 1.6 refuses IR 8 at opset 13), lowered only, never raised.
+// An explicit version the model can't be written as is a target not met; an implied one stays a note.
+void write_ir_version(Model& model, const RewriteOptions& options, RewriteResult& result) {
+  const int64_t current = model.proto.ir_version();
+  std::optional<int64_t> wanted = options.ir_version;
+  const bool implied = !wanted && options.max_opset && minimum_ir_version(*options.max_opset) < current;
+  if (implied) {
+    if (import_of(model.proto.opset_import(), "") > *options.max_opset) return;  // the opset was not met: said already
+    wanted = minimum_ir_version(*options.max_opset);
+  }
+  if (!wanted || *wanted == current) return;
+  if (auto why = ir_version_blocker(model.proto, *wanted)) {
+    if (implied) {
+      result.notes.push_back(fmt::format("IR version {} kept, although runtimes of opset {} read IR {}: {} (--ir-version insists)",
+                                         current, *options.max_opset, *wanted, *why));
+    } else {
+      result.ir_version_problem = fmt::format("IR version {} can't be written as {}: {}", current, *wanted, *why);
+    }
+    return;
+  }
+  result.ir_change = {current, *wanted};
+  model.proto.set_ir_version(*wanted);
+  model.changed = true;
+}
+
 }  // namespace
 
 RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOptions& options, const InputCheck* checked) {
@@ -458,15 +484,7 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
     if (!imports_before.count(domain)) result.opset_changes[domain] = {0, version};
   }
   if (!result.opset_changes.empty()) model.changed = true;
-  if (options.ir_version && *options.ir_version != model.proto.ir_version()) {
-    if (auto why = ir_version_blocker(model.proto, *options.ir_version)) {
-      result.ir_version_problem = fmt::format("IR version {} can't be written as {}: {}", model.proto.ir_version(), *options.ir_version, *why);
-    } else {
-      result.ir_change = {model.proto.ir_version(), *options.ir_version};
-      model.proto.set_ir_version(*options.ir_version);
-      model.changed = true;
-    }
-  }
+  write_ir_version(model, options, result);
   if (model.changed && input_valid) {
     // A round's check (always in topological order) covers the node lists as they are now.
     const auto problem = nodes_checked ? model_problem(model.proto) : output_problem(model.proto, input_ordered);
