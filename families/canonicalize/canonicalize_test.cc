@@ -320,5 +320,53 @@ g (float[2, 3] x) => (float[2, 3] y) {
   EXPECT_NE(read_file(dir / "report.json").find("canonicalize-fold-cast (1)"), std::string::npos);
 }
 
+// ---- Dead nodes ---------------------------------------------------------------------------------
+
+// A dead node reading a value inside a GELU (a debugging tap an exporter left) blocked the fusion:
+// canonicalization removes what nothing reads first, with what only it read.
+TEST(UnusedNodes, GoFirstSoThatAFusionTheyBlockedFires) {
+  const std::string text = R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2, 8] x) => (float[2, 8] y) {
+  k = Constant <value = float {1.4142135}> ()
+  d = Div (x, k)
+  e = Erf (d)
+  tap = Abs (e)
+  tap_sum = ReduceSum (tap)
+  one = Constant <value = float {1.0}> ()
+  p = Add (e, one)
+  m = Mul (x, p)
+  half = Constant <value = float {0.5}> ()
+  y = Mul (m, half)
+})";
+  const auto fused = rewrite_for_ort(text);
+  ASSERT_EQ(fused.model.graph().node_size(), 1) << canonical_nodes(fused.model, interface_names(fused.model));
+  EXPECT_EQ(count(fused.model, "Gelu", "com.microsoft"), 1);
+  EXPECT_EQ(fused.result.rules.at("canonicalize-unused-nodes").nodes_removed, 2);
+  expect_same_in_ort(text, fused, "canonicalize unused nodes");
+  // Without canonicalization the tap stays, and so does the spelled-out GELU.
+  const auto kept = rewrite_for_ort(text, false);
+  EXPECT_EQ(count(kept.model, "Gelu", "com.microsoft"), 0);
+  EXPECT_EQ(count(kept.model, "ReduceSum"), 1);
+}
+
+// Dead nodes alone are a model's own business: removed only when something else fires too, and
+// never a custom op (it may do something nobody sees) or what a subgraph reads.
+TEST(UnusedNodes, AloneTheyAreLeftAsTheyAreAndCustomOpsStay) {
+  const std::string text = R"(<ir_version: 8, opset_import: ["": 17, "custom": 1]>
+g (float[2, 3] x, bool c) => (float[2, 3] y) {
+  dead = Neg (x)
+  logged = custom.Print (x)
+  inner = Sigmoid (x)
+  y = If (c) <then_branch = t () => (float[2, 3] o) { o = Identity (inner) }, else_branch = e () => (float[2, 3] o) { o = Abs (x) }>
+})";
+  TempDir dir;
+  const std::string bytes = serialize(parse_model_text(text));
+  write_file(dir / "in.onnx", bytes);
+  const auto run = run_cli({"rewrite", (dir / "in.onnx").string(), "-o", (dir / "out.onnx").string(), "--target", "ort",
+                            "--no-provenance"});
+  EXPECT_EQ(read_file(dir / "out.onnx"), bytes) << run.out << run.err;
+  EXPECT_NE(run.out.find("canonicalize-unused-nodes (1)"), std::string::npos) << run.out;  // Neg only
+}
+
 }  // namespace
 }  // namespace onnx_rewrite

@@ -420,6 +420,40 @@ std::string build_layer_norm_folded(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// ONNX's function body of LayerNormalization-17/18 -> the op (fuse-layernorm-function.rules).
+std::string build_layer_norm_function_body(const Match& match, GraphBuilder& b) {
+  const std::string& x = match.value("x");
+  const auto* shape = match.scope->producer(match.value("x_shape"));
+  if (!shape || shape->node->op_type() != "Shape" || !normalize_domain(shape->node->domain()).empty() ||
+      shape->node->input(0) != x || find_attribute(*shape->node, "start") || find_attribute(*shape->node, "end")) {
+    return "the result is reshaped to something other than Shape (x)";
+  }
+  StaticShapes shapes = static_shapes(match);
+  const Facts& x_facts = shapes(x);
+  const int32_t type = element_type(match, {"x"});
+  if (auto why = check_element_type(type, kNormalizationTypes, "LayerNormalization"); !why.empty()) return why;
+  if (match.attribute_int("out_type", 0) != type) return "the result is cast to another type than x's";
+  const int64_t axis = match.attribute_int("axis", 1);
+  const auto rank = x_facts.rank();
+  if (axis >= 0 && !rank) return "x's rank is unknown (the axis counts from the front)";
+  const int64_t normalized = axis < 0 ? -axis : static_cast<int64_t>(*rank) - axis;
+  if (normalized <= 0 || (rank && normalized > static_cast<int64_t>(*rank))) return fmt::format("axis {} is out of range", axis);
+  const auto epsilon = scalar_constant(match, "eps");
+  if (!epsilon || *epsilon < 0) return "ε is not a constant >= 0";
+  std::vector<Value> inputs{Value{x}};
+  for (const auto& [role, name] : {std::pair{"γ", "scale"}, std::pair{"β", "bias"}}) {
+    if (!bound(match, name)) continue;
+    const std::string& param = match.value(name);
+    if (auto why = check_affine(role, param, shapes(param), x_facts, normalized, false); !why.empty()) return why;
+    inputs.push_back(Value{param});
+  }
+  Attributes attributes{attr("axis", axis), attr("epsilon", *epsilon)};
+  const int64_t stash_type = match.attribute_int("stash_type", onnx::TensorProto::FLOAT);
+  if (stash_type != onnx::TensorProto::FLOAT) attributes.push_back(attr("stash_type", stash_type));
+  b.output(match.value("y"), b.op("LayerNormalization", inputs, attributes));
+  return {};
+}
+
 // x - ReduceMean(x): what an RMSNorm pattern finds inside a LayerNorm that fuse-layernorm
 // could not take (its mean used elsewhere, say). That is left alone rather than half-fused.
 bool is_centered(const Scope& scope, const std::string& value) {
@@ -656,6 +690,10 @@ void register_fuse_contrib_builders(BuilderRegistry& registry) {
                build_rms_norm);
   registry.add("fuse_layer_norm_folded", {.values = {"x", "gamma", "beta", "eps", "y"}, .optional_values = spelled, .optional_attributes = reductions},
                build_layer_norm_folded);
+  registry.add("fuse_layer_norm_function_body",
+               {.values = {"x", "x_shape", "eps", "scale", "y"}, .optional_values = {"bias", "axis_one"},
+                .attributes = {"axis", "stash_type", "out_type"}},
+               build_layer_norm_function_body);
   registry.add("fuse_layer_norm_bias", {.values = {"x", "gamma", "beta", "y"}}, build_layer_norm_bias);
   registry.add("fuse_skip_layer_norm",
                {.values = {"a", "b", "h", "gamma", "y"}, .optional_values = {"beta"},

@@ -440,6 +440,115 @@ TEST_P(LayerNormSpelling, IsLayerNormalization) {
 INSTANTIATE_TEST_SUITE_P(Fusion, LayerNormSpelling, ::testing::ValuesIn(all_spellings()),
                          [](const auto& info) { return info.param.name(); });
 
+// ---- ONNX's function body of LayerNormalization-17/18 -------------------------------------------
+
+struct BodyCase {
+  std::string name;
+  std::vector<int64_t> dims;
+  int64_t axis;
+  int opset;          // 17: ReduceMean axes attribute; 18: a constant input
+  bool bias;
+  bool mean_used = false;  // the Mean output is a graph output
+};
+
+// The LayerNormalization-17/18 node as ONNX's context-dependent function body expands it
+// (onnx/defs/nn/defs.cc), node for node, with the dead nodes it leaves when Mean and InvStdDev
+// are not used.
+std::string layer_norm_body(const BodyCase& c) {
+  std::vector<std::string> dims;
+  for (int64_t d : c.dims) dims.push_back(std::to_string(d));
+  const int64_t rank = static_cast<int64_t>(c.dims.size());
+  const int64_t first = c.axis < 0 ? c.axis + rank : c.axis;
+  std::vector<std::string> normalized(dims.begin() + first, dims.end());
+  int64_t count = 1;
+  for (int64_t i = first; i < rank; ++i) count *= c.dims[static_cast<size_t>(i)];
+  std::vector<std::string> reduced = dims;
+  for (int64_t i = first; i < rank; ++i) reduced[static_cast<size_t>(i)] = "1";
+  std::string means = c.opset == 17 ? "mean2d = ReduceMean <axes = [1]> (xu)\n  square = Mul (xu, xu)\n"
+                                      "  mean_of_square = ReduceMean <axes = [1]> (square)"
+                                    : "axes_1 = Constant <value = int64[1] {1}> ()\n  mean2d = ReduceMean (xu, axes_1)\n"
+                                      "  square = Mul (xu, xu)\n  mean_of_square = ReduceMean (square, axes_1)";
+  return model(c.opset, fmt::format(R"(ln_body (float[{0}] x) => (float[{0}] y{1}) <float[{2}] scale = {3}{4}> {{
+  float_epsilon = Constant <value = float {{1e-5}}> ()
+  epsilon = Cast <to = 1> (float_epsilon)
+  x_shape = Shape (x)
+  rank = Size (x_shape)
+  zero1d = Constant <value = int64[1] {{0}}> ()
+  axis1d = Constant <value = int64[1] {{{5}}}> ()
+  prefix_shape = Slice (x_shape, zero1d, axis1d)
+  {6}
+  suffix_shape = ConstantOfShape <value = int64[1] {{1}}> (num_reduced_axes)
+  reduced_shape = Concat <axis = 0> (prefix_shape, suffix_shape)
+  x2d = Flatten <axis = {5}> (x)
+  xu = Cast <to = 1> (x2d)
+  {7}
+  square_of_mean = Mul (mean2d, mean2d)
+  var = Sub (mean_of_square, square_of_mean)
+  var_plus_epsilon = Add (var, epsilon)
+  std_dev = Sqrt (var_plus_epsilon)
+  deviation = Sub (xu, mean2d)
+  normalized = Div (deviation, std_dev)
+  normalized_t = Cast <to = 1> (normalized)
+  scale2d = Flatten <axis = 0> (scale)
+  scaled = Mul (normalized_t, scale2d)
+  {8}
+  y = Reshape (biased, x_shape)
+  inv_std_dev2d = Reciprocal (std_dev)
+  {9}
+}})",
+      fmt::join(dims, ", "), c.mean_used ? fmt::format(", float[{}] mean", fmt::join(reduced, ", ")) : "",
+      fmt::join(normalized, ", "), numbers(static_cast<int>(count), 1.0, 0.5),
+      c.bias ? fmt::format(", float[{}] bias = {}", fmt::join(normalized, ", "), numbers(static_cast<int>(count), 0.0, 0.5, 5)) : "",
+      c.axis, c.axis >= 0 ? "num_reduced_axes = Sub (rank, axis1d)" : "num_reduced_axes = Neg (axis1d)", means,
+      c.bias ? "bias2d = Flatten <axis = 0> (bias)\n  biased = Add (scaled, bias2d)" : "biased = Identity (scaled)",
+      c.mean_used ? "mean = Reshape (mean2d, reduced_shape)" : ""));
+}
+
+class LayerNormFunctionBody : public ::testing::TestWithParam<BodyCase> {};
+
+TEST_P(LayerNormFunctionBody, IsLayerNormalizationAgain) {
+  const BodyCase& c = GetParam();
+  const auto text = layer_norm_body(c);
+  const auto fused = fuse(text);
+  const auto& out = fused.model;
+  ASSERT_EQ(out.graph().node_size(), 1) << canonical_nodes(out, interface_names(out));
+  const auto& node = out.graph().node(0);
+  EXPECT_EQ(node.op_type(), "LayerNormalization");
+  EXPECT_EQ(node.input_size(), c.bias ? 3 : 2);
+  EXPECT_EQ(int_attribute(node, "axis", 99), c.axis);
+  EXPECT_FLOAT_EQ(float_attribute(node, "epsilon", 0), 1e-5f);
+  EXPECT_EQ(fused.result.rules.at("fuse-layernorm-function-body").matches, 1);
+  expect_same_in_ort(text, fused, {"--float-range", "-3,5"});
+
+  // The same with --fuse for standard ONNX runtimes.
+  TempDir dir;
+  const auto input = write_model_text(text, dir / "in.onnx");
+  const auto result = run_cli({"rewrite", input.string(), "-o", (dir / "out.onnx").string(), "--fuse"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto standard = read_model(dir / "out.onnx");
+  ASSERT_EQ(standard.graph().node_size(), 1) << result.out;
+  EXPECT_EQ(standard.graph().node(0).op_type(), "LayerNormalization");
+  EXPECT_TRUE(ort_compare(input, dir / "out.onnx", {"--float-range", "-3,5"}).ok);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fusion, LayerNormFunctionBody,
+                         ::testing::Values(BodyCase{"last_axis_bias_17", {2, 3, 8}, -1, 17, true},
+                                           BodyCase{"axis1_no_bias_18", {2, 3, 4}, 1, 18, false},
+                                           BodyCase{"axis2_of_4d_bias_17", {2, 3, 4, 5}, 2, 17, true},
+                                           BodyCase{"axis0_bias_18", {3, 4}, 0, 18, true},
+                                           BodyCase{"axis_minus3_of_4d_17", {2, 3, 4, 5}, -3, 17, false}),
+                         [](const auto& info) { return info.param.name; });
+
+// With the Mean output used, the body's 2-D mean leaves the match: it stays as it is.
+TEST(LayerNormFunctionBody, AUsedMeanOutputKeepsTheBody) {
+  const auto text = layer_norm_body(BodyCase{"mean_used", {2, 3, 8}, -1, 17, true, true});
+  const auto fused = fuse(text);
+  EXPECT_EQ(count(fused.model, "", "LayerNormalization"), 0);
+  EXPECT_EQ(count(fused.model, "", "ReduceMean"), 2);
+  EXPECT_FALSE(fused.result.rules.count("fuse-layernorm-function-body"));
+  expect_same_in_ort(text, fused, {"--float-range", "-3,5"});
+}
+
 // Below opset 17 ONNX Runtime's own LayerNormalization (default domain, version 1, the op its
 // optimizer writes there) is used at the model's opset: no import raised, also under --opset 16.
 TEST(LayerNorm, BelowOpset17ItIsOrtsLayerNormalizationAtTheModelsOpset) {

@@ -31,7 +31,10 @@ OpCounts count_ops(const onnx::ModelProto& model) {
   return counts;
 }
 
-bool is_canonicalization(const Rule& rule) { return rule.id.starts_with("canonicalize-"); }
+bool is_canonicalization(const std::string& rule_id) { return rule_id.starts_with("canonicalize-"); }
+bool is_canonicalization(const Rule& rule) { return is_canonicalization(rule.id); }
+// Not a rule: the dead nodes a model came with, removed where canonicalization runs.
+constexpr const char* kUnusedNodes = "canonicalize-unused-nodes";
 
 std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions& options) {
   for (const auto& id : options.only) {
@@ -132,11 +135,13 @@ class Run {
       : model_(model), options_(options), target_(find_target(options.target)), domains_before_(domains_before),
         candidates_(index_by_anchor(rules)),
         policy_(model, options.max_opset, lower), names_(model.proto), rewriter_(model), result_(result), ordered_(ordered),
-        progress_(options.progress_out) {}
+        progress_(options.progress_out),
+        canonicalizing_(std::any_of(rules.begin(), rules.end(), [](const Rule* rule) { return is_canonicalization(*rule); })) {}
 
   // Returns why the requested opset can't be reached, if it can't.
   std::optional<std::string> execute() {
     if (!any_candidate()) return policy_.apply(rewriter_.created(), domains_before_);
+    if (canonicalizing_) remove_unused_nodes();
     // A model that was already inconsistent can't tell our mistakes from its own.
     verify_ = ordered_ ? *ordered_ : !structural_problem(model_.proto);
     std::set<std::string> firing;
@@ -177,6 +182,14 @@ class Run {
   bool nodes_checked() const { return nodes_checked_; }
 
  private:
+  void remove_unused_nodes() {
+    const size_t removed = rewriter_.remove_unused(collect_scopes(model_));
+    if (removed == 0) return;
+    RuleStats& stats = result_.rules[kUnusedNodes];
+    stats.matches = stats.nodes_removed = static_cast<int>(removed);
+    model_.changed = true;
+  }
+
   // Whether any node anywhere has an op some active rule is anchored at (or is explained).
   bool any_candidate() {
     bool found = !options_.explain.empty();
@@ -390,6 +403,7 @@ class Run {
   bool nodes_checked_ = false;
   int matches_ = 0;  // in all rounds, for the progress line
   ProgressLine progress_;
+  bool canonicalizing_;  // canonicalization rules are active: dead nodes go first
 };
 
 std::map<std::string, int> imports(const onnx::ModelProto& model) {
@@ -462,7 +476,7 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
   const bool canonicalized_only = !result.rules.empty() && result.functions_inlined == 0 && result.function_imports_raised == 0 &&
                                   imports(model.proto) == imports_before &&
                                   std::all_of(result.rules.begin(), result.rules.end(), [&](const auto& fired) {
-                                    return is_canonicalization(*rules.find(fired.first)) && !options.only.count(fired.first);
+                                    return is_canonicalization(fired.first) && !options.only.count(fired.first);
                                   });
   if (canonicalized_only) {
     // Nothing matched what canonicalization made: the model stays an exact copy.

@@ -162,6 +162,22 @@ void Rewriter::commit(const std::vector<std::unique_ptr<Scope>>& scopes) {
   pending_.clear();
 }
 
+size_t Rewriter::remove_unused(const std::vector<std::unique_ptr<Scope>>& scopes) {
+  const size_t before = nodes_removed_;
+  for (const auto& scope : scopes) {
+    for (auto& node : scope->nodes()) {
+      const std::string domain = normalize_domain(node.domain());
+      if ((!domain.empty() && domain != "ai.onnx.ml") || node.output_size() == 0) continue;
+      const bool unused = std::all_of(node.output().begin(), node.output().end(), [&](const std::string& output) {
+        return output.empty() || (!scope->is_output(output) && scope->uses(output).empty());
+      });
+      if (unused) pending_[scope.get()].removed.insert(&node);
+    }
+  }
+  commit(scopes);  // the sweep there takes what only the removed nodes read
+  return nodes_removed_ - before;
+}
+
 void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   // What the new nodes read and compute (views into the pending nodes, which stay put until
   // the rebuild below).

@@ -50,6 +50,11 @@ class Rewriter {
   // go too (with their value_info), and node order is repaired where rewrites broke it.
   void commit(const std::vector<std::unique_ptr<Scope>>& scopes);
 
+  // Removes the nodes of the standard domains whose outputs nothing reads (no node, subgraph or
+  // graph output), and what only they read: dead code the model came with, which would block a
+  // fusion by reading a value inside it. Returns how many nodes went.
+  size_t remove_unused(const std::vector<std::unique_ptr<Scope>>& scopes);
+
   // Nodes created by rules since this rewriter was made (valid after commit).
   const std::unordered_set<const onnx::NodeProto*>& created() const { return created_; }
   size_t nodes_removed() const { return nodes_removed_; }
