@@ -368,5 +368,36 @@ g (float[2, 3] x, bool c) => (float[2, 3] y) {
   EXPECT_NE(run.out.find("canonicalize-unused-nodes (1)"), std::string::npos) << run.out;  // Neg only
 }
 
+// An Identity inside a GELU (an exporter's alias) blocked the fusion: its readers read its input
+// instead. One that is a graph output, or that a subgraph reads, stays.
+TEST(Identities, AreBypassedSoThatAFusionTheyBlockedFires) {
+  const std::string text = R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2, 8] x, bool c) => (float[2, 8] y, float[2, 8] alias, float[2, 8] z) {
+  k = Constant <value = float {1.4142135}> ()
+  d = Div (x, k)
+  erf_raw = Erf (d)
+  e = Identity (erf_raw)
+  one = Constant <value = float {1.0}> ()
+  p = Add (e, one)
+  m = Mul (x, p)
+  half = Constant <value = float {0.5}> ()
+  y = Mul (m, half)
+  alias = Identity (x)
+  seen = Identity (x)
+  z = If (c) <then_branch = t () => (float[2, 8] o) { o = Neg (seen) }, else_branch = f () => (float[2, 8] o) { o = Abs (seen) }>
+})";
+  const auto fused = rewrite_for_ort(text);
+  EXPECT_EQ(count(fused.model, "Gelu", "com.microsoft"), 1) << canonical_nodes(fused.model, interface_names(fused.model));
+  EXPECT_EQ(count(fused.model, "Identity"), 2);  // alias (a graph output) and seen (read by the If's branches)
+  EXPECT_EQ(fused.result.rules.at("canonicalize-identities").nodes_removed, 1);
+  TempDir dir;
+  write_file(dir / "original.onnx", serialize(parse_model_text(text)));
+  write_file(dir / "rewritten.onnx", fused.bytes);
+  for (const char* branch : {"0,0", "1,1"}) {
+    const auto comparison = ort_compare(dir / "original.onnx", dir / "rewritten.onnx", {"--range", std::string("c=") + branch});
+    EXPECT_TRUE(comparison.ok) << comparison.output;
+  }
+}
+
 }  // namespace
 }  // namespace onnx_rewrite

@@ -33,8 +33,10 @@ OpCounts count_ops(const onnx::ModelProto& model) {
 
 bool is_canonicalization(const std::string& rule_id) { return rule_id.starts_with("canonicalize-"); }
 bool is_canonicalization(const Rule& rule) { return is_canonicalization(rule.id); }
-// Not a rule: the dead nodes a model came with, removed where canonicalization runs.
+// Not rules: the dead nodes and the Identity nodes a model came with, removed where
+// canonicalization runs.
 constexpr const char* kUnusedNodes = "canonicalize-unused-nodes";
+constexpr const char* kIdentities = "canonicalize-identities";
 
 std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions& options) {
   for (const auto& id : options.only) {
@@ -141,7 +143,7 @@ class Run {
   // Returns why the requested opset can't be reached, if it can't.
   std::optional<std::string> execute() {
     if (!any_candidate()) return policy_.apply(rewriter_.created(), domains_before_);
-    if (canonicalizing_) remove_unused_nodes();
+    if (canonicalizing_) canonicalize_graph();
     // A model that was already inconsistent can't tell our mistakes from its own.
     verify_ = ordered_ ? *ordered_ : !structural_problem(model_.proto);
     std::set<std::string> firing;
@@ -174,6 +176,7 @@ class Run {
         nodes_checked_ = true;
       }
     }
+    bypass_created_identities();
     return policy_.apply(rewriter_.created(), domains_before_);
   }
 
@@ -182,12 +185,34 @@ class Run {
   bool nodes_checked() const { return nodes_checked_; }
 
  private:
-  void remove_unused_nodes() {
-    const size_t removed = rewriter_.remove_unused(collect_scopes(model_));
-    if (removed == 0) return;
-    RuleStats& stats = result_.rules[kUnusedNodes];
-    stats.matches = stats.nodes_removed = static_cast<int>(removed);
-    model_.changed = true;
+  // Dead nodes and Identity nodes would block the fusions whose values they read.
+  void canonicalize_graph() {
+    const auto count = [&](const char* what, size_t removed) {
+      if (removed == 0) return;
+      RuleStats& stats = result_.rules[what];
+      stats.matches = stats.nodes_removed = static_cast<int>(removed);
+      model_.changed = true;
+    };
+    count(kUnusedNodes, rewriter_.remove_unused(collect_scopes(model_)));
+    if (has_identity(model_.proto)) {
+      count(kIdentities, rewriter_.bypass_identities(collect_scopes(model_), [](const onnx::NodeProto&) { return true; }));
+    }
+  }
+
+  // Identities the replacements wrote (a value standing for another: a de-fused layout change)
+  // go once the rounds are over; graph outputs keep theirs.
+  void bypass_created_identities() {
+    const auto& created = rewriter_.created();
+    if (std::none_of(created.begin(), created.end(), [](const onnx::NodeProto* node) { return node->op_type() == "Identity"; })) return;
+    if (rewriter_.bypass_identities(collect_scopes(model_), [&](const onnx::NodeProto& node) { return created.count(&node) != 0; })) {
+      nodes_checked_ = false;  // the node lists changed after the last round's check
+    }
+  }
+
+  static bool has_identity(const onnx::ModelProto& model) {
+    bool found = false;
+    for_each_node(model, [&](const onnx::NodeProto& node, const Place&) { found = found || node.op_type() == "Identity"; });
+    return found;
   }
 
   // Whether any node anywhere has an op some active rule is anchored at (or is explained).

@@ -178,6 +178,30 @@ size_t Rewriter::remove_unused(const std::vector<std::unique_ptr<Scope>>& scopes
   return nodes_removed_ - before;
 }
 
+size_t Rewriter::bypass_identities(const std::vector<std::unique_ptr<Scope>>& scopes,
+                                   const std::function<bool(const onnx::NodeProto&)>& which) {
+  const size_t before = nodes_removed_;
+  for (const auto& scope : scopes) {
+    // In node order, each reader is pointed at the input as the node has it now: a chain of
+    // Identities collapses onto its first input.
+    for (auto& node : scope->nodes()) {
+      if (node.op_type() != "Identity" || !normalize_domain(node.domain()).empty() || node.input_size() != 1 ||
+          node.output_size() != 1 || node.input(0).empty() || !which(node)) {
+        continue;
+      }
+      const std::string& output = node.output(0);
+      const auto uses = scope->uses(output);
+      if (scope->is_output(output) || std::any_of(uses.begin(), uses.end(), [](const Use& use) { return use.input < 0; })) continue;
+      Pending& pending = pending_[scope.get()];
+      for (const Use& use : uses) use.node->set_input(use.input, node.input(0));
+      pending.read_anew.insert(node.input(0));
+      pending.removed.insert(&node);
+    }
+  }
+  commit(scopes);
+  return nodes_removed_ - before;
+}
+
 void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   // What the new nodes read and compute (views into the pending nodes, which stay put until
   // the rebuild below).
@@ -200,7 +224,7 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   // read by every block of a long chain is scanned once, not once per removed reader.
   std::unordered_map<std::string_view, size_t> uses_gone;
   auto unused = [&](std::string_view name) {
-    if (name.empty() || scope.is_output(name) || read_by_new.count(name)) return false;
+    if (name.empty() || scope.is_output(name) || read_by_new.count(name) || pending.read_anew.count(std::string(name))) return false;
     const auto uses = scope.uses(name);
     size_t& known = uses_gone[name];
     while (known < uses.size() && gone.count(uses[known].node)) ++known;

@@ -3,6 +3,7 @@
 // in one sweep per round.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -55,6 +56,11 @@ class Rewriter {
   // fusion by reading a value inside it. Returns how many nodes went.
   size_t remove_unused(const std::vector<std::unique_ptr<Scope>>& scopes);
 
+  // Removes the Identity nodes `which` picks whose output is not a graph output nor read inside a
+  // subgraph: their readers read the Identity's input instead. Returns how many went.
+  size_t bypass_identities(const std::vector<std::unique_ptr<Scope>>& scopes,
+                           const std::function<bool(const onnx::NodeProto&)>& which);
+
   // Nodes created by rules since this rewriter was made (valid after commit).
   const std::unordered_set<const onnx::NodeProto*>& created() const { return created_; }
   size_t nodes_removed() const { return nodes_removed_; }
@@ -65,6 +71,7 @@ class Rewriter {
     std::unordered_map<const onnx::NodeProto*, std::vector<onnx::NodeProto>> insert_before;
     std::vector<onnx::TensorProto> initializers;
     std::map<std::string, std::string> constant_names;  // serialized tensor -> initializer name
+    std::unordered_set<std::string> read_anew;  // values nodes read now that the round's index doesn't know
   };
 
   void commit_scope(const Scope& scope, Pending& pending);
