@@ -399,5 +399,31 @@ g (float[2, 8] x, bool c) => (float[2, 8] y, float[2, 8] alias, float[2, 8] z) {
   }
 }
 
+// Sum, Mean, Max or Min of one input is that input: inside a GELU it no longer blocks the fusion;
+// as a graph output it stays an Identity of its name.
+TEST(VariadicOfOne, IsItsInput) {
+  for (const char* op : {"Sum", "Mean", "Max", "Min"}) {
+    SCOPED_TRACE(op);
+    const std::string text = fmt::format(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2, 8] x) => (float[2, 8] y, float[2, 8] copy) {{
+  k = Constant <value = float {{1.4142135}}> ()
+  d = Div (x, k)
+  erf_raw = Erf (d)
+  e = {0} (erf_raw)
+  one = Constant <value = float {{1.0}}> ()
+  p = Add (e, one)
+  m = Mul (x, p)
+  half = Constant <value = float {{0.5}}> ()
+  y = Mul (m, half)
+  copy = {0} (x)
+}})", op);
+    const auto fused = rewrite_for_ort(text);
+    EXPECT_EQ(count(fused.model, "Gelu", "com.microsoft"), 1) << canonical_nodes(fused.model, interface_names(fused.model));
+    EXPECT_EQ(count(fused.model, "Identity"), 1);  // copy
+    EXPECT_EQ(fused.result.rules.at("canonicalize-variadic-one").matches, 2);
+    expect_same_in_ort(text, fused, std::string("canonicalize ") + op + " of one");
+  }
+}
+
 }  // namespace
 }  // namespace onnx_rewrite

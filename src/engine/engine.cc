@@ -143,7 +143,7 @@ class Run {
   // Returns why the requested opset can't be reached, if it can't.
   std::optional<std::string> execute() {
     if (!any_candidate()) return policy_.apply(rewriter_.created(), domains_before_);
-    if (canonicalizing_) canonicalize_graph();
+    if (canonicalizing_) remove_unused_nodes();
     // A model that was already inconsistent can't tell our mistakes from its own.
     verify_ = ordered_ ? *ordered_ : !structural_problem(model_.proto);
     std::set<std::string> firing;
@@ -161,6 +161,7 @@ class Run {
       firing.clear();
       claimed_.clear();  // node addresses of swept nodes may be reused by new ones
       policy_.new_round();
+      if (canonicalizing_) bypass_identities();
       auto scopes = collect_scopes(model_);
       for (const auto& scope : scopes) rewrite_scope(*scope, round, firing);
       if (firing.empty()) break;
@@ -185,18 +186,20 @@ class Run {
   bool nodes_checked() const { return nodes_checked_; }
 
  private:
-  // Dead nodes and Identity nodes would block the fusions whose values they read.
-  void canonicalize_graph() {
-    const auto count = [&](const char* what, size_t removed) {
-      if (removed == 0) return;
-      RuleStats& stats = result_.rules[what];
-      stats.matches = stats.nodes_removed = static_cast<int>(removed);
-      model_.changed = true;
-    };
-    count(kUnusedNodes, rewriter_.remove_unused(collect_scopes(model_)));
-    if (has_identity(model_.proto)) {
-      count(kIdentities, rewriter_.bypass_identities(collect_scopes(model_), [](const onnx::NodeProto&) { return true; }));
-    }
+  // Dead nodes and Identity nodes would block the fusions whose values they read: the dead ones
+  // go before the first round, Identities before every round (canonicalization writes some).
+  void remove_unused_nodes() { count_clean_up(kUnusedNodes, rewriter_.remove_unused(collect_scopes(model_))); }
+  void bypass_identities() {
+    if (!has_identity(model_.proto)) return;
+    count_clean_up(kIdentities, rewriter_.bypass_identities(collect_scopes(model_), [](const onnx::NodeProto&) { return true; }));
+  }
+  void count_clean_up(const char* what, size_t removed) {
+    if (removed == 0) return;
+    RuleStats& stats = result_.rules[what];
+    stats.matches += static_cast<int>(removed);
+    stats.nodes_removed += static_cast<int>(removed);
+    model_.changed = true;
+    nodes_checked_ = false;  // checked again after the next round that fires, or at the end
   }
 
   // Identities the replacements wrote (a value standing for another: a de-fused layout change)
