@@ -322,22 +322,29 @@ g (float[2, 3] x) => (float[2, 3] y) {
 
 // ---- Dead nodes ---------------------------------------------------------------------------------
 
+// A GELU over x (float[2, 8]) whose Erf output reaches the Add through `erf_to_e` (statements
+// making `e` from `erf_raw`), and `more` statements after it; `io` extends the signature.
+std::string gelu_with(const std::string& io, const std::string& erf_to_e, const std::string& more = "") {
+  return fmt::format(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2, 8] x{}) => (float[2, 8] y{}) {{
+  k = Constant <value = float {{1.4142135}}> ()
+  d = Div (x, k)
+  erf_raw = Erf (d)
+  {}
+  one = Constant <value = float {{1.0}}> ()
+  p = Add (e, one)
+  m = Mul (x, p)
+  half = Constant <value = float {{0.5}}> ()
+  y = Mul (m, half)
+  {}
+}})",
+                     io.substr(0, io.find('|')), io.substr(io.find('|') + 1), erf_to_e, more);
+}
+
 // A dead node reading a value inside a GELU (a debugging tap an exporter left) blocked the fusion:
 // canonicalization removes what nothing reads first, with what only it read.
 TEST(UnusedNodes, GoFirstSoThatAFusionTheyBlockedFires) {
-  const std::string text = R"(<ir_version: 8, opset_import: ["": 17]>
-g (float[2, 8] x) => (float[2, 8] y) {
-  k = Constant <value = float {1.4142135}> ()
-  d = Div (x, k)
-  e = Erf (d)
-  tap = Abs (e)
-  tap_sum = ReduceSum (tap)
-  one = Constant <value = float {1.0}> ()
-  p = Add (e, one)
-  m = Mul (x, p)
-  half = Constant <value = float {0.5}> ()
-  y = Mul (m, half)
-})";
+  const std::string text = gelu_with("|", "e = Identity (erf_raw)\n  tap = Abs (e)\n  tap_sum = ReduceSum (tap)");
   const auto fused = rewrite_for_ort(text);
   ASSERT_EQ(fused.model.graph().node_size(), 1) << canonical_nodes(fused.model, interface_names(fused.model));
   EXPECT_EQ(count(fused.model, "Gelu", "com.microsoft"), 1);
@@ -371,21 +378,10 @@ g (float[2, 3] x, bool c) => (float[2, 3] y) {
 // An Identity inside a GELU (an exporter's alias) blocked the fusion: its readers read its input
 // instead. One that is a graph output, or that a subgraph reads, stays.
 TEST(Identities, AreBypassedSoThatAFusionTheyBlockedFires) {
-  const std::string text = R"(<ir_version: 8, opset_import: ["": 17]>
-g (float[2, 8] x, bool c) => (float[2, 8] y, float[2, 8] alias, float[2, 8] z) {
-  k = Constant <value = float {1.4142135}> ()
-  d = Div (x, k)
-  erf_raw = Erf (d)
-  e = Identity (erf_raw)
-  one = Constant <value = float {1.0}> ()
-  p = Add (e, one)
-  m = Mul (x, p)
-  half = Constant <value = float {0.5}> ()
-  y = Mul (m, half)
-  alias = Identity (x)
-  seen = Identity (x)
-  z = If (c) <then_branch = t () => (float[2, 8] o) { o = Neg (seen) }, else_branch = f () => (float[2, 8] o) { o = Abs (seen) }>
-})";
+  const std::string text = gelu_with(", bool c|, float[2, 8] alias, float[2, 8] z", "e = Identity (erf_raw)",
+                                     "alias = Identity (x)\n  seen = Identity (x)\n"
+                                     "  z = If (c) <then_branch = t () => (float[2, 8] o) { o = Neg (seen) }, "
+                                     "else_branch = f () => (float[2, 8] o) { o = Abs (seen) }>");
   const auto fused = rewrite_for_ort(text);
   EXPECT_EQ(count(fused.model, "Gelu", "com.microsoft"), 1) << canonical_nodes(fused.model, interface_names(fused.model));
   EXPECT_EQ(count(fused.model, "Identity"), 2);  // alias (a graph output) and seen (read by the If's branches)
@@ -404,19 +400,7 @@ g (float[2, 8] x, bool c) => (float[2, 8] y, float[2, 8] alias, float[2, 8] z) {
 TEST(VariadicOfOne, IsItsInput) {
   for (const char* op : {"Sum", "Mean", "Max", "Min"}) {
     SCOPED_TRACE(op);
-    const std::string text = fmt::format(R"(<ir_version: 8, opset_import: ["": 17]>
-g (float[2, 8] x) => (float[2, 8] y, float[2, 8] copy) {{
-  k = Constant <value = float {{1.4142135}}> ()
-  d = Div (x, k)
-  erf_raw = Erf (d)
-  e = {0} (erf_raw)
-  one = Constant <value = float {{1.0}}> ()
-  p = Add (e, one)
-  m = Mul (x, p)
-  half = Constant <value = float {{0.5}}> ()
-  y = Mul (m, half)
-  copy = {0} (x)
-}})", op);
+    const std::string text = gelu_with("|, float[2, 8] copy", fmt::format("e = {} (erf_raw)", op), fmt::format("copy = {} (x)", op));
     const auto fused = rewrite_for_ort(text);
     EXPECT_EQ(count(fused.model, "Gelu", "com.microsoft"), 1) << canonical_nodes(fused.model, interface_names(fused.model));
     EXPECT_EQ(count(fused.model, "Identity"), 1);  // copy
