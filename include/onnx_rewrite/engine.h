@@ -18,6 +18,7 @@ namespace onnx_rewrite {
 struct RewriteOptions {
   std::string target = "onnx";
   std::optional<int> max_opset;          // --opset: highest ai.onnx opset the runtime loads
+  bool exact_opset = false;              // --to-opset: max_opset is also the least (lower imports are raised)
   std::set<std::string> only;            // --only: rule ids (empty = all)
   std::set<std::string> skip;            // --skip
   bool inline_functions = false;         // inline calls to model-local functions first

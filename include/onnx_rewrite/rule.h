@@ -121,6 +121,7 @@ struct RuleExample {
   std::string expected_nodes_text;
   std::string expected_like;     // `expect like RULE`: the same nodes as that rule's expect
   std::optional<int> max_opset;  // rewritten as with --opset N
+  bool exact_opset = false;      // `example exact opset N`: as with --to-opset N
   int line = 0;
 };
 

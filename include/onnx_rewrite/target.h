@@ -72,6 +72,7 @@ struct CheckReport {
   bool ok() const { return unloadable.empty() && opset_problems.empty(); }
 };
 
-CheckReport check_model(const Model& model, const Target& target, std::optional<int> max_opset);
+// `exact` (--to-opset): an ai.onnx import below max_opset is a problem too.
+CheckReport check_model(const Model& model, const Target& target, std::optional<int> max_opset, bool exact = false);
 
 }  // namespace onnx_rewrite

@@ -241,6 +241,7 @@ void write_options_json(JsonWriter& json, const RewriteOptions& options, const R
   json.key("opset");
   if (options.max_opset) json.value(*options.max_opset);
   else json.null();
+  json.key("exact_opset").value(options.exact_opset);
   json.key("only").strings({options.only.begin(), options.only.end()});
   json.key("skip").strings({options.skip.begin(), options.skip.end()});
   json.key("builtin_rules").value(rules.builtin);
@@ -443,7 +444,7 @@ Processed process(const std::string& input, const std::string& output, const Rul
   const InputCheck checked = refuse_invalid(model);
   if (const auto opsets = impossible_opset_imports(model.proto); !opsets.empty()) throw InputError(input, opsets.front());
   outcome.result = rewrite_model(model, rules, options, &checked);
-  outcome.check = check_model(model, target, options.max_opset);
+  outcome.check = check_model(model, target, options.max_opset, options.exact_opset);
   if (outcome.result.ir_version_problem) outcome.check.opset_problems.push_back(*outcome.result.ir_version_problem);
   if (how.provenance && outcome.result.changed()) record_provenance(model, outcome.result, options);
   outcome.timing.rewrite = seconds_since(start);

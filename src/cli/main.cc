@@ -56,6 +56,12 @@ void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources
   command.add_flag("--fuse", options.fuse,
                    "Also fuse spelled-out patterns into the target's own ops where that is opt-in (--target onnx: "
                    "LayerNormalization, Gelu, HardSwish, ...)");
+  command
+      .add_option_function<int>(
+          "--to-opset", [&options](const int& opset) { options.max_opset = opset, options.exact_opset = true; },
+          "Convert to exactly this ai.onnx opset, up or down; exit 1 naming what can't be converted")
+      ->check(CLI::Range(1, 1000))
+      ->excludes("--opset");
   command.add_option("--ir-version", options.ir_version,
                      "Write this IR version (older runtimes refuse IR 9/10); exit 1 naming what the model uses that it lacks")
       ->check(CLI::Range(3, 11));

@@ -136,7 +136,7 @@ class Run {
       std::optional<bool> ordered)
       : model_(model), options_(options), target_(find_target(options.target)), domains_before_(domains_before),
         candidates_(index_by_anchor(rules)),
-        policy_(model, options.max_opset, lower), names_(model.proto), rewriter_(model), result_(result), ordered_(ordered),
+        policy_(model, options.max_opset, lower, options.exact_opset), names_(model.proto), rewriter_(model), result_(result), ordered_(ordered),
         progress_(options.progress_out),
         canonicalizing_(std::any_of(rules.begin(), rules.end(), [](const Rule* rule) { return is_canonicalization(*rule); })) {}
 

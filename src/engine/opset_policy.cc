@@ -11,7 +11,8 @@ constexpr int kDefaultOpset = 17;
 
 }  // namespace
 
-OpsetPolicy::OpsetPolicy(Model& model, std::optional<int> max_opset, bool lower) : model_(model), max_opset_(max_opset) {
+OpsetPolicy::OpsetPolicy(Model& model, std::optional<int> max_opset, bool lower, bool exact)
+    : model_(model), max_opset_(max_opset), exact_(exact && lower) {
   for (const auto& import : model.proto.opset_import()) {
     original_[{Owner{}, normalize_domain(import.domain())}] = static_cast<int>(import.version());
   }
@@ -23,7 +24,7 @@ OpsetPolicy::OpsetPolicy(Model& model, std::optional<int> max_opset, bool lower)
   decided_ = original_;
   if (max_opset_ && lower) {
     for (auto& [key, version] : decided_) {
-      if (key.second.empty() && version > *max_opset_) version = *max_opset_;
+      if (key.second.empty() && (version > *max_opset_ || exact)) version = *max_opset_;
     }
   }
   model_types_ = model_types(model.proto);
@@ -154,15 +155,18 @@ void OpsetPolicy::commit(const Scope& scope, const Plan& plan) {
 
 std::optional<std::string> OpsetPolicy::apply(const std::unordered_set<const onnx::NodeProto*>& created,
                                               const std::set<std::pair<ImportOwner, std::string>>& domains_used_before) {
-  // Lowering (only through --opset) must leave every node that was already there meaning the same.
+  // Lowering (--opset) must leave every node that was already there meaning the same, and so must
+  // the raise --to-opset asks for (a rule's raise was checked when planned).
   for (const auto& [key, version] : decided_) {
     auto original = original_.find(key);
-    if (original == original_.end() || version >= original->second) continue;
+    if (original == original_.end() || version == original->second) continue;
+    if (version > original->second && !(key.second.empty() && exact_)) continue;
     const auto blocker = import_move_blocker(model_.proto, key.first, key.second, original->second, version, model_types_, {},
                                              [&](const onnx::NodeProto& node) { return created.count(&node) != 0; },
                                              [this] { return node_types(); });
     if (blocker) {
-      return fmt::format("{} opset {} can't be lowered to {}: {}", display_domain(key.second), original->second, version, *blocker);
+      return fmt::format("{} opset {} can't be {} to {}: {}", display_domain(key.second), original->second,
+                         version < original->second ? "lowered" : "raised", version, *blocker);
     }
   }
 

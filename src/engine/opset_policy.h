@@ -24,8 +24,9 @@ namespace onnx_rewrite {
 
 class OpsetPolicy {
  public:
-  // `lower`: aim for max_opset even where the model imports a higher version.
-  OpsetPolicy(Model& model, std::optional<int> max_opset, bool lower);
+  // `lower`: aim for max_opset even where the model imports a higher version; `exact`: where it
+  // imports a lower one too (--to-opset).
+  OpsetPolicy(Model& model, std::optional<int> max_opset, bool lower, bool exact);
 
   struct Plan {
     std::map<std::string, int> versions;  // domain -> version to build for
@@ -69,6 +70,7 @@ class OpsetPolicy {
 
   Model& model_;
   std::optional<int> max_opset_;
+  bool exact_ = false;
   std::map<std::pair<Owner, std::string>, int> original_;
   std::map<std::pair<Owner, std::string>, int> decided_;
   std::set<int32_t> model_types_;

@@ -135,6 +135,7 @@ ExampleOutcome run_rule_example(const Rule& rule, const RuleSet& rules) {
   options.fuse = rule.targets.empty();
   options.only = {rule.id};
   options.max_opset = rule.example->max_opset;
+  options.exact_opset = rule.example->exact_opset;
   Model model = parse_model(serialized(before), rule.file + " (example of " + rule.id + ")");
   const RewriteResult result = rewrite_model(model, rules, options);
   for (const auto& note : result.notes) {

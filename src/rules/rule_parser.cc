@@ -273,6 +273,11 @@ class RuleFileParser {
         }
       } else if (clause == "example") {
         RuleExample example;
+        if (peek_word() == "exact") {  // `example exact opset N { ... }`: as with --to-opset N
+          pos_ += 5;
+          example.exact_opset = true;
+          if (peek_word() != "opset") error("expected 'opset N' after 'exact'");
+        }
         if (peek_word() == "opset") {  // `example opset N { ... }`: shown as rewritten with --opset N
           pos_ += 5;
           example.max_opset = parse_int(read_word("an opset version"), pos_);

@@ -304,7 +304,7 @@ const Target& find_target(const std::string& name_or_file) {
   throw UsageError(fmt::format("unknown target '{}' (known: {}; or the path of a .target file)", name_or_file, fmt::join(names, ", ")));
 }
 
-CheckReport check_model(const Model& model, const Target& target, std::optional<int> max_opset) {
+CheckReport check_model(const Model& model, const Target& target, std::optional<int> max_opset, bool exact) {
   Checker checker(model, target);
   std::set<std::string> notes;
   const ImportMap model_imports = import_map(model.proto.opset_import());
@@ -346,7 +346,11 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
     auto check_import = [&](const ImportMap& imports, const std::string& owner) {
       auto it = imports.find("");
       if (it != imports.end() && it->second > *max_opset) {
-        report.opset_problems.push_back(fmt::format("{} imports ai.onnx opset {}, above --opset {}", owner, it->second, *max_opset));
+        report.opset_problems.push_back(fmt::format("{} imports ai.onnx opset {}, above --{}opset {}", owner, it->second,
+                                                    exact ? "to-" : "", *max_opset));
+      }
+      if (exact && it != imports.end() && it->second < *max_opset) {
+        report.opset_problems.push_back(fmt::format("{} imports ai.onnx opset {}, below --to-opset {}", owner, it->second, *max_opset));
       }
     };
     check_import(model_imports, "the model");
@@ -369,7 +373,7 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
         auto it = imports.find("");
         known = imported.emplace(function, it == imports.end() ? 0 : it->second).first;
       }
-      if (known->second <= *max_opset || known->second > std::numeric_limits<int>::max()) return;
+      if (known->second == *max_opset || (!exact && known->second < *max_opset) || known->second > std::numeric_limits<int>::max()) return;
       auto why = table->move_blocker(node, static_cast<int>(known->second), *max_opset, types);
       if (why) {  // the node's own types can clear it (a float Relu in a model with int64 shapes)
         if (!node_types) node_types = std::make_unique<NodeTypes>(model);
@@ -384,8 +388,12 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
       report.opset_problems.push_back(fmt::format("  {} x{} ({}) keeps it there as it is: {}", key.first, entry.first, entry.second, key.second));
     }
     if (!blocked.empty()) {
-      report.notes.push_back(fmt::format("`rewrite --opset {}` lowers many such nodes with rules (families/opset-down); what it can't is named then",
-                                         *max_opset));
+      report.notes.push_back(exact ? fmt::format("`rewrite --to-opset {}` converts many such nodes with rules (families/opset-up, "
+                                                 "families/opset-down); what it can't is named then",
+                                                 *max_opset)
+                                   : fmt::format("`rewrite --opset {}` lowers many such nodes with rules (families/opset-down); what it "
+                                                 "can't is named then",
+                                                 *max_opset));
     }
   }
   return report;
