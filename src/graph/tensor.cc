@@ -23,6 +23,7 @@ constexpr TypeName kTypeNames[] = {
     {TensorProto::BFLOAT16, "bfloat16"}, {17, "float8e4m3fn"},                  {18, "float8e4m3fnuz"},
     {19, "float8e5m2"},                  {20, "float8e5m2fnuz"},                {21, "uint4"},
     {22, "int4"},                        {23, "float4e2m1"},                    {24, "float8e8m0"},
+    {25, "uint2"},                       {26, "int2"},
 };
 
 // Bytes per element in raw_data for the types decode_tensor understands; 0 for the others.
