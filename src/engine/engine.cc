@@ -185,6 +185,14 @@ class Run {
   // change only imports).
   bool nodes_checked() const { return nodes_checked_; }
 
+  // Why rules that lower the ai.onnx opset left nodes as they were: worth saying when the opset
+  // was not reached (a node a rule later rewrote is not listed).
+  std::vector<std::string> lowering_declines() const {
+    std::vector<std::string> notes;
+    for (const auto& [node, why] : lowering_declines_) notes.push_back(fmt::format("{} left node '{}' as it was: {}", why.first, node, why.second));
+    return notes;
+  }
+
  private:
   // Dead nodes and Identity nodes would block the fusions whose values they read: the dead ones
   // go before the first round, Identities before every round (canonicalization writes some).
@@ -340,6 +348,12 @@ class Run {
     return build(*candidate.rule, match, trial).empty();
   }
 
+  // Whether a rule's replacement is only there to lower the scope's ai.onnx import.
+  static bool lowers_opset(const Scope& scope, const Rule& rule) {
+    return std::any_of(rule.requires_opsets.begin(), rule.requires_opsets.end(),
+                       [&](const VersionRange& range) { return range.domain.empty() && range.max < scope.opset(""); });
+  }
+
   bool apply(const Scope& scope, const Candidate& candidate, Match& match, Raise raise, bool explain) {
     const Rule& rule = *candidate.rule;
     auto plan = policy_.plan(scope, rule.requires_opsets, raise);
@@ -352,6 +366,7 @@ class Run {
     const std::string reason = build(rule, match, builder);
     if (!reason.empty()) {
       if (explain) say(candidate, "matched, but declined: " + reason);
+      if (lowers_opset(scope, rule)) lowering_declines_.try_emplace(describe_node(*match.anchor), rule.id, reason);
       return false;
     }
     builder.prune();
@@ -360,6 +375,7 @@ class Run {
       return false;
     }
     if (explain) say(candidate, "matched: rewritten");
+    lowering_declines_.erase(describe_node(*match.anchor));
     policy_.commit(scope, std::get<OpsetPolicy::Plan>(plan));
     RuleStats& stats = result_.rules[rule.id];
     if (stats.matches < options_.record_matches) record(rule, match, builder);
@@ -426,6 +442,7 @@ class Run {
   Rewriter rewriter_;
   RewriteResult& result_;
   std::unordered_set<const onnx::NodeProto*> claimed_;
+  std::map<std::string, std::pair<std::string, std::string>> lowering_declines_;  // node -> (rule, reason)
   std::optional<bool> ordered_;
   bool verify_ = false;
   bool nodes_checked_ = false;
@@ -480,6 +497,7 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
   result.before = count_ops(model.proto);
   const auto imports_before = imports(model.proto);
 
+  std::vector<std::string> lowering_declines;  // of the attempt that lowered
   auto attempt = [&](bool lower) {
     result.rules.clear();
     result.notes.clear();
@@ -492,13 +510,16 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
             result.functions_inlined > 0 ? std::nullopt : std::optional<bool>(input.ordered));
     auto problem = run.execute();
     nodes_checked = run.nodes_checked();
+    if (problem) lowering_declines = run.lowering_declines();
     return problem;
   };
   if (auto problem = attempt(true)) {
     // The requested opset can't be reached: rewrite again at the model's own opset.
     model = reload_model(model);
+    const auto declines = lowering_declines;
     auto again = attempt(false);
     result.notes.push_back(*problem);
+    result.notes.insert(result.notes.end(), declines.begin(), declines.end());
     if (again) result.notes.push_back(*again);
   }
   const bool canonicalized_only = !result.rules.empty() && result.functions_inlined == 0 && result.function_imports_raised == 0 &&
