@@ -11,6 +11,7 @@
 // - reduce_runtime_axes: reductions over axes known only at run time, axis by axis.
 // - shape_slice, cast_like_as_cast, constant_value_tensor, resize_with_empty_inputs,
 //   grid_sample_16_modes, arg_last_index, dropout_inference: newer spellings in older ones.
+// - pad_axes_as_full_pads: Pad-18's axes input spread into pads over every axis.
 // - attribute_at_default_dropped: an attribute a newer version added, written at its default.
 // - operands_of_one_type: Pow-12 / BatchNormalization-15 nodes valid in the older schema, as they are.
 // - trilu_as_mask, gelu_spelled_out, celu_as_elu: newer ops in older ones, constants of x's type.
@@ -21,6 +22,7 @@
 #include <limits>
 #include <numbers>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -450,6 +452,39 @@ std::string celu_as_elu(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// Pad-18 with axes: the pads of the listed axes spread over every axis (0 for the others) by a
+// ScatterElements into zeros; pads and axes may be known only at run time.
+std::string pad_axes_as_full_pads(const Match& match, GraphBuilder& b) {
+  const auto rank = match.facts("data").rank();
+  if (!rank) return "the rank of data is unknown: Pad below 18 pads every axis";
+  if (string_attribute(*match.anchor, "mode", "constant") == "wrap") return "mode 'wrap' has no equivalent below Pad-19";
+  const auto r = static_cast<int64_t>(*rank);
+  Value indices;  // where the begins and ends of the listed axes go in pads of every axis
+  if (const auto axes = match.constant("axes")) {
+    std::vector<int64_t> begins = axes->ints(), ends;
+    std::set<int64_t> seen;
+    for (int64_t& axis : begins) {
+      if (axis < -r || axis >= r) return fmt::format("axis {} lies outside rank {}", axis, r);
+      if (axis < 0) axis += r;
+      if (!seen.insert(axis).second) return fmt::format("axes lists axis {} twice", axis);
+      ends.push_back(axis + r);
+    }
+    begins.insert(begins.end(), ends.begin(), ends.end());
+    indices = b.ints(begins);
+  } else {
+    const Value listed = b.Cast(Value{match.value("axes")}, onnx::TensorProto::INT64);
+    const Value rank_value = b.scalar(static_cast<double>(r), onnx::TensorProto::INT64);
+    const Value begins = b.op("Mod", {b.Add(listed, rank_value), rank_value});
+    const Value ends = b.Add(begins, rank_value);
+    indices = b.Concat({begins, ends}, 0);
+  }
+  const Value zeros = b.ints(std::vector<int64_t>(static_cast<size_t>(2 * r), 0));
+  const Value pads = b.op("ScatterElements", {zeros, indices, Value{match.value("pads")}}, {attr("axis", int64_t{0})});
+  const Attributes attributes(match.anchor->attribute().begin(), match.anchor->attribute().end());
+  b.output(match.value("y"), b.op("Pad", {Value{match.value("data")}, pads, value_of(match, "value")}, attributes));
+  return {};
+}
+
 }  // namespace
 
 void register_opset_down_builders(BuilderRegistry& registry) {
@@ -475,6 +510,8 @@ void register_opset_down_builders(BuilderRegistry& registry) {
                                         .optional_attributes = {"training_mode"}},
                operands_of_one_type);
   registry.add("attribute_at_default_dropped", {.values = {"y"}, .attributes = {"dropped"}}, attribute_at_default_dropped);
+  registry.add("pad_axes_as_full_pads", {.values = {"data", "pads", "axes", "y"}, .optional_values = {"value"}},
+               pad_axes_as_full_pads);
   registry.add("celu_as_elu", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, celu_as_elu);
 }
 

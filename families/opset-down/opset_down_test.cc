@@ -55,33 +55,14 @@ const std::vector<Adapted> kAdapted = {
     {"pow-exponent-type-12-lowering", 11, {"test_pow", "test_pow_bcast_scalar", "test_pow_bcast_array", "test_pow_example"}},
     {"batch-normalization-types-15-lowering", 13, {"test_batchnorm_example", "test_batchnorm_epsilon"}},
     {"batch-normalization-types-15-lowering", 9, {"test_batchnorm_example"}},
+    {"pad-axes-18-lowering", 13, {"test_constant_pad_axes", "test_constant_pad_negative_axes"}},
+    {"pad-axes-18-lowering", 11, {"test_constant_pad_axes"}},
 };
 
 class OpsetDown : public ::testing::TestWithParam<Adapted> {};
 
 TEST_P(OpsetDown, ConformanceCasesKeepTheirOutputsBelowTheStep) {
-  const auto corpus = conformance_dir();
-  if (!corpus) GTEST_SKIP() << "no conformance corpus";
-  const Adapted& adapted = GetParam();
-  TempDir dir;
-  std::vector<std::string> jobs;
-  for (const auto& name : adapted.cases) {
-    SCOPED_TRACE(name);
-    const fs::path model = *corpus / "node" / name / "model.onnx";
-    ASSERT_TRUE(fs::exists(model)) << model;
-    ASSERT_GT(opset_import(read_model(model), ""), adapted.opset) << "the case must be above the opset it is lowered to";
-    const fs::path output = dir / (name + ".onnx");
-    const auto rewritten = rewrite_and_check(model, output, "onnx", adapted.opset);
-    ASSERT_TRUE(rewritten);
-    EXPECT_EQ(opset_import(rewritten->model, ""), adapted.opset);
-    jobs.push_back(fmt::format(R"({{"case": "{}", "model": "{}"}})", (*corpus / "node" / name).string(), output.string()));
-  }
-  write_file(dir / "jobs.json", "[" + fmt::format("{}", fmt::join(jobs, ",")) + "]");
-  const auto result = run_command({"node", (source_dir() / "tests" / "ort" / "conformance.js").string(), "--jobs",
-                                   (dir / "jobs.json").string()});
-  ASSERT_EQ(result.exit_code, 0) << result.err;
-  const std::string all_pass = fmt::format("{0} cases: {0} pass", jobs.size());
-  EXPECT_NE(result.err.find(all_pass), std::string::npos) << result.out << result.err;
+  expect_conformance_cases_lowered(GetParam().cases, GetParam().opset);
 }
 
 INSTANTIATE_TEST_SUITE_P(Adapters, OpsetDown, ::testing::ValuesIn(kAdapted), [](const auto& info) {

@@ -247,7 +247,8 @@ class ShapeInference::Worker {
         "Softsign", "Softmax", "LogSoftmax", "Hardmax", "Dropout", "Clip", "Gelu", "Swish", "Mish", "HardSwish",
         "ThresholdedRelu", "Shrink", "LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
         "BatchNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization",
-        "MeanVarianceNormalization", "CumSum", "Cast", "CastLike", "Not", "IsNaN", "IsInf", "Trilu"};
+        "MeanVarianceNormalization", "CumSum", "Cast", "CastLike", "Not", "IsNaN", "IsInf", "Trilu",
+        "Scatter", "ScatterElements", "ScatterND"};
     static const std::set<std::string> kBroadcast = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum",
                                                      "Mean", "Mod", "PRelu", "And", "Or", "Xor", "Equal", "Less",
                                                      "Greater", "LessOrEqual", "GreaterOrEqual", "Where",

@@ -210,6 +210,33 @@ std::optional<CheckedRewrite> rewrite_and_check(const fs::path& input, const fs:
   return result;
 }
 
+void expect_conformance_cases_lowered(const std::vector<std::string>& cases, int opset, const std::vector<std::string>& gone,
+                                      double tolerance) {
+  const auto corpus = conformance_dir();
+  if (!corpus) GTEST_SKIP() << "no conformance corpus";
+  TempDir dir;
+  std::vector<std::string> jobs;
+  for (const auto& name : cases) {
+    SCOPED_TRACE(name);
+    const fs::path model = *corpus / "node" / name / "model.onnx";
+    ASSERT_TRUE(fs::exists(model)) << model;
+    ASSERT_GT(opset_import(read_model(model), ""), opset) << "the case must be above the opset it is lowered to";
+    const fs::path output = dir / (name + ".onnx");
+    const auto rewritten = rewrite_and_check(model, output, "onnx", opset);
+    ASSERT_TRUE(rewritten);
+    EXPECT_EQ(opset_import(rewritten->model, ""), opset);
+    for (const auto& op : gone) EXPECT_EQ(op_count(rewritten->ops, {"", op}), 0) << op;
+    const std::string tolerances = tolerance > 0 ? fmt::format(R"(, "rtol": {0}, "atol": {0})", tolerance) : "";
+    jobs.push_back(fmt::format(R"({{"case": "{}", "model": "{}"{}}})", (*corpus / "node" / name).string(), output.string(), tolerances));
+  }
+  write_file(dir / "jobs.json", "[" + fmt::format("{}", fmt::join(jobs, ",")) + "]");
+  const auto result = run_command({"node", (source_dir() / "tests" / "ort" / "conformance.js").string(), "--jobs",
+                                   (dir / "jobs.json").string()});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const std::string all_pass = fmt::format("{0} cases: {0} pass", jobs.size());
+  EXPECT_NE(result.err.find(all_pass), std::string::npos) << result.out << result.err;
+}
+
 namespace {
 
 std::vector<std::string> node_command(const std::string& script) {

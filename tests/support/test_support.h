@@ -109,6 +109,13 @@ struct CheckedRewrite {
 std::optional<CheckedRewrite> rewrite_and_check(const fs::path& input, const fs::path& output, const std::string& target,
                                                 std::optional<int> max_opset = std::nullopt);
 
+// Conformance cases (node/NAME) rewritten with `--opset opset` for --target onnx: each must
+// import exactly `opset`, have none of the `gone` ops left, and ONNX Runtime must reproduce the
+// case's expected outputs (tests/ort/conformance.js; `tolerance` as rtol and atol, 0: its own).
+// Failures are reported to GoogleTest; skipped without the corpus.
+void expect_conformance_cases_lowered(const std::vector<std::string>& cases, int opset,
+                                      const std::vector<std::string>& gone = {}, double tolerance = 0);
+
 // ONNX text of a model importing ai.onnx `opset` (with the IR version it needs) and
 // com.microsoft 1, around `graph`.
 std::string contrib_model_text(int opset, const std::string& graph);
