@@ -8,6 +8,7 @@
 // - last_axis_softmax: Softmax/LogSoftmax/Hardmax-13 normalize over one axis, the older ones over
 //   the flattened [axis:] block; equal for the last axis, else the axis is transposed to the end.
 // - split_num_outputs: Split-18's num_outputs (the last part may be smaller) as explicit sizes.
+// - split_runtime_sizes: Split-13 sizes known only at run time, as Slices between running sums.
 // - reduce_runtime_axes: reductions over axes known only at run time, axis by axis.
 // - shape_slice, cast_like_as_cast, constant_value_tensor, resize_with_empty_inputs,
 //   grid_sample_16_modes, arg_last_index, dropout_inference: newer spellings in older ones.
@@ -173,10 +174,42 @@ std::string reduce_runtime_axes(const Match& match, GraphBuilder& b) {
   return {};
 }
 
-// Split-18 <num_outputs = n> on an axis whose size d is known only at run time (Split-13 takes
-// sizes as an input): n - 1 parts of ceil(d / n), the rest last.
+// The node's outputs as parts of `data` along `axis` whose sizes (1-D int64) are known only at
+// run time: Split-13 takes them as an input; below, one Slice per part between the running sums.
+void split_at_run_time(const onnx::NodeProto& node, GraphBuilder& b, Value data, int64_t axis, Value sizes) {
+  if (b.opset() >= 13) {
+    const auto outputs = b.op_outputs("Split", {data, sizes}, static_cast<size_t>(node.output_size()), {attr("axis", axis)});
+    for (int i = 0; i < node.output_size(); ++i) {
+      if (!node.output(i).empty()) b.output(node.output(i), outputs[static_cast<size_t>(i)]);
+    }
+    return;
+  }
+  const Value ends = b.op("CumSum", {sizes, b.scalar(0, onnx::TensorProto::INT64)});
+  const Value starts = b.Sub(ends, sizes);
+  const Value axes = b.ints({axis});
+  for (int i = 0; i < node.output_size(); ++i) {
+    if (node.output(i).empty()) continue;
+    const Value start = b.Slice(starts, {i}, {i + 1}, {0});
+    const Value end = b.Slice(ends, {i}, {i + 1}, {0});
+    b.output(node.output(i), b.op("Slice", {data, start, end, axes}));
+  }
+}
+
+// Split-13 whose sizes are computed at run time, below 13.
+std::string split_runtime_sizes(const Match& match, GraphBuilder& b) {
+  const auto rank = match.facts("data").rank();
+  int64_t axis = match.attribute_int("axis", 0);
+  if (axis < 0) {
+    if (!rank) return "a negative axis of an input of unknown rank";
+    axis += static_cast<int64_t>(*rank);
+  }
+  split_at_run_time(*match.anchor, b, value_of(match, "data"), axis, b.Cast(value_of(match, "split"), onnx::TensorProto::INT64));
+  return {};
+}
+
+// Split-18 <num_outputs = n> on an axis whose size d is known only at run time: n - 1 parts of
+// ceil(d / n), the rest last.
 std::string split_sizes_at_run_time(const Match& match, GraphBuilder& b, int64_t axis, int64_t parts) {
-  if (b.opset() < 13) return "the size of the split axis is unknown (sizes computed at run time need opset 13)";
   const onnx::NodeProto& node = *match.anchor;
   const Value data = value_of(match, "data");
   const Value shape = b.Shape(data);
@@ -186,10 +219,7 @@ std::string split_sizes_at_run_time(const Match& match, GraphBuilder& b, int64_t
   const Value rest = b.Sub(size, b.Mul(chunk, b.ints({parts - 1})));
   std::vector<Value> sizes(static_cast<size_t>(parts - 1), chunk);
   sizes.push_back(rest);
-  const auto outputs = b.op_outputs("Split", {data, b.Concat(sizes, 0)}, static_cast<size_t>(parts), {attr("axis", axis)});
-  for (int i = 0; i < node.output_size(); ++i) {
-    if (!node.output(i).empty()) b.output(node.output(i), outputs[static_cast<size_t>(i)]);
-  }
+  split_at_run_time(node, b, data, axis, b.Concat(sizes, 0));
   return {};
 }
 
@@ -493,6 +523,7 @@ void register_opset_down_builders(BuilderRegistry& registry) {
                 .optional_values = {"axes", "split", "pads", "value", "min", "max", "starts", "ends", "steps", "k"}},
                inputs_as_attributes);
   registry.add("reduce_runtime_axes", {.values = {"data", "axes"}}, reduce_runtime_axes);
+  registry.add("split_runtime_sizes", {.values = {"data", "split"}, .optional_attributes = {"axis"}}, split_runtime_sizes);
   registry.add("split_num_outputs", {.values = {"data"}, .attributes = {"num_outputs"}, .optional_attributes = {"axis"}},
                split_num_outputs);
   registry.add("last_axis_softmax", {.values = {"x", "y"}, .optional_attributes = {"axis"}}, last_axis_softmax);

@@ -57,6 +57,7 @@ const std::vector<Adapted> kAdapted = {
     {"batch-normalization-types-15-lowering", 9, {"test_batchnorm_example"}},
     {"pad-axes-18-lowering", 13, {"test_constant_pad_axes", "test_constant_pad_negative_axes"}},
     {"pad-axes-18-lowering", 11, {"test_constant_pad_axes"}},
+    {"split-runtime-sizes-13-lowering", 11, {"test_rotary_embedding_expanded", "test_rotary_embedding_interleaved_expanded"}},
 };
 
 class OpsetDown : public ::testing::TestWithParam<Adapted> {};
@@ -125,6 +126,23 @@ const std::vector<Written> kWritten = {
       g (float[N, 2] x) => (float[M, 2] a, float[K, 2] b, float[L, 2] c) {
         a, b, c = Split <axis = 0, num_outputs = 3> (x)
       })", {"--dim", "N=7"}},
+    {"split-num-outputs-18-lowering (sizes at run time, Slices)", 11, R"(
+      <ir_version: 8, opset_import: ["": 18]>
+      g (float[N, 2] x) => (float[M, 2] a, float[K, 2] b, float[L, 2] c) {
+        a, b, c = Split <axis = 0, num_outputs = 3> (x)
+      })", {"--dim", "N=8"}},
+    {"split-runtime-sizes-13-lowering", 11, R"(
+      <ir_version: 8, opset_import: ["": 13]>
+      g (float[2, N] x) => (float[2, M] a, float[2, K] b) {
+        n = Shape (x)
+        last = Constant <value = int64[1] {1}> ()
+        width = Gather (n, last)
+        two = Constant <value = int64[1] {2}> ()
+        half = Div (width, two)
+        rest = Sub (width, half)
+        sizes = Concat <axis = 0> (half, rest)
+        a, b = Split <axis = -1> (x, sizes)
+      })", {"--dim", "N=9"}},
     {"clip-bounds-input-11-lowering", 10, R"(
       <ir_version: 7, opset_import: ["": 13]>
       g (float[3, 4] x) => (float[3, 4] y, float[3, 4] z) <float lo = {-0.25}, float hi = {0.5}> {
