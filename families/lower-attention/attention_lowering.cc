@@ -248,9 +248,50 @@ std::string lower_attention(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// RotaryEmbedding-23 (onnx/defs/nn/defs.cc): x 4-D [B, N, S, H] or 3-D [B, S, N·H] (num_heads);
+// cos/sin = cache[position_ids] ([B, S, ·]) or the caches as given (already [B, S, ·]), their
+// first R/2 values (R = rotary_embedding_dim, or H); the first R values of each head rotated in
+// halves or interleaved pairs (rotary_embedding in toolkit.h), in x's own type.
+std::string lower_rotary_embedding(const Match& match, GraphBuilder& b) {
+  const auto& x_facts = match.facts("x");
+  if (!x_facts.rank() || (*x_facts.rank() != 3 && *x_facts.rank() != 4)) return "x must be 3-D or 4-D of known rank";
+  const bool three_d = *x_facts.rank() == 3;
+  const int64_t heads = match.attribute_int("num_heads", 0);
+  if (three_d && heads <= 0) return "3-D input without num_heads";
+  const int64_t head_size = three_d ? (x_facts.dim(2) > 0 ? x_facts.dim(2) / heads : -1) : x_facts.dim(3);
+  const int64_t rotary_dim = match.attribute_int("rotary_embedding_dim", 0) > 0 ? match.attribute_int("rotary_embedding_dim", 0) : head_size;
+  if (rotary_dim <= 0) return "the head size is unknown (rotary_embedding_dim is 0: the whole head rotates)";
+  if (rotary_dim % 2 != 0) return fmt::format("rotary_embedding_dim {} is odd", rotary_dim);
+  if (head_size > 0 && rotary_dim > head_size) return fmt::format("rotary_embedding_dim {} exceeds the head size {}", rotary_dim, head_size);
+  Value cos{match.value("cos_cache")}, sin{match.value("sin_cache")};
+  if (bound(match, "position_ids")) {
+    cos = b.Gather(cos, value_of(match, "position_ids"));
+    sin = b.Gather(sin, value_of(match, "position_ids"));
+  }
+  if (match.facts("cos_cache").dim(match.facts("cos_cache").rank().value_or(1) - 1) != rotary_dim / 2) {
+    cos = b.Slice(cos, {0}, {rotary_dim / 2}, {-1});
+    sin = b.Slice(sin, {0}, {rotary_dim / 2}, {-1});
+  }
+  // [B, S, R/2] against [B, S, N, ·] (3-D, viewed so) or [B, N, S, ·]
+  cos = b.Unsqueeze(cos, {three_d ? 2 : 1});
+  sin = b.Unsqueeze(sin, {three_d ? 2 : 1});
+  Value x{match.value("x")};
+  if (three_d) x = b.Reshape(x, b.ints({0, 0, heads, -1}));
+  Value y = rotary_embedding(b, x, cos, sin, head_size, rotary_dim, match.attribute_int("interleaved", 0) != 0);
+  if (three_d) y = b.Reshape(y, b.ints({0, 0, -1}));
+  b.output(match.value("y"), y);
+  return {};
+}
+
 }  // namespace
 
 void register_lower_attention_builders(BuilderRegistry& registry) {
+  registry.add("lower_rotary_embedding",
+               {.values = {"x", "cos_cache", "sin_cache", "y"},
+                .optional_values = {"position_ids"},
+                .attributes = {},
+                .optional_attributes = {"interleaved", "rotary_embedding_dim", "num_heads"}},
+               lower_rotary_embedding);
   registry.add("lower_attention",
                {.values = {"q", "k", "v", "y"},
                 .optional_values = {"attn_mask", "past_key", "past_value", "nonpad_kv_seqlen", "present_key", "present_value",

@@ -1,4 +1,4 @@
-// Attention-23/24 lowered below opset 23, proven on ground truth: every ONNX backend case of the op
+// Attention-23/24 and RotaryEmbedding-23 lowered below opset 23, proven on ground truth: every ONNX backend case of the op
 // (3-D and 4-D, GQA, masks bool and float, shorter masks, causal with past and with
 // nonpad_kv_seqlen, softcap, softmax_precision, every qk_matmul_output_mode, float16) rewritten
 // with --opset 13 and 11 reproduces its expected outputs in ONNX Runtime; shapes known only at
@@ -50,6 +50,21 @@ TEST(AttentionLowering, ConformanceCasesKeepTheirOutputsAtOpset13) {
 
 TEST(AttentionLowering, ConformanceCasesKeepTheirOutputsAtOpset11) {
   expect_conformance_cases_lowered(case_names(), 11, {"Attention"});
+}
+
+// node/test_rotary_embedding_*: 3-D and 4-D, interleaved or halves, partial rotation, with and
+// without position_ids.
+const std::vector<std::string> kRotaryCases = {
+    "test_rotary_embedding", "test_rotary_embedding_3d_input", "test_rotary_embedding_interleaved",
+    "test_rotary_embedding_no_position_ids", "test_rotary_embedding_no_position_ids_interleaved",
+    "test_rotary_embedding_no_position_ids_rotary_dim", "test_rotary_embedding_with_interleaved_rotary_dim",
+    "test_rotary_embedding_with_rotary_dim"};
+
+TEST(RotaryEmbeddingLowering, ConformanceCasesKeepTheirOutputs) {
+  for (int opset : {17, 11}) {
+    SCOPED_TRACE(opset);
+    expect_conformance_cases_lowered(kRotaryCases, opset, {"RotaryEmbedding"});
+  }
 }
 
 // Head counts, head size and sequence lengths known only at run time (the scale 1/√D, the
