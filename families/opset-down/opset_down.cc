@@ -12,6 +12,7 @@
 // - reduce_runtime_axes: reductions over axes known only at run time, axis by axis.
 // - shape_slice, cast_like_as_cast, constant_value_tensor, resize_with_empty_inputs,
 //   grid_sample_16_modes, arg_last_index, dropout_inference: newer spellings in older ones.
+// - widened_integer_arithmetic: Add/Sub/Mul/Div of 8- and 16-bit integers computed in int64.
 // - pad_axes_as_full_pads: Pad-18's axes input spread into pads over every axis.
 // - attribute_at_default_dropped: an attribute a newer version added, written at its default.
 // - operands_of_one_type: Pow-12 / BatchNormalization-15 nodes valid in the older schema, as they are.
@@ -482,6 +483,17 @@ std::string celu_as_elu(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// Add/Sub/Mul/Div of 8- and 16-bit integers (14) in int64, cast back: the low bits are the
+// narrow op's wrap-around result.
+std::string widened_integer_arithmetic(const Match& match, GraphBuilder& b) {
+  const int32_t type = match.facts("a").elem_type;
+  const Value a = b.Cast(Value{match.value("a")}, onnx::TensorProto::INT64);
+  const Value wide_b = b.Cast(Value{match.value("b")}, onnx::TensorProto::INT64);
+  const Value wide = b.op(match.anchor->op_type(), {a, wide_b});
+  b.output(match.value("y"), b.Cast(wide, type));
+  return {};
+}
+
 // Pad-18 with axes: the pads of the listed axes spread over every axis (0 for the others) by a
 // ScatterElements into zeros; pads and axes may be known only at run time.
 std::string pad_axes_as_full_pads(const Match& match, GraphBuilder& b) {
@@ -541,6 +553,7 @@ void register_opset_down_builders(BuilderRegistry& registry) {
                                         .optional_attributes = {"training_mode"}},
                operands_of_one_type);
   registry.add("attribute_at_default_dropped", {.values = {"y"}, .attributes = {"dropped"}}, attribute_at_default_dropped);
+  registry.add("widened_integer_arithmetic", {.values = {"a", "b", "y"}}, widened_integer_arithmetic);
   registry.add("pad_axes_as_full_pads", {.values = {"data", "pads", "axes", "y"}, .optional_values = {"value"}},
                pad_axes_as_full_pads);
   registry.add("celu_as_elu", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, celu_as_elu);

@@ -58,6 +58,10 @@ const std::vector<Adapted> kAdapted = {
     {"pad-axes-18-lowering", 13, {"test_constant_pad_axes", "test_constant_pad_negative_axes"}},
     {"pad-axes-18-lowering", 11, {"test_constant_pad_axes"}},
     {"split-runtime-sizes-13-lowering", 11, {"test_rotary_embedding_expanded", "test_rotary_embedding_interleaved_expanded"}},
+    {"small-integer-arithmetic-14-lowering", 13,
+     {"test_add_int8", "test_add_uint16", "test_sub_int16", "test_sub_uint8", "test_mul_int8", "test_mul_uint16", "test_div_int16",
+      "test_div_uint8"}},
+    {"small-integer-arithmetic-14-lowering", 9, {"test_add_uint8", "test_sub_int8", "test_mul_int16", "test_div_uint16"}},
 };
 
 class OpsetDown : public ::testing::TestWithParam<Adapted> {};
@@ -131,6 +135,15 @@ const std::vector<Written> kWritten = {
       g (float[N, 2] x) => (float[M, 2] a, float[K, 2] b, float[L, 2] c) {
         a, b, c = Split <axis = 0, num_outputs = 3> (x)
       })", {"--dim", "N=8"}},
+    {"small-integer-arithmetic-14-lowering (wrap-around)", 13, R"(
+      <ir_version: 8, opset_import: ["": 14]>
+      g (int8[4] x, uint16[4] u) => (int8[4] sum, int8[4] product, uint16[4] difference, uint16[4] square)
+        <int8[4] big = {127, 100, -128, 64}, uint16[4] top = {65535, 1, 0, 40000}> {
+        sum = Add (x, big)
+        product = Mul (x, big)
+        difference = Sub (u, top)
+        square = Mul (top, top)
+      })", {}},
     {"split-runtime-sizes-13-lowering", 11, R"(
       <ir_version: 8, opset_import: ["": 13]>
       g (float[2, N] x) => (float[2, M] a, float[2, K] b) {
