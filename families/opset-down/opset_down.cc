@@ -12,11 +12,15 @@
 // - reduce_runtime_axes: reductions over axes known only at run time, axis by axis.
 // - shape_slice, cast_like_as_cast, constant_value_tensor, resize_with_empty_inputs,
 //   grid_sample_16_modes, arg_last_index, dropout_inference: newer spellings in older ones.
+// - center_crop_pad: CenterCropPad-18 as Pad and Slice with centred offsets.
+// - integer_max_min: Max/Min-12 of two integers as Where over Greater/Less (narrow ones in int64).
+// - cosine_window: Hann/Hamming/Blackman windows as Range and Cos.
 // - widened_integer_arithmetic: Add/Sub/Mul/Div of 8- and 16-bit integers computed in int64.
 // - pad_axes_as_full_pads: Pad-18's axes input spread into pads over every axis.
 // - attribute_at_default_dropped: an attribute a newer version added, written at its default.
 // - operands_of_one_type: Pow-12 / BatchNormalization-15 nodes valid in the older schema, as they are.
-// - trilu_as_mask, gelu_spelled_out, celu_as_elu: newer ops in older ones, constants of x's type.
+// - trilu_as_mask, gelu_spelled_out, celu_as_elu, swish_as_sigmoid: newer ops in older ones,
+//   constants of x's type.
 // One builder call per statement where two would be arguments of one call: C++ leaves their
 // order unspecified, and the output must be the same from every compiler.
 #include <algorithm>
@@ -494,6 +498,93 @@ std::string widened_integer_arithmetic(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// CenterCropPad-18: pad the short axes (centred, the odd one at the end), then slice the long ones
+// (centred, start rounded down), with sizes known at run time.
+std::string center_crop_pad(const Match& match, GraphBuilder& b) {
+  const auto rank = match.facts("x").rank();
+  if (!rank) return "the rank of the input is unknown";
+  const auto r = static_cast<int64_t>(*rank);
+  std::vector<int64_t> axes = ints_attribute(*match.anchor, "axes");
+  if (axes.empty()) {
+    for (int64_t axis = 0; axis < r; ++axis) axes.push_back(axis);
+  }
+  std::set<int64_t> seen;
+  for (int64_t& axis : axes) {
+    if (axis < -r || axis >= r) return fmt::format("axis {} lies outside rank {}", axis, r);
+    if (axis < 0) axis += r;
+    if (!seen.insert(axis).second) return fmt::format("axes lists axis {} twice", axis);
+  }
+  const Value target = b.Cast(Value{match.value("shape")}, onnx::TensorProto::INT64);
+  const Value shape = b.Shape(Value{match.value("x")});
+  const Value axes_value = b.ints(axes);
+  const Value size = b.Gather(shape, axes_value);
+  const Value zero = b.scalar(0, onnx::TensorProto::INT64);
+  const Value longer = b.op("Greater", {target, size});
+  const Value grow = b.Where(longer, b.Sub(target, size), zero);
+  const Value shorter = b.op("Greater", {size, target});
+  const Value shrink = b.Where(shorter, b.Sub(size, target), zero);
+  const Value two = b.scalar(2, onnx::TensorProto::INT64);
+  const Value grow_begin = b.Div(grow, two);
+  const Value updates = b.Concat({grow_begin, b.Sub(grow, grow_begin)}, 0);
+  std::vector<int64_t> where = axes;
+  for (int64_t axis : axes) where.push_back(axis + r);
+  const Value zeros = b.ints(std::vector<int64_t>(static_cast<size_t>(2 * r), 0));
+  const Value pads = b.op("ScatterElements", {zeros, b.ints(where), updates}, {attr("axis", int64_t{0})});
+  const Value padded = b.op("Pad", {Value{match.value("x")}, pads});
+  const Value start = b.Div(shrink, two);
+  b.output(match.value("y"), b.op("Slice", {padded, start, b.Add(start, target), axes_value}));
+  return {};
+}
+
+// Max/Min-12 of two integers: the operand Greater/Less picks, in int64 for the types older
+// Greater and Where kernels lack (every value of them fits).
+std::string integer_max_min(const Match& match, GraphBuilder& b) {
+  const int32_t type = match.facts("a").elem_type;
+  const bool widen = type != onnx::TensorProto::INT32 && type != onnx::TensorProto::INT64;
+  Value a{match.value("a")}, other{match.value("b")};
+  if (widen) {
+    a = b.Cast(a, onnx::TensorProto::INT64);
+    other = b.Cast(other, onnx::TensorProto::INT64);
+  }
+  const Value first_wins = b.op(match.anchor->op_type() == "Max" ? "Greater" : "Less", {a, other});
+  const Value picked = b.Where(first_wins, a, other);
+  b.output(match.value("y"), widen ? b.Cast(picked, type) : picked);
+  return {};
+}
+
+// Swish-24: x · Sigmoid(α·x), α in x's type.
+std::string swish_as_sigmoid(const Match& match, GraphBuilder& b) {
+  const Value x{match.value("x")};
+  const Value alpha = b.scalar(match.attribute_float("alpha", 1.f), match.facts("x").elem_type);
+  b.output(match.value("y"), b.Mul(x, b.Sigmoid(b.Mul(x, alpha))));
+  return {};
+}
+
+// Hann/Hamming/Blackman windows (17) as their function bodies compute them, in float.
+std::string cosine_window(const Match& match, GraphBuilder& b) {
+  const std::string& op = match.anchor->op_type();
+  const double a0 = op == "HannWindow" ? 0.5 : op == "HammingWindow" ? 0.54347826087 : 0.42;
+  const double a1 = op == "HannWindow" ? 0.5 : op == "HammingWindow" ? 0.45652173913 : 0.5;
+  const double a2 = op == "BlackmanWindow" ? 0.08 : 0.0;
+  const bool periodic = int_attribute(*match.anchor, "periodic", 1) != 0;
+  const auto output_type = static_cast<int32_t>(int_attribute(*match.anchor, "output_datatype", onnx::TensorProto::FLOAT));
+  const Value size = b.Cast(Value{match.value("size")}, onnx::TensorProto::FLOAT);
+  const Value period = periodic ? size : b.Sub(size, b.scalar(1));
+  const Value step = b.Div(b.scalar(6.2831853), period);
+  const Value zero = b.scalar(0);
+  const Value n = b.op("Range", {zero, size, b.scalar(1)});
+  const Value angle = b.Mul(n, step);
+  const Value cosine = b.op("Cos", {angle});
+  const Value a1_term = b.Mul(b.scalar(a1), cosine);
+  Value window = b.Sub(b.scalar(a0), a1_term);
+  if (a2 != 0) {
+    const Value double_cosine = b.op("Cos", {b.Mul(angle, b.scalar(2))});
+    window = b.Add(window, b.Mul(b.scalar(a2), double_cosine));
+  }
+  b.output(match.value("w"), output_type == onnx::TensorProto::FLOAT ? window : b.Cast(window, output_type));
+  return {};
+}
+
 // Pad-18 with axes: the pads of the listed axes spread over every axis (0 for the others) by a
 // ScatterElements into zeros; pads and axes may be known only at run time.
 std::string pad_axes_as_full_pads(const Match& match, GraphBuilder& b) {
@@ -553,6 +644,10 @@ void register_opset_down_builders(BuilderRegistry& registry) {
                                         .optional_attributes = {"training_mode"}},
                operands_of_one_type);
   registry.add("attribute_at_default_dropped", {.values = {"y"}, .attributes = {"dropped"}}, attribute_at_default_dropped);
+  registry.add("center_crop_pad", {.values = {"x", "shape", "y"}}, center_crop_pad);
+  registry.add("integer_max_min", {.values = {"a", "b", "y"}}, integer_max_min);
+  registry.add("swish_as_sigmoid", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, swish_as_sigmoid);
+  registry.add("cosine_window", {.values = {"size", "w"}}, cosine_window);
   registry.add("widened_integer_arithmetic", {.values = {"a", "b", "y"}}, widened_integer_arithmetic);
   registry.add("pad_axes_as_full_pads", {.values = {"data", "pads", "axes", "y"}, .optional_values = {"value"}},
                pad_axes_as_full_pads);

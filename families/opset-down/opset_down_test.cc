@@ -62,6 +62,13 @@ const std::vector<Adapted> kAdapted = {
      {"test_add_int8", "test_add_uint16", "test_sub_int16", "test_sub_uint8", "test_mul_int8", "test_mul_uint16", "test_div_int16",
       "test_div_uint8"}},
     {"small-integer-arithmetic-14-lowering", 9, {"test_add_uint8", "test_sub_int8", "test_mul_int16", "test_div_uint16"}},
+    {"cosine-window-17-lowering", 13, {"test_hannwindow", "test_hammingwindow_symmetric", "test_blackmanwindow"}},
+    {"cosine-window-17-lowering", 11, {"test_hannwindow_symmetric", "test_hammingwindow", "test_blackmanwindow_symmetric"}},
+    {"swish-24-lowering", 13, {"test_swish"}},
+    {"integer-max-min-12-lowering", 11, {"test_max_int64", "test_max_uint8", "test_min_int32", "test_min_uint32", "test_min_int16"}},
+    {"center-crop-pad-18-lowering", 17, {"test_center_crop_pad_crop", "test_center_crop_pad_pad", "test_center_crop_pad_crop_and_pad"}},
+    {"center-crop-pad-18-lowering", 11,
+     {"test_center_crop_pad_crop_axes_chw", "test_center_crop_pad_crop_axes_hwc", "test_center_crop_pad_crop_negative_axes_hwc"}},
 };
 
 class OpsetDown : public ::testing::TestWithParam<Adapted> {};
