@@ -40,11 +40,11 @@ struct GridSampler {
 
 const char* padding_name(int64_t padding) { return padding == kZeros ? "zeros" : padding == kBorder ? "border" : "reflection"; }
 
+// What the shapes and types allow; `float_only` says why other element types are declined.
+std::string check_shapes(const Match& match, GridSampler& sampler, std::string_view float_only);
+
 // The attributes (torch's enums, as mmdeploy and mmcv write them) and what the shapes allow.
 std::string parse(const Match& match, GridSampler& sampler) {
-  sampler.input = {match.value("input")};
-  sampler.grid = {match.value("grid")};
-  sampler.output = match.value("y");
   sampler.mode = match.attribute_int("interpolation_mode", kBilinear);
   sampler.padding = match.attribute_int("padding_mode", kZeros);
   const int64_t align_corners = match.attribute_int("align_corners", 0);
@@ -56,7 +56,32 @@ std::string parse(const Match& match, GridSampler& sampler) {
   }
   if (align_corners != 0 && align_corners != 1) return fmt::format("align_corners = {} is not 0 or 1", align_corners);
   sampler.align_corners = align_corners == 1;
+  return check_shapes(match, sampler, "mmdeploy's and mmcv's grid_sampler kernels are float32 only");
+}
 
+// ONNX GridSample-16/20's string attributes (16: bilinear/bicubic, 20: linear/cubic; torch's
+// grid_sample is what GridSample was specified from), read into the same sampler.
+std::string parse_onnx(const Match& match, GridSampler& sampler) {
+  const std::string mode = string_attribute(*match.anchor, "mode", match.scope->opset("") >= 20 ? "linear" : "bilinear");
+  const std::string padding = string_attribute(*match.anchor, "padding_mode", "zeros");
+  if (mode == "bilinear" || mode == "linear") sampler.mode = kBilinear;
+  else if (mode == "nearest") sampler.mode = kNearest;
+  else if (mode == "bicubic" || mode == "cubic") sampler.mode = kBicubic;
+  else return fmt::format("mode '{}' is not a GridSample mode", mode);
+  if (padding == "zeros") sampler.padding = kZeros;
+  else if (padding == "border") sampler.padding = kBorder;
+  else if (padding == "reflection") sampler.padding = kReflection;
+  else return fmt::format("padding_mode '{}' is not a GridSample padding mode", padding);
+  const int64_t align_corners = int_attribute(*match.anchor, "align_corners", 0);
+  if (align_corners != 0 && align_corners != 1) return fmt::format("align_corners = {} is not 0 or 1", align_corners);
+  sampler.align_corners = align_corners == 1;
+  return check_shapes(match, sampler, "the sampling is built in float32 only");
+}
+
+std::string check_shapes(const Match& match, GridSampler& sampler, std::string_view float_only) {
+  sampler.input = {match.value("input")};
+  sampler.grid = {match.value("grid")};
+  sampler.output = match.value("y");
   const ShapeFacts &input = match.facts("input"), &grid = match.facts("grid");
   if (!input.rank() || !grid.rank()) return "the rank of the input or of the grid is unknown";
   if (*input.rank() != *grid.rank() || (*input.rank() != 4 && *input.rank() != 5)) {
@@ -70,9 +95,7 @@ std::string parse(const Match& match, GridSampler& sampler) {
   for (const char* name : {"input", "grid"}) {
     const int32_t type = match.facts(name).elem_type;
     if (type == 0) return fmt::format("the element type of the {} is unknown", name);
-    if (type != kFloat) {
-      return fmt::format("the {} is {}: mmdeploy's and mmcv's grid_sampler kernels are float32 only", name, data_type_name(type));
-    }
+    if (type != kFloat) return fmt::format("the {} is {}: {}", name, data_type_name(type), float_only);
   }
   return {};
 }
@@ -260,9 +283,7 @@ Value weighted_sum(GraphBuilder& b, const std::vector<Value>& values, const std:
 // Layout: the grid's coordinates as [N, H_out, W_out, 1, 1]; y taps on axis 3, x taps on axis 4;
 // the gathered values [N, H_out, W_out, taps_y, taps_x, C]; the result transposed to
 // [N, C, H_out, W_out].
-std::string build_gather(const Match& match, GraphBuilder& b) {
-  GridSampler sampler;
-  if (auto why = parse(match, sampler); !why.empty()) return why;
+std::string build_gather_from(const Match& match, GraphBuilder& b, const GridSampler& sampler) {
   if (sampler.rank != 4) return "the Gather decomposition samples 4-D inputs only (a 5-D one needs GridSample-20)";
   const ShapeFacts& input = match.facts("input");
   Axis height(b, sampler.input, 2, input.dim(2)), width(b, sampler.input, 3, input.dim(3));
@@ -315,6 +336,18 @@ std::string build_gather(const Match& match, GraphBuilder& b) {
 
 }  // namespace
 
+std::string build_gather(const Match& match, GraphBuilder& b) {
+  GridSampler sampler;
+  if (auto why = parse(match, sampler); !why.empty()) return why;
+  return build_gather_from(match, b, sampler);
+}
+
+std::string build_gather_onnx(const Match& match, GraphBuilder& b) {
+  GridSampler sampler;
+  if (auto why = parse_onnx(match, sampler); !why.empty()) return why;
+  return build_gather_from(match, b, sampler);
+}
+
 void register_mmdeploy_grid_sampler_builders(BuilderRegistry& registry) {
   const BuilderSignature signature{.values = {"input", "grid", "y"},
                                    .optional_values = {},
@@ -322,6 +355,8 @@ void register_mmdeploy_grid_sampler_builders(BuilderRegistry& registry) {
                                    .optional_attributes = {}};
   registry.add("grid_sampler_grid_sample", signature, build_grid_sample);
   registry.add("grid_sampler_gather", signature, build_gather);
+  // ONNX GridSample below opset 16 (families/opset-down/grid-sample.rules): its own attributes.
+  registry.add("grid_sample_gather", {.values = {"input", "grid", "y"}, .attributes = {}}, build_gather_onnx);
 }
 
 }  // namespace onnx_rewrite
