@@ -409,5 +409,51 @@ TEST(VariadicOfOne, IsItsInput) {
   }
 }
 
+// torch's spelling of a reshape around static dims: every value the shapes decide becomes a
+// Constant, what a symbolic dim feeds stays computed, and ONNX Runtime computes the same.
+TEST(KnownShapes, AreFoldedWhereTheShapesDecideThem) {
+  const std::string text = R"(
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2, N, 8] x) => (float[2, N, 2, 4] y, float[16, N] z) {
+      s = Shape (x)
+      i0 = Constant <value = int64 {0}> ()
+      i1 = Constant <value = int64 {1}> ()
+      d0 = Gather (s, i0)
+      d1 = Gather (s, i1)
+      axes = Constant <value = int64[1] {0}> ()
+      u0 = Unsqueeze (d0, axes)
+      u1 = Unsqueeze (d1, axes)
+      tail = Constant <value = int64[2] {2, 4}> ()
+      shape = Concat <axis = 0> (u0, u1, tail)
+      y = Reshape (x, shape)
+      last = Slice (s, axes, axes)
+      two = Constant <value = int64[1] {2}> ()
+      three = Constant <value = int64[1] {3}> ()
+      width = Slice (s, two, three)
+      w32 = Cast <to = 6> (width)
+      w64 = Cast <to = 7> (w32)
+      flat = Concat <axis = 0> (w64, u0, u1)
+      f = Reshape (x, flat)
+      minus = Constant <value = int64[2] {16, -1}> ()
+      z = Reshape (f, minus)
+    })";
+  RewriteOptions options;
+  options.target = "ort";
+  options.only = {"canonicalize-fold-known-shape"};
+  const auto folded = rewrite_text(text, builtin_rules(), options);
+  // d0 (2), u0, the Slices and Casts of the width (8) fold; d1 = N and what reads it stay.
+  EXPECT_EQ(count(folded.model, "Gather"), 1) << canonical_nodes(folded.model, interface_names(folded.model));
+  EXPECT_EQ(count(folded.model, "Unsqueeze"), 1);
+  EXPECT_EQ(count(folded.model, "Cast"), 0);
+  EXPECT_EQ(count(folded.model, "Slice"), 0);
+  EXPECT_EQ(count(folded.model, "Concat"), 2);
+  EXPECT_EQ(count(folded.model, "Shape"), 1);
+  TempDir dir;
+  write_file(dir / "original.onnx", serialize(parse_model_text(text)));
+  write_file(dir / "folded.onnx", serialize(folded.model));
+  const auto comparison = ort_compare(dir / "original.onnx", dir / "folded.onnx", {"--dim", "N=3", "--rtol", "0", "--atol", "0"});
+  EXPECT_TRUE(comparison.ok) << comparison.output;
+}
+
 }  // namespace
 }  // namespace onnx_rewrite

@@ -213,9 +213,41 @@ std::string fold(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// A small integer tensor (rank 0 or 1) whose every element the shape facts know: a Shape of a
+// statically shaped value and what is computed from it and constants.
+std::string fold_known_values(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  if (node.output_size() != 1) return "more than one output";
+  const ShapeFacts& facts = match.scope->facts(node.output(0));
+  if (facts.elem_type != TensorProto::INT64 && facts.elem_type != TensorProto::INT32) return "not an int32 or int64 tensor";
+  const auto dims = facts.static_dims();
+  if (!dims || dims->size() > 1 || (dims->size() == 1 && (*dims)[0] < 0)) return "not a tensor of rank 0 or 1 of known size";
+  if (!facts.values) return "its values are not known before run time";
+  std::vector<int64_t> numbers;
+  for (const Dim& element : *facts.values) {
+    if (!element.known()) return "some of its values are known only at run time";
+    numbers.push_back(*element.number);
+  }
+  if (static_cast<int64_t>(numbers.size()) != (dims->empty() ? 1 : (*dims)[0])) return "its values and its shape disagree";
+  TensorProto tensor;
+  if (facts.elem_type == TensorProto::INT64) {
+    tensor = make_int64_tensor(*dims, numbers);
+  } else {
+    for (int64_t number : numbers) {
+      if (number < INT32_MIN || number > INT32_MAX) return "a value outside int32";
+    }
+    tensor = make_tensor(TensorProto::INT32, *dims, std::vector<double>(numbers.begin(), numbers.end()));
+  }
+  b.output(node.output(0), b.op("Constant", {}, {attr("value", tensor)}));
+  return {};
+}
+
 }  // namespace
 
 void register_canonicalize_builders(BuilderRegistry& registry) {
+  registry.add("canonicalize_fold_known_values",
+               {.values = {"a", "y"}, .optional_values = {"b", "c", "d", "e", "f", "g", "h"}, .attributes = {}, .optional_attributes = {}},
+               fold_known_values);
   registry.add("canonicalize_fold", {.values = {"y"}, .optional_values = {"c", "like", "a", "b"}, .attributes = {}, .optional_attributes = {}}, fold);
 }
 

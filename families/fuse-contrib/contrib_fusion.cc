@@ -423,12 +423,16 @@ std::string build_layer_norm_folded(const Match& match, GraphBuilder& b) {
 // ONNX's function body of LayerNormalization-17/18 -> the op (fuse-layernorm-function.rules).
 std::string build_layer_norm_function_body(const Match& match, GraphBuilder& b) {
   const std::string& x = match.value("x");
-  const auto* shape = match.scope->producer(match.value("x_shape"));
-  if (!shape || shape->node->op_type() != "Shape" || !normalize_domain(shape->node->domain()).empty() ||
-      shape->node->input(0) != x || find_attribute(*shape->node, "start") || find_attribute(*shape->node, "end")) {
-    return "the result is reshaped to something other than Shape (x)";
-  }
   StaticShapes shapes = static_shapes(match);
+  // Shape (x), or the constant it was folded into (canonicalize-fold-known-shape) when x's dims are static.
+  const auto* shape = match.scope->producer(match.value("x_shape"));
+  const bool shape_of_x = shape && shape->node->op_type() == "Shape" && normalize_domain(shape->node->domain()).empty() &&
+                          shape->node->input(0) == x && !find_attribute(*shape->node, "start") && !find_attribute(*shape->node, "end");
+  const auto constant_shape = match.constant("x_shape");
+  const auto x_dims = match.facts("x").static_dims();
+  const bool static_shape_of_x = constant_shape && x_dims && constant_shape->ints() == *x_dims &&
+                                 std::none_of(x_dims->begin(), x_dims->end(), [](int64_t d) { return d < 0; });
+  if (!shape_of_x && !static_shape_of_x) return "the result is reshaped to something other than Shape (x)";
   const Facts& x_facts = shapes(x);
   const int32_t type = element_type(match, {"x"});
   if (auto why = check_element_type(type, kNormalizationTypes, "LayerNormalization"); !why.empty()) return why;
