@@ -283,9 +283,50 @@ std::string lower_rotary_embedding(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// TensorScatter-24 (onnx/defs/tensor/defs.cc): the update written into the cache along `axis`
+// from write_indices[b] (0 without them) on, modulo the cache's length in mode "circular": one
+// ScatterElements whose indices, [B, S] positions, are spread to the update's shape.
+std::string lower_tensor_scatter(const Match& match, GraphBuilder& b) {
+  const auto rank = match.facts("past_cache").rank();
+  if (!rank) return "the rank of past_cache is unknown";
+  const auto r = static_cast<int64_t>(*rank);
+  int64_t axis = match.attribute_int("axis", -2);
+  if (axis < 0) axis += r;
+  if (axis <= 0 || axis >= r) return fmt::format("axis {} is the batch axis or outside rank {}", match.attribute_int("axis", -2), r);
+  const std::string mode = match.attribute_string("mode", "linear");
+  if (mode != "linear" && mode != "circular") return fmt::format("mode '{}' is not linear or circular", mode);
+  const Value update{match.value("update")};
+  const Value update_shape = b.Shape(update);
+  const Value length = dim(b, update_shape, axis);
+  const Value steps = b.Unsqueeze(range(b, length), {0});  // [1, S]
+  Value positions = steps;
+  if (bound(match, "write_indices")) {
+    const Value starts = b.Cast(value_of(match, "write_indices"), TensorProto::INT64);
+    positions = b.Add(b.Unsqueeze(starts, {1}), steps);  // [B, S]
+  }
+  if (mode == "circular") {
+    const Value cache_shape = b.Shape(Value{match.value("past_cache")});
+    const Value cache_length = dim(b, cache_shape, axis);
+    positions = b.op("Mod", {positions, cache_length});
+  }
+  std::vector<int64_t> spread;  // every axis but the batch and the sequence
+  for (int64_t i = 1; i < r; ++i) {
+    if (i != axis) spread.push_back(i);
+  }
+  if (!spread.empty()) positions = b.Unsqueeze(positions, spread);
+  const Value indices = b.op("Expand", {positions, update_shape});
+  b.output(match.value("present_cache"),
+           b.op("ScatterElements", {Value{match.value("past_cache")}, indices, update}, {attr("axis", axis)}));
+  return {};
+}
+
 }  // namespace
 
 void register_lower_attention_builders(BuilderRegistry& registry) {
+  registry.add("lower_tensor_scatter",
+               {.values = {"past_cache", "update", "present_cache"}, .optional_values = {"write_indices"}, .attributes = {},
+                .optional_attributes = {"axis", "mode"}},
+               lower_tensor_scatter);
   registry.add("lower_rotary_embedding",
                {.values = {"x", "cos_cache", "sin_cache", "y"},
                 .optional_values = {"position_ids"},

@@ -1,4 +1,5 @@
-// Attention-23/24 and RotaryEmbedding-23 lowered below opset 23, proven on ground truth: every ONNX backend case of the op
+// Attention-23/24, RotaryEmbedding-23 and TensorScatter-24 lowered below their opsets, proven on
+// ground truth: every ONNX backend case of the op
 // (3-D and 4-D, GQA, masks bool and float, shorter masks, causal with past and with
 // nonpad_kv_seqlen, softcap, softmax_precision, every qk_matmul_output_mode, float16) rewritten
 // with --opset 13 and 11 reproduces its expected outputs in ONNX Runtime; shapes known only at
@@ -65,6 +66,30 @@ TEST(RotaryEmbeddingLowering, ConformanceCasesKeepTheirOutputs) {
     SCOPED_TRACE(opset);
     expect_conformance_cases_lowered(kRotaryCases, opset, {"RotaryEmbedding"});
   }
+}
+
+TEST(TensorScatterLowering, ConformanceCasesKeepTheirOutputs) {
+  for (int opset : {17, 11}) {
+    SCOPED_TRACE(opset);
+    expect_conformance_cases_lowered({"test_tensorscatter", "test_tensorscatter_3d", "test_tensorscatter_circular"}, opset,
+                                     {"TensorScatter"});
+  }
+}
+
+// A decode step: write positions per batch, circular past the end of the cache, on a 4-D cache.
+TEST(TensorScatterLowering, CircularWritesWrapAroundTheCache) {
+  TempDir dir;
+  const fs::path original = write_model_text(R"(
+    <ir_version: 10, opset_import: ["": 24]>
+    g (float[2, 3, 5, 4] past, float[2, 3, 2, 4] update) => (float[2, 3, 5, 4] present) <int64[2] at = {4, 1}> {
+      present = TensorScatter <mode = "circular"> (past, update, at)
+    })",
+                                             dir / "scatter.onnx");
+  const auto rewritten = rewrite_and_check(original, dir / "lowered.onnx", "onnx", 13);
+  ASSERT_TRUE(rewritten);
+  EXPECT_EQ(op_count(rewritten->ops, {"", "TensorScatter"}), 0);
+  const auto comparison = ort_compare(original, dir / "lowered.onnx", {"--rtol", "0", "--atol", "0"});
+  EXPECT_TRUE(comparison.ok) << comparison.output;
 }
 
 // Head counts, head size and sequence lengths known only at run time (the scale 1/√D, the
