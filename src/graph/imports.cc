@@ -145,7 +145,9 @@ int64_t minimum_ir_version(int opset) {
   if (opset <= 18) return 8;
   if (opset <= 20) return 9;
   if (opset <= 22) return 10;
-  return 11;
+  if (opset == 23) return 11;
+  if (opset == 24) return 12;
+  return 13;  // 25 (ONNX 1.20) and 26 (1.21)
 }
 
 }  // namespace onnx_rewrite
