@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numeric>
 #include <set>
+#include <string_view>
+#include <type_traits>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -161,30 +163,63 @@ double storage_step(int32_t data_type, double number) {
 }
 
 
-// Everything a partial match has bound; copied to backtrack (patterns are small).
+// Everything a partial match has bound, kept as a trail: backtracking truncates it to a mark, so
+// a failed attempt allocates nothing per step. Names view the pattern; graph values view the
+// nodes' protos, which nothing changes while a match is sought.
 struct Bindings {
-  std::map<std::string, std::string> values;
-  std::map<std::string, onnx::AttributeProto> attributes;
+  std::vector<std::pair<std::string_view, std::string_view>> values;  // pattern value -> graph value ("" when absent)
+  std::vector<std::pair<std::string_view, onnx::AttributeProto>> attributes;
   std::vector<onnx::NodeProto*> nodes;
-  std::unordered_set<const onnx::NodeProto*> used;
+
+  struct Mark {
+    size_t values, attributes, nodes;
+  };
+  Mark mark() const { return {values.size(), attributes.size(), nodes.size()}; }
+  void undo(const Mark& to) {
+    values.resize(to.values);
+    attributes.erase(attributes.begin() + static_cast<std::ptrdiff_t>(to.attributes), attributes.end());
+    nodes.resize(to.nodes);
+  }
+  const std::string_view* value(std::string_view name) const {
+    for (const auto& [bound, graph_value] : values) {
+      if (bound == name) return &graph_value;
+    }
+    return nullptr;
+  }
+  const onnx::AttributeProto* attribute(std::string_view capture) const {
+    for (const auto& [bound, attribute] : attributes) {
+      if (bound == capture) return &attribute;
+    }
+    return nullptr;
+  }
+  bool covers(const onnx::NodeProto* node) const { return std::find(nodes.begin(), nodes.end(), node) != nodes.end(); }
 };
 
-std::string input_at(const onnx::NodeProto& node, size_t index) {
-  return index < static_cast<size_t>(node.input_size()) ? node.input(static_cast<int>(index)) : std::string();
+// A reason is worked out only when someone asked for it: most attempts fail, and --explain is rare.
+template <typename Text>
+std::string text_of(Text&& text) {
+  if constexpr (std::is_invocable_v<Text>) return text();
+  else return std::string(text);
+}
+
+std::string_view input_at(const onnx::NodeProto& node, size_t index) {
+  return index < static_cast<size_t>(node.input_size()) ? std::string_view(node.input(static_cast<int>(index))) : std::string_view();
 }
 
 class Search {
  public:
   Search(const Scope& scope, const Rule& rule, const Pattern& pattern,
-         const std::unordered_set<const onnx::NodeProto*>& claimed)
-      : scope_(scope), rule_(rule), pattern_(pattern), claimed_(claimed) {}
+         const std::unordered_set<const onnx::NodeProto*>& claimed, bool explaining)
+      : scope_(scope), rule_(rule), pattern_(pattern), claimed_(claimed), explaining_(explaining) {}
 
   std::optional<Match> run(onnx::NodeProto* anchor) {
     for (const auto& range : pattern_.opsets) {
       const int version = scope_.opset(range.domain);
       if (!range.contains(version)) {
-        fail(0, fmt::format("the model imports {} {}, the pattern is for {}", display_domain(range.domain),
-                            version, range.describe()));
+        fail(0, [&] {
+          return fmt::format("the model imports {} {}, the pattern is for {}", display_domain(range.domain), version,
+                             range.describe());
+        });
         return std::nullopt;
       }
     }
@@ -195,24 +230,26 @@ class Search {
     match.pattern = &pattern_;
     match.anchor = anchor;
     match.nodes = found_.nodes;
-    match.values = found_.values;
-    match.attributes = found_.attributes;
+    for (const auto& [name, graph_value] : found_.values) match.values.emplace(name, graph_value);
+    for (auto& [capture, attribute] : found_.attributes) match.attributes.emplace(capture, std::move(attribute));
     return match;
   }
 
   const std::string& reason() const { return best_reason_; }
 
  private:
-  void fail(size_t depth, std::string reason) {
-    if (best_reason_.empty() || depth > best_depth_) {
+  // Keeps the reason of the attempt that got furthest.
+  template <typename Text>
+  void fail(size_t depth, Text&& reason) {
+    if (explaining_ && (best_reason_.empty() || depth > best_depth_)) {
       best_depth_ = depth;
-      best_reason_ = std::move(reason);
+      best_reason_ = text_of(std::forward<Text>(reason));
     }
   }
 
   std::string node_text(const onnx::NodeProto& node) const { return "'" + describe_node(node) + "'"; }
 
-  bool may_be_absent(const std::string& name) const {
+  bool may_be_absent(std::string_view name) const {
     return std::any_of(pattern_.constraints.begin(), pattern_.constraints.end(), [&](const Constraint& constraint) {
       return !constraint.on_attribute && constraint.subject == name &&
              (constraint.kind == Constraint::Kind::kOptional || constraint.kind == Constraint::Kind::kAbsent);
@@ -220,28 +257,28 @@ class Search {
   }
 
   // Binds a pattern value to a graph value, checking consistency and the value's constraints.
-  bool bind(const std::string& name, const std::string& graph_value, size_t depth) {
+  bool bind(std::string_view name, std::string_view graph_value, size_t depth) {
     if (name.empty() || name == "_") return true;
-    auto [it, inserted] = state_.values.emplace(name, graph_value);
-    if (!inserted) {
-      if (it->second == graph_value) return true;
-      fail(depth, fmt::format("'{}' would be both '{}' and '{}'", name, it->second, graph_value));
+    if (const auto* bound = state_.value(name)) {
+      if (*bound == graph_value) return true;
+      fail(depth, [&] { return fmt::format("'{}' would be both '{}' and '{}'", name, *bound, graph_value); });
       return false;
     }
+    state_.values.emplace_back(name, graph_value);
     for (const auto& constraint : pattern_.constraints) {
       if (!constraint.on_attribute && constraint.subject == name && !check(constraint, graph_value, depth)) return false;
     }
     if (graph_value.empty() && !may_be_absent(name)) {
-      fail(depth, fmt::format("'{}' is absent", name));
+      fail(depth, [&] { return fmt::format("'{}' is absent", name); });
       return false;
     }
     return true;
   }
 
-  bool check(const Constraint& constraint, const std::string& value, size_t depth) {
+  bool check(const Constraint& constraint, std::string_view value, size_t depth) {
     using K = Constraint::Kind;
-    auto reject = [&](const std::string& why) {
-      fail(depth, fmt::format("'{}' ({}) {}", constraint.subject, value.empty() ? "absent" : value, why));
+    auto reject = [&](auto&& why) {
+      fail(depth, [&] { return fmt::format("'{}' ({}) {}", constraint.subject, value.empty() ? "absent" : value, text_of(why)); });
       return false;
     };
     switch (constraint.kind) {
@@ -265,7 +302,7 @@ class Search {
         const double tolerance = std::max(constraint.tolerance, storage_step(values->data_type, constraint.number));
         for (double number : values->numbers) {
           if (std::fabs(number - constraint.number) > tolerance) {
-            return reject(fmt::format("holds {}, not {}", number, constraint.describe()));
+            return reject([&] { return fmt::format("holds {}, not {}", number, constraint.describe()); });
           }
         }
         return true;
@@ -283,13 +320,13 @@ class Search {
           onnx::AttributeProto actual;
           actual.set_type(onnx::AttributeProto::FLOAT);
           actual.set_f(static_cast<float>(number));
-          if (!allowed(actual)) return reject(fmt::format("holds {}, not {}", number, constraint.describe()));
+          if (!allowed(actual)) return reject([&] { return fmt::format("holds {}, not {}", number, constraint.describe()); });
         }
         for (const auto& text : values->strings) {
           onnx::AttributeProto actual;
           actual.set_type(onnx::AttributeProto::STRING);
           actual.set_s(text);
-          if (!allowed(actual)) return reject(fmt::format("holds \"{}\", not {}", text, constraint.describe()));
+          if (!allowed(actual)) return reject([&] { return fmt::format("holds \"{}\", not {}", text, constraint.describe()); });
         }
         return true;
       }
@@ -297,7 +334,7 @@ class Search {
         const int32_t type = scope_.facts(value).elem_type;
         if (type == 0) return reject("has an unknown element type");
         if (std::find(constraint.dtypes.begin(), constraint.dtypes.end(), type) == constraint.dtypes.end()) {
-          return reject("has element type " + data_type_name(type));
+          return reject([&] { return "has element type " + data_type_name(type); });
         }
         return true;
       }
@@ -305,7 +342,7 @@ class Search {
         auto rank = scope_.facts(value).rank();
         if (!rank) return reject("has an unknown rank");
         if (static_cast<int>(*rank) < constraint.min_rank || static_cast<int>(*rank) > constraint.max_rank) {
-          return reject(fmt::format("has rank {}", *rank));
+          return reject([&] { return fmt::format("has rank {}", *rank); });
         }
         return true;
       }
@@ -315,10 +352,11 @@ class Search {
 
   bool check_attribute(const Constraint& constraint, const onnx::AttributeProto* value, bool present, size_t depth) {
     using K = Constraint::Kind;
-    auto reject = [&](const std::string& why) {
-      fail(depth, fmt::format("attribute '{}' {}", constraint.subject, why));
+    auto reject = [&](auto&& why) {
+      fail(depth, [&] { return fmt::format("attribute '{}' {}", constraint.subject, text_of(why)); });
       return false;
     };
+    auto not_allowed = [&] { return "= " + attribute_value_text(*value) + ", not " + constraint.describe(); };
     switch (constraint.kind) {
       case K::kPresent: return present ? true : reject("is absent");
       case K::kAbsent: return present ? reject("is set, the rule needs it absent") : true;
@@ -328,7 +366,7 @@ class Search {
         for (const auto& allowed : constraint.values) {
           if (same_attribute_value(*value, allowed)) return true;
         }
-        return reject("= " + attribute_value_text(*value) + ", not " + constraint.describe());
+        return reject(not_allowed);
       case K::kApprox: {
         if (!value) return reject("is absent and has no default");
         std::vector<double> numbers;
@@ -337,12 +375,10 @@ class Search {
           case onnx::AttributeProto::INT: numbers = {static_cast<double>(value->i())}; break;
           case onnx::AttributeProto::FLOATS: numbers.assign(value->floats().begin(), value->floats().end()); break;
           case onnx::AttributeProto::INTS: numbers.assign(value->ints().begin(), value->ints().end()); break;
-          default: return reject("= " + attribute_value_text(*value) + ", not a number");
+          default: return reject([&] { return "= " + attribute_value_text(*value) + ", not a number"; });
         }
         for (double number : numbers) {
-          if (std::fabs(number - constraint.number) > constraint.tolerance) {
-            return reject("= " + attribute_value_text(*value) + ", not " + constraint.describe());
-          }
+          if (std::fabs(number - constraint.number) > constraint.tolerance) return reject(not_allowed);
         }
         return true;
       }
@@ -354,37 +390,39 @@ class Search {
   // in every order the op allows, recursing into the rest of the pattern.
   bool try_node(size_t index, onnx::NodeProto* node, size_t depth) {
     const PatternNode& pattern_node = pattern_.nodes[index];
-    if (claimed_.count(node) || state_.used.count(node)) {
-      fail(depth, fmt::format("node {} is already part of a rewrite", node_text(*node)));
+    if (node->op_type() != pattern_node.op_type || normalize_domain(node->domain()) != pattern_node.domain) {
+      fail(depth, [&] {
+        return fmt::format("node {} is {}.{}, the pattern wants {}.{}", node_text(*node), display_domain(node->domain()),
+                           node->op_type(), display_domain(pattern_node.domain), pattern_node.op_type);
+      });
       return false;
     }
-    if (normalize_domain(node->domain()) != pattern_node.domain || node->op_type() != pattern_node.op_type) {
-      fail(depth, fmt::format("node {} is {}.{}, the pattern wants {}.{}", node_text(*node), display_domain(node->domain()),
-                              node->op_type(), display_domain(pattern_node.domain), pattern_node.op_type));
+    if (claimed_.count(node) || state_.covers(node)) {
+      fail(depth, [&] { return fmt::format("node {} is already part of a rewrite", node_text(*node)); });
       return false;
     }
     for (const auto& attribute : node->attribute()) {
       if (!attribute.ref_attr_name().empty()) {  // inside a function body: the value comes with each call
-        fail(depth, fmt::format("node {}: attribute {} refers to the function's attribute @{}, known only at each call",
-                                node_text(*node), attribute.name(), attribute.ref_attr_name()));
+        fail(depth, [&] {
+          return fmt::format("node {}: attribute {} refers to the function's attribute @{}, known only at each call",
+                             node_text(*node), attribute.name(), attribute.ref_attr_name());
+        });
         return false;
       }
     }
-    const Bindings saved = state_;
+    const auto saved = state_.mark();
     if (!match_attributes(pattern_node, *node, depth) || !match_outputs(pattern_node, *node, depth)) {
-      state_ = saved;
+      state_.undo(saved);
       return false;
     }
     state_.nodes.push_back(node);
-    state_.used.insert(node);
     const bool matched = pattern_node.associative ? match_tree_inputs(pattern_node, node, depth)
                                                   : match_inputs(pattern_node, *node, depth);
-    if (!matched) state_ = saved;
+    if (!matched) state_.undo(saved);
     return matched;
   }
 
   bool match_attributes(const PatternNode& pattern_node, const onnx::NodeProto& node, size_t depth) {
-    const int opset = scope_.opset(pattern_node.domain);
     for (const auto& wanted : pattern_node.attributes) {
       const onnx::AttributeProto* actual = nullptr;
       for (const auto& attribute : node.attribute()) {
@@ -395,33 +433,40 @@ class Search {
         if (auto it = pattern_.defaults.find(wanted.capture); !wanted.capture.empty() && it != pattern_.defaults.end()) {
           fallback = it->second;
         } else {
-          fallback = schema_default(pattern_node.domain, pattern_node.op_type, opset, wanted.name);
+          fallback = schema_default(pattern_node.domain, pattern_node.op_type, scope_.opset(pattern_node.domain), wanted.name);
         }
       }
       const onnx::AttributeProto* value = actual ? actual : (fallback ? &*fallback : nullptr);
       if (wanted.literal) {
         if (!value) {
-          fail(depth, fmt::format("node {}: attribute '{}' is absent", node_text(node), wanted.name));
+          fail(depth, [&] { return fmt::format("node {}: attribute '{}' is absent", node_text(node), wanted.name); });
           return false;
         }
         if (!same_attribute_value(*value, *wanted.literal)) {
-          fail(depth, fmt::format("node {}: attribute {} = {}, the pattern wants {}", node_text(node), wanted.name,
-                                  attribute_value_text(*value), attribute_value_text(*wanted.literal)));
+          fail(depth, [&] {
+            return fmt::format("node {}: attribute {} = {}, the pattern wants {}", node_text(node), wanted.name,
+                               attribute_value_text(*value), attribute_value_text(*wanted.literal));
+          });
           return false;
         }
         continue;
       }
       if (actual && !capturable(actual->type(), wanted.capture_type)) {
-        fail(depth, fmt::format("node {}: attribute '{}' is {}, the op takes {} (an invalid node)", node_text(node), wanted.name,
-                                onnx::AttributeProto::AttributeType_Name(actual->type()),
-                                onnx::AttributeProto::AttributeType_Name(wanted.capture_type)));
+        fail(depth, [&] {
+          return fmt::format("node {}: attribute '{}' is {}, the op takes {} (an invalid node)", node_text(node), wanted.name,
+                             onnx::AttributeProto::AttributeType_Name(actual->type()),
+                             onnx::AttributeProto::AttributeType_Name(wanted.capture_type));
+        });
         return false;
       }
       if (value) {
-        auto [it, inserted] = state_.attributes.emplace(wanted.capture, *value);
-        if (!inserted && !same_attribute_value(it->second, *value)) {
-          fail(depth, fmt::format("attribute capture '{}' differs between nodes", wanted.capture));
-          return false;
+        if (const auto* captured = state_.attribute(wanted.capture)) {
+          if (!same_attribute_value(*captured, *value)) {
+            fail(depth, [&] { return fmt::format("attribute capture '{}' differs between nodes", wanted.capture); });
+            return false;
+          }
+        } else {
+          state_.attributes.emplace_back(wanted.capture, *value);
         }
       }
       for (const auto& constraint : pattern_.constraints) {
@@ -438,12 +483,13 @@ class Search {
     for (size_t i = 0; i < pattern_node.outputs.size(); ++i) {
       const std::string& name = pattern_node.outputs[i];
       if (name.empty() || name == "_") continue;
-      std::string graph_value = i < static_cast<size_t>(node.output_size()) ? node.output(static_cast<int>(i)) : "";
+      std::string_view graph_value = i < static_cast<size_t>(node.output_size()) ? std::string_view(node.output(static_cast<int>(i)))
+                                                                                 : std::string_view();
       if (may_be_absent(name) && scope_.uses(graph_value).empty() && !scope_.is_output(graph_value)) {
-        graph_value.clear();  // an optional output nothing reads is as good as absent
+        graph_value = {};  // an optional output nothing reads is as good as absent
       }
       if (graph_value.empty() && !may_be_absent(name)) {
-        fail(depth, fmt::format("node {} does not produce output {}", node_text(node), i));
+        fail(depth, [&] { return fmt::format("node {} does not produce output {}", node_text(node), i); });
         return false;
       }
       if (!bind(name, graph_value, depth)) return false;  // an optional output that is absent binds ""
@@ -451,54 +497,46 @@ class Search {
     return true;
   }
 
-  // Input orders to try: as written, and for commutative ops every permutation.
-  std::vector<std::vector<size_t>> input_orders(const PatternNode& pattern_node) const {
-    std::vector<size_t> order(pattern_node.inputs.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::vector<std::vector<size_t>> orders;
-    do {
-      orders.push_back(order);
-    } while (pattern_node.commutative && order.size() <= 4 && std::next_permutation(order.begin(), order.end()));
-    return orders;
-  }
-
+  // Tries the inputs as written and, for commutative ops, in every other order.
   bool match_inputs(const PatternNode& pattern_node, const onnx::NodeProto& node, size_t depth) {
     for (size_t i = pattern_node.inputs.size(); !pattern_node.variadic && i < static_cast<size_t>(node.input_size()); ++i) {
       if (!node.input(static_cast<int>(i)).empty()) {
-        fail(depth, fmt::format("node {} has input {}, which the pattern does not expect", node_text(node), i));
+        fail(depth, [&] { return fmt::format("node {} has input {}, which the pattern does not expect", node_text(node), i); });
         return false;
       }
     }
-    for (const auto& order : input_orders(pattern_node)) {
-      const Bindings saved = state_;
+    std::vector<size_t> order(pattern_node.inputs.size());
+    std::iota(order.begin(), order.end(), 0);
+    do {
+      const auto saved = state_.mark();
       bool bound = true;
       for (size_t i = 0; i < order.size() && bound; ++i) {
         const std::string& name = pattern_node.inputs[order[i]];
-        const std::string graph_value = input_at(node, i);
+        const std::string_view graph_value = input_at(node, i);
         if (name.empty()) {
           bound = graph_value.empty();
-          if (!bound) fail(depth, fmt::format("node {} has input {}, the pattern wants it absent", node_text(node), i));
+          if (!bound) fail(depth, [&] { return fmt::format("node {} has input {}, the pattern wants it absent", node_text(node), i); });
         } else {
           bound = bind(name, graph_value, depth);
         }
       }
       if (bound && step(depth + 1)) return true;
-      state_ = saved;
-    }
+      state_.undo(saved);
+    } while (pattern_node.commutative && order.size() <= 4 && std::next_permutation(order.begin(), order.end()));
     return false;
   }
 
   // A tree of the same binary op (x·a·b in any association) whose interior values are used
   // nowhere else, cut into exactly `leaves` leaves.
   struct Tree {
-    std::vector<std::string> leaves;
+    std::vector<std::string_view> leaves;
     std::vector<onnx::NodeProto*> interior;
   };
 
   bool expandable(const onnx::NodeProto& node, const PatternNode& pattern_node, const Tree& tree) const {
     if (normalize_domain(node.domain()) != pattern_node.domain || node.op_type() != pattern_node.op_type) return false;
     if (node.input_size() != 2 || node.output_size() != 1 || node.attribute_size() != 0) return false;
-    if (claimed_.count(&node) || state_.used.count(&node)) return false;
+    if (claimed_.count(&node) || state_.covers(&node)) return false;
     if (std::find(tree.interior.begin(), tree.interior.end(), &node) != tree.interior.end()) return false;
     const std::string& value = node.output(0);
     return scope_.uses(value).size() == 1 && !scope_.is_output(value);
@@ -522,29 +560,28 @@ class Search {
 
   bool match_tree_inputs(const PatternNode& pattern_node, onnx::NodeProto* root, size_t depth) {
     if (root->input_size() != 2 || root->input(0).empty() || root->input(1).empty()) {
-      fail(depth, fmt::format("node {} is not a binary {}", node_text(*root), pattern_node.op_type));
+      fail(depth, [&] { return fmt::format("node {} is not a binary {}", node_text(*root), pattern_node.op_type); });
       return false;
     }
     std::vector<Tree> trees;
     grow(Tree{{root->input(0), root->input(1)}, {}}, 0, pattern_node, trees);
     if (trees.empty()) {
-      fail(depth, fmt::format("node {} is not a chain of {} {} operands", node_text(*root), pattern_node.inputs.size(),
-                              pattern_node.op_type));
+      fail(depth, [&] {
+        return fmt::format("node {} is not a chain of {} {} operands", node_text(*root), pattern_node.inputs.size(),
+                           pattern_node.op_type);
+      });
       return false;
     }
     for (const auto& tree : trees) {
       std::vector<size_t> order(tree.leaves.size());
       std::iota(order.begin(), order.end(), 0);
       do {
-        const Bindings saved = state_;
-        for (auto* node : tree.interior) {
-          state_.nodes.push_back(node);
-          state_.used.insert(node);
-        }
+        const auto saved = state_.mark();
+        state_.nodes.insert(state_.nodes.end(), tree.interior.begin(), tree.interior.end());
         bool bound = true;
         for (size_t i = 0; i < order.size() && bound; ++i) bound = bind(pattern_node.inputs[order[i]], tree.leaves[i], depth);
         if (bound && step(depth + 1)) return true;
-        state_ = saved;
+        state_.undo(saved);
       } while (std::next_permutation(order.begin(), order.end()));
     }
     return false;
@@ -555,29 +592,29 @@ class Search {
     if (depth == pattern_.order.size()) return finish(depth);
     const size_t index = pattern_.order[depth];
     const PatternNode& pattern_node = pattern_.nodes[index];
-    for (size_t i = 0; i < pattern_node.outputs.size(); ++i) {
-      auto bound = state_.values.find(pattern_node.outputs[i]);
-      if (bound == state_.values.end()) continue;
-      const auto* produced = scope_.producer(bound->second);
+    for (const auto& output : pattern_node.outputs) {
+      const auto* bound = state_.value(output);
+      if (!bound) continue;
+      const auto* produced = scope_.producer(*bound);
       if (!produced) {
-        fail(depth, fmt::format("'{}' is not computed by a node (the pattern wants {})", bound->second, pattern_node.op_type));
+        fail(depth, [&] { return fmt::format("'{}' is not computed by a node (the pattern wants {})", *bound, pattern_node.op_type); });
         return false;
       }
       return try_node(index, produced->node, depth);
     }
     for (const auto& input : pattern_node.inputs) {
-      auto bound = state_.values.find(input);
-      if (bound == state_.values.end() || bound->second.empty()) continue;
-      std::vector<onnx::NodeProto*> candidates;
-      for (const auto& use : scope_.uses(bound->second)) {
-        if (use.input >= 0 && std::find(candidates.begin(), candidates.end(), use.node) == candidates.end()) {
-          candidates.push_back(use.node);
-        }
+      const auto* bound = state_.value(input);
+      if (!bound || bound->empty()) continue;
+      const std::string_view value = *bound;  // trying a node binds more, which may move `bound`
+      const auto uses = scope_.uses(value);
+      for (size_t i = 0; i < uses.size(); ++i) {
+        // A node reading the value twice is tried once.
+        const bool seen = std::any_of(uses.begin(), uses.begin() + static_cast<std::ptrdiff_t>(i),
+                                      [&](const Use& earlier) { return earlier.node == uses[i].node && earlier.input >= 0; });
+        if (uses[i].input < 0 || seen) continue;
+        if (try_node(index, uses[i].node, depth)) return true;
       }
-      for (auto* candidate : candidates) {
-        if (try_node(index, candidate, depth)) return true;
-      }
-      fail(depth, fmt::format("no {} uses '{}'", pattern_node.op_type, bound->second));
+      fail(depth, [&] { return fmt::format("no {} uses '{}'", pattern_node.op_type, value); });
       return false;
     }
     throw std::logic_error("rule " + rule_.id + ": pattern order reaches a node with nothing bound");
@@ -587,27 +624,33 @@ class Search {
   bool finish(size_t depth) {
     // A pattern input must come from outside: the replacement reads it after the match is gone.
     for (const auto& name : pattern_.inputs) {
-      auto bound = state_.values.find(name);
-      if (bound == state_.values.end() || bound->second.empty()) continue;
-      const auto* produced = scope_.producer(bound->second);
-      if (produced && state_.used.count(produced->node)) {
-        fail(depth, fmt::format("input '{}' would be '{}', which the match itself computes", name, bound->second));
+      const auto* bound = state_.value(name);
+      if (!bound || bound->empty()) continue;
+      const auto* produced = scope_.producer(*bound);
+      if (produced && state_.covers(produced->node)) {
+        fail(depth, [&] { return fmt::format("input '{}' would be '{}', which the match itself computes", name, *bound); });
         return false;
       }
     }
-    std::set<std::string> outputs;
-    for (const auto& name : pattern_.outputs) outputs.insert(state_.values.at(name));
+    auto is_pattern_output = [&](std::string_view value) {
+      return std::any_of(pattern_.outputs.begin(), pattern_.outputs.end(), [&](const std::string& name) {
+        const auto* bound = state_.value(name);
+        return bound && *bound == value;
+      });
+    };
     for (const auto* node : state_.nodes) {
       for (const auto& value : node->output()) {
-        if (value.empty() || outputs.count(value)) continue;
+        if (value.empty() || is_pattern_output(value)) continue;
         if (scope_.is_output(value)) {
-          fail(depth, fmt::format("'{}', computed inside the match, is an output of the {}", value, scope_.where()));
+          fail(depth, [&] { return fmt::format("'{}', computed inside the match, is an output of the {}", value, scope_.where()); });
           return false;
         }
         for (const auto& use : scope_.uses(value)) {
-          if (!state_.used.count(use.node)) {
-            fail(depth, fmt::format("'{}', computed inside the match, is also used by node {}{}", value, node_text(*use.node),
-                                    use.input < 0 ? " (in a subgraph)" : ""));
+          if (!state_.covers(use.node)) {
+            fail(depth, [&] {
+              return fmt::format("'{}', computed inside the match, is also used by node {}{}", value, node_text(*use.node),
+                                 use.input < 0 ? " (in a subgraph)" : "");
+            });
             return false;
           }
         }
@@ -621,6 +664,7 @@ class Search {
   const Rule& rule_;
   const Pattern& pattern_;
   const std::unordered_set<const onnx::NodeProto*>& claimed_;
+  const bool explaining_;
   Bindings state_;
   Bindings found_;
   std::string best_reason_;
@@ -631,7 +675,7 @@ class Search {
 
 std::optional<Match> Matcher::match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node,
                                     std::string* why_not) const {
-  Search search(scope_, rule, pattern, claimed_);
+  Search search(scope_, rule, pattern, claimed_, why_not != nullptr);
   auto match = search.run(node);
   if (!match && why_not) *why_not = search.reason();
   return match;
