@@ -3,6 +3,7 @@
 #include "graph/shape_inference.h"
 
 #include <algorithm>
+#include <deque>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -11,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "graph/flat_map.h"
 #include "onnx_rewrite/opset.h"
 #include "onnx_rewrite/scope.h"
 #include "onnx_rewrite/shapes.h"
@@ -22,24 +24,27 @@ class ShapeInference::Worker {
   explicit Worker(const Scope& scope) : scope_(scope) {
     for (const Scope* s = &scope; s; s = s->parent()) {
       if (!s->graph()) continue;
-      for (const auto& info : s->graph()->input()) inputs_.emplace(info.name(), &info);
+      for (const auto& info : s->graph()->input()) {
+        if (!inputs_.find(info.name())) inputs_[info.name()] = &info;  // the innermost graph's input wins
+      }
     }
   }
 
   // What is known about `value`, working back through its producers as far as needed.
-  const ShapeFacts& operator()(const std::string& value) {
+  const ShapeFacts& operator()(std::string_view value) {
     if (const ShapeFacts* known = cached(value)) return *known;
-    std::vector<std::string> pending{value};
+    std::vector<std::string_view> pending{value};  // the caller's name, then names the protos own
     std::unordered_set<const onnx::NodeProto*> waiting;  // nodes whose inputs are being worked out
     while (!pending.empty()) {
-      const std::string current = pending.back();
+      const std::string_view current = pending.back();
       if (cached(current)) {
         pending.pop_back();
         continue;
       }
       const auto* produced = scope_.producer(current);
       if (!produced) {
-        entries_[current] = declared(current);
+        // No node of this scope computes it: the key must outlive the caller's string.
+        store(owned_names_.emplace_back(current), declared(current));
         pending.pop_back();
         continue;
       }
@@ -57,7 +62,7 @@ class ShapeInference::Worker {
         pending.pop_back();
       } else if (seen) {  // its inputs wait for it: a cycle (invalid input); it gets no facts
         for (const auto& output : node.output()) {
-          if (!output.empty()) entries_[output] = ShapeFacts{};
+          if (!output.empty()) store(output, ShapeFacts{});
         }
         pending.pop_back();
       }
@@ -68,20 +73,31 @@ class ShapeInference::Worker {
  private:
   static constexpr size_t kMaxValues = 64;  // larger integer tensors are data, not shapes
 
-  const ShapeFacts* cached(const std::string& value) const {
-    auto it = entries_.find(value);
-    return it == entries_.end() ? nullptr : &it->second;
+  const ShapeFacts* cached(std::string_view value) const {
+    const size_t* at = entries_.find(value);
+    return at ? &facts_[*at - 1] : nullptr;
+  }
+
+  // `name` must stay valid for the scope's lifetime (a proto's string, or owned_names_).
+  void store(std::string_view name, ShapeFacts facts) {
+    size_t& at = entries_[name];
+    if (at == 0) {
+      facts_.push_back(std::move(facts));
+      at = facts_.size();  // 1-based: 0 is a new slot
+    } else {
+      facts_[at - 1] = std::move(facts);
+    }
   }
 
   // Graph inputs (with their dim_params), initializers, values of enclosing graphs.
-  ShapeFacts declared(const std::string& value) const {
+  ShapeFacts declared(std::string_view value) const {
     ShapeFacts facts;
     const auto type = ShapeInference::declared(scope_, value);
     facts.elem_type = type.elem_type;
-    if (auto it = inputs_.find(value); it != inputs_.end() && it->second->type().has_tensor_type() &&
-                                       it->second->type().tensor_type().has_shape()) {
+    if (const auto* const* input = inputs_.find(value); input && (*input)->type().has_tensor_type() &&
+                                                         (*input)->type().tensor_type().has_shape()) {
       Dims dims;
-      const auto& shape = it->second->type().tensor_type().shape();
+      const auto& shape = (*input)->type().tensor_type().shape();
       for (int axis = 0; axis < shape.dim_size(); ++axis) {
         const auto& dim = shape.dim(axis);
         if (dim.has_dim_value()) dims.push_back(Dim::of(dim.dim_value()));
@@ -96,7 +112,7 @@ class ShapeInference::Worker {
     return facts;
   }
 
-  void add_constant_values(const std::string& value, ShapeFacts& facts) const {
+  void add_constant_values(std::string_view value, ShapeFacts& facts) const {
     if (!is_integer(facts.elem_type) || !facts.shape || facts.shape->size() > 1) return;
     if (auto values = scope_.constant_values(value, kMaxValues)) {
       Dims elements;
@@ -109,7 +125,7 @@ class ShapeInference::Worker {
     return type == onnx::TensorProto::INT64 || type == onnx::TensorProto::INT32;
   }
 
-  static Dims numeric(const std::vector<int64_t>& dims, const std::string& value) {
+  static Dims numeric(const std::vector<int64_t>& dims, std::string_view value) {
     Dims out;
     for (size_t axis = 0; axis < dims.size(); ++axis) {
       out.push_back(dims[axis] >= 0 ? Dim::of(dims[axis]) : Dim::named(fmt::format("{}#{}", value, axis)));
@@ -117,7 +133,7 @@ class ShapeInference::Worker {
     return out;
   }
 
-  static Dim fresh(const std::string& value, size_t axis) { return Dim::named(fmt::format("{}#{}", value, axis)); }
+  static Dim fresh(std::string_view value, size_t axis) { return Dim::named(fmt::format("{}#{}", value, axis)); }
 
   // Numpy broadcasting; a size that can't be decided becomes a symbol of the result.
   static std::optional<Dims> broadcast(const std::vector<const ShapeFacts*>& operands, const std::string& out) {
@@ -189,7 +205,7 @@ class ShapeInference::Worker {
       if (name.empty()) continue;
       ShapeFacts& facts = outputs[static_cast<size_t>(i)];
       merge_declared(name, facts);
-      entries_[name] = std::move(facts);
+      store(name, std::move(facts));
     }
   }
 
@@ -779,12 +795,16 @@ class ShapeInference::Worker {
   }
 
   const Scope& scope_;
-  std::unordered_map<std::string, ShapeFacts> entries_;  // for the scope's lifetime: one round
-  std::unordered_map<std::string, const onnx::ValueInfoProto*> inputs_;  // graph inputs, with dim_params
+  // For the scope's lifetime (one round). Facts live in a deque, which never moves them: callers
+  // hold references while asking for more.
+  FlatMap<std::string_view, size_t> entries_;  // value -> 1 + its index in facts_
+  std::deque<ShapeFacts> facts_;
+  std::deque<std::string> owned_names_;  // values asked for that no node of the scope computes
+  FlatMap<std::string_view, const onnx::ValueInfoProto*> inputs_;  // graph inputs, with dim_params
 };
 
 ShapeInference::ShapeInference(const Scope& scope) : worker_(std::make_unique<Worker>(scope)) {}
 ShapeInference::~ShapeInference() = default;
-const ShapeFacts& ShapeInference::operator()(std::string_view value) { return (*worker_)(std::string(value)); }
+const ShapeFacts& ShapeInference::operator()(std::string_view value) { return (*worker_)(value); }
 
 }  // namespace onnx_rewrite
