@@ -55,6 +55,9 @@ struct RewriteResult {
   std::map<std::string, RuleStats> rules;  // by rule id, rules that fired
   OpCounts before, after;
   int rounds = 0;
+  // Per round, the last one confirming that nothing fires: at how many nodes rules were tried.
+  // After the first, a round tries only nodes near what the one before changed.
+  std::vector<int> nodes_tried;
   int functions_inlined = 0;
   int function_imports_raised = 0;  // model-local functions whose too-low ai.onnx import was raised
   std::map<std::string, std::pair<int, int>> opset_changes;  // domain -> (before, after); 0 = absent

@@ -64,6 +64,8 @@ class Scope {
   bool owns_initializer(std::string_view value) const;
   bool is_graph_input_here(std::string_view value) const;
   int position(const onnx::NodeProto* node) const;
+  // Whether the node is one of this scope's.
+  bool holds(const onnx::NodeProto* node) const;
 
   // The tensor a value is bound to when it is constant: an initializer (header; payload may be
   // deferred) or a Constant node's tensor, here or in an enclosing graph.

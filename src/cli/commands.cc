@@ -287,6 +287,9 @@ void write_outcome_fields(JsonWriter& json, const ModelOutcome& outcome, const s
   json.end_object();
   json.key("changed").value(outcome.result.changed());
   json.key("rounds").value(outcome.result.rounds);
+  json.key("nodes_tried").begin_array();
+  for (int count : outcome.result.nodes_tried) json.value(count);
+  json.end_array();
   json.key("functions_inlined").value(outcome.result.functions_inlined);
   json.key("rules").begin_array();
   for (const auto& [id, stats] : outcome.result.rules) {

@@ -13,6 +13,7 @@
 #include "onnx_rewrite/model_io.h"
 #include "onnx_rewrite/opset.h"
 #include "engine/rewriter.h"
+#include "engine/worklist.h"
 #include "onnx_rewrite/scope.h"
 #include "onnx_rewrite/target.h"
 #include "onnx_rewrite/verify.h"
@@ -136,7 +137,7 @@ class Run {
       std::optional<bool> ordered)
       : model_(model), options_(options), target_(find_target(options.target)), domains_before_(domains_before),
         candidates_(index_by_anchor(rules)),
-        policy_(model, options.max_opset, lower, options.exact_opset), names_(model.proto), rewriter_(model), result_(result), ordered_(ordered),
+        policy_(model, options.max_opset, lower, options.exact_opset), names_(model.proto), rewriter_(model), worklist_(rules), result_(result), ordered_(ordered),
         progress_(options.progress_out),
         canonicalizing_(std::any_of(rules.begin(), rules.end(), [](const Rule* rule) { return is_canonicalization(*rule); })) {}
 
@@ -162,12 +163,16 @@ class Run {
       claimed_.clear();  // node addresses of swept nodes may be reused by new ones
       policy_.new_round();
       if (canonicalizing_) bypass_identities();
-      auto scopes = collect_scopes(model_);
-      for (const auto& scope : scopes) rewrite_scope(*scope, round, firing);
+      auto& scopes = current_scopes();
+      const Scope& main = main_graph(scopes);
+      const auto nearby = worklist_.nodes_to_visit(main, rewriter_.take_touched());
+      result_.nodes_tried.push_back(0);
+      for (const auto& scope : scopes) rewrite_scope(*scope, round, firing, scope.get() == &main && nearby ? &*nearby : nullptr);
       if (firing.empty()) break;
       for (const auto& id : firing) last_fired[id] = round;
+      if (!options_.explain.empty() || !rewriter_.pending_only_in(main)) worklist_.visit_all();
       rewriter_.commit(scopes);
-      scopes.clear();  // the round's indexes and shape facts are stale now: not held through the check
+      scopes_.clear();  // the round's indexes and shape facts are stale now: not held through the check
       model_.changed = true;
       result_.rounds = round;
       if (verify_) {
@@ -177,6 +182,7 @@ class Run {
         nodes_checked_ = true;
       }
     }
+    scopes_.clear();
     bypass_created_identities();
     return policy_.apply(rewriter_.created(), domains_before_);
   }
@@ -196,13 +202,19 @@ class Run {
  private:
   // Dead nodes and Identity nodes would block the fusions whose values they read: the dead ones
   // go before the first round, Identities before every round (canonicalization writes some).
-  void remove_unused_nodes() { count_clean_up(kUnusedNodes, rewriter_.remove_unused(collect_scopes(model_))); }
+  void remove_unused_nodes() { count_clean_up(kUnusedNodes, rewriter_.remove_unused(current_scopes())); }
   void bypass_identities() {
     if (!has_identity(model_.proto)) return;
-    count_clean_up(kIdentities, rewriter_.bypass_identities(collect_scopes(model_), [](const onnx::NodeProto&) { return true; }));
+    count_clean_up(kIdentities, rewriter_.bypass_identities(current_scopes(), [](const onnx::NodeProto&) { return true; }));
+  }
+  // The scopes of the model as it is: indexing a big graph is worth doing once per change.
+  std::vector<std::unique_ptr<Scope>>& current_scopes() {
+    if (scopes_.empty()) scopes_ = collect_scopes(model_);
+    return scopes_;
   }
   void count_clean_up(const char* what, size_t removed) {
     if (removed == 0) return;
+    scopes_.clear();  // stale
     RuleStats& stats = result_.rules[what];
     stats.matches += static_cast<int>(removed);
     stats.nodes_removed += static_cast<int>(removed);
@@ -235,11 +247,17 @@ class Run {
     return found;
   }
 
-  void rewrite_scope(const Scope& scope, int round, std::set<std::string>& firing) {
+  static const Scope& main_graph(const std::vector<std::unique_ptr<Scope>>& scopes) {
+    return **std::find_if(scopes.begin(), scopes.end(), [](const auto& scope) { return scope->kind() == Scope::Kind::kMainGraph; });
+  }
+
+  // `only`: the nodes to try (the rest can't match anything new), or null for all.
+  void rewrite_scope(const Scope& scope, int round, std::set<std::string>& firing, const NodeSet* only) {
     Matcher matcher(scope, claimed_);
     for (auto& node : scope.nodes()) {
       progress_.update(round, matches_);
-      if (claimed_.count(&node)) continue;
+      if (claimed_.count(&node) || (only && !only->count(&node))) continue;
+      ++result_.nodes_tried.back();
       const bool explain = explains(options_, node);
       auto found = candidates_.find(OpView::of(node));
       // A call of a model-local function means what the function says, whatever its name.
@@ -263,6 +281,7 @@ class Run {
     std::vector<std::pair<Candidate, Match>> need_raise;
     std::vector<std::string> refused_raises;  // notes, if no rule rewrites the node
     const bool built_here = rewriter_.created().count(&node) != 0;
+    bool matched = false;
     for (const auto& candidate : candidates) {
       // A node a replacement built is of the version it was built for: a rule lowering Pow-12 to
       // Pow-7 as it is must not find its own Pow at the import's 12 again.
@@ -276,6 +295,7 @@ class Run {
         if (explain) say(candidate, "no: " + why);
         continue;
       }
+      matched = true;
       if (apply(scope, candidate, *match, Raise::kNever, explain)) return candidate.rule;
       const auto& requires_opsets = candidate.rule->requires_opsets;
       if (std::holds_alternative<OpsetPolicy::Plan>(policy_.plan(scope, requires_opsets, Raise::kNever))) continue;  // declined
@@ -297,6 +317,8 @@ class Run {
       if (apply(scope, candidate, match, Raise::kIfSafe, explain)) return candidate.rule;
     }
     for (const auto& note : refused_raises) add_note(note);
+    // What declined the match (the opset plan, the builder, the target) may be otherwise next round.
+    if (matched) rewriter_.touch(&node);
     return nullptr;
   }
 
@@ -376,7 +398,12 @@ class Run {
     }
     if (explain) say(candidate, "matched: rewritten");
     lowering_declines_.erase(describe_node(*match.anchor));
-    policy_.commit(scope, std::get<OpsetPolicy::Plan>(plan));
+    const auto& decided = std::get<OpsetPolicy::Plan>(plan);
+    if (decided.raises) worklist_.visit_all();  // rules may now fit where they did not
+    for (const auto& name : match.pattern->outputs) {
+      if (const std::string& value = match.value(name); !value.empty()) worklist_.replaced(scope, value);
+    }
+    policy_.commit(scope, decided);
     RuleStats& stats = result_.rules[rule.id];
     if (stats.matches < options_.record_matches) record(rule, match, builder);
     rewriter_.replace(match, builder);
@@ -440,6 +467,8 @@ class Run {
   OpsetPolicy policy_;
   NameRegistry names_;
   Rewriter rewriter_;
+  std::vector<std::unique_ptr<Scope>> scopes_;  // of the model as it is now, if indexed
+  Worklist worklist_;
   RewriteResult& result_;
   std::unordered_set<const onnx::NodeProto*> claimed_;
   std::map<std::string, std::pair<std::string, std::string>> lowering_declines_;  // node -> (rule, reason)
@@ -500,6 +529,7 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
   std::vector<std::string> lowering_declines;  // of the attempt that lowered
   auto attempt = [&](bool lower) {
     result.rules.clear();
+    result.nodes_tried.clear();
     result.notes.clear();
     result.recorded.clear();
     result.function_imports_raised = raise_wrong_function_imports(model, result.notes);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "onnx_rewrite/opset.h"
+#include "graph/flat_map.h"
 #include "graph/walk.h"
 
 namespace onnx_rewrite {
@@ -37,27 +38,48 @@ std::vector<std::string_view> read_values(const onnx::NodeProto& node) {
   return values;
 }
 
-// Stable topological order: a node moves only as far as its inputs force it to.
+// Calls `visit` with every value a node reads, explicit and through its subgraphs.
+template <typename Visit>
+void for_each_read(const onnx::NodeProto& node, Visit&& visit) {
+  for (const auto& input : node.input()) visit(std::string_view(input));
+  const bool has_subgraph = std::any_of(node.attribute().begin(), node.attribute().end(), [](const onnx::AttributeProto& attribute) {
+    return attribute.has_g() || attribute.graphs_size() > 0;
+  });
+  if (has_subgraph) {
+    for (const auto name : implicit_inputs(node)) visit(name);
+  }
+}
+
+// Stable topological order: a node moves only as far as its inputs force it to. Most rounds
+// leave the order as it was: that is checked first, in one pass over a flat table.
 void repair_order(NodeList& nodes, const std::string& where) {
-  std::unordered_map<std::string_view, int> producer;
+  const size_t count = static_cast<size_t>(nodes.size());
+  FlatMap<std::string_view, int> producer;
+  producer.reserve(count);
   for (int i = 0; i < nodes.size(); ++i) {
     for (const auto& output : nodes.Get(i).output()) {
-      if (!output.empty()) producer[output] = i;
+      if (!output.empty()) producer[output] = i + 1;  // 0: not computed here
     }
   }
+  auto producer_of = [&](std::string_view value) {
+    const int* at = producer.find(value);
+    return at ? *at - 1 : -1;
+  };
   bool ordered = true;
-  std::vector<std::vector<int>> consumers(static_cast<size_t>(nodes.size()));
-  std::vector<int> waiting(static_cast<size_t>(nodes.size()), 0);
-  for (int i = 0; i < nodes.size(); ++i) {
-    for (const auto& input : read_values(nodes.Get(i))) {
-      auto it = producer.find(input);
-      if (it == producer.end()) continue;
-      if (it->second >= i) ordered = false;
-      consumers[static_cast<size_t>(it->second)].push_back(i);
-      ++waiting[static_cast<size_t>(i)];
-    }
+  for (int i = 0; i < nodes.size() && ordered; ++i) {
+    for_each_read(nodes.Get(i), [&](std::string_view value) { ordered = ordered && producer_of(value) < i; });
   }
   if (ordered) return;
+  std::vector<std::vector<int>> consumers(count);
+  std::vector<int> waiting(count, 0);
+  for (int i = 0; i < nodes.size(); ++i) {
+    for_each_read(nodes.Get(i), [&](std::string_view value) {
+      const int at = producer_of(value);
+      if (at < 0) return;
+      consumers[static_cast<size_t>(at)].push_back(i);
+      ++waiting[static_cast<size_t>(i)];
+    });
+  }
   std::priority_queue<int, std::vector<int>, std::greater<>> ready;
   for (int i = 0; i < nodes.size(); ++i) {
     if (waiting[static_cast<size_t>(i)] == 0) ready.push(i);
@@ -193,7 +215,10 @@ size_t Rewriter::bypass_identities(const std::vector<std::unique_ptr<Scope>>& sc
       const auto uses = scope->uses(output);
       if (scope->is_output(output) || std::any_of(uses.begin(), uses.end(), [](const Use& use) { return use.input < 0; })) continue;
       Pending& pending = pending_[scope.get()];
-      for (const Use& use : uses) use.node->set_input(use.input, node.input(0));
+      for (const Use& use : uses) {
+        use.node->set_input(use.input, node.input(0));
+        touched_.insert(use.node);
+      }
       pending.read_anew.insert(node.input(0));
       pending.removed.insert(&node);
     }
@@ -249,6 +274,19 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
     }
   }
 
+  // Producers that lose readers, and readers whose values something else computes now (a new
+  // node, or an initializer a folded constant became), may match differently.
+  for (const auto* node : gone) {
+    for (const auto name : read_values(*node)) {
+      if (const auto* produced = scope.producer(name); produced && !gone.count(produced->node)) touched_.insert(produced->node);
+    }
+    for (const auto& output : node->output()) {
+      for (const auto& use : scope.uses(output)) {
+        if (!gone.count(use.node)) touched_.insert(use.node);
+      }
+    }
+  }
+
   // value_info of values that no longer exist.
   if (scope.graph()) {
     std::unordered_set<std::string> vanished;
@@ -272,10 +310,12 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
         auto* added = new onnx::NodeProto(std::move(built));
         nodes.AddAllocated(added);
         created_.insert(added);
+        touched_.insert(added);
       }
     }
     if (gone.count(node)) {
       created_.erase(node);
+      touched_.erase(node);
       delete node;
       ++nodes_removed_;
     } else {

@@ -9,6 +9,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "onnx_rewrite/builder.h"
@@ -63,6 +64,15 @@ class Rewriter {
 
   // Nodes created by rules since this rewriter was made (valid after commit).
   const std::unordered_set<const onnx::NodeProto*>& created() const { return created_; }
+  // Whether every recorded replacement is in `scope`.
+  bool pending_only_in(const Scope& scope) const {
+    return pending_.empty() || (pending_.size() == 1 && pending_.begin()->first == &scope);
+  }
+  // Marks a node that a later round should look at again.
+  void touch(const onnx::NodeProto* node) { touched_.insert(node); }
+  // The nodes committed changes created, rewired or left with fewer readers, and those touched,
+  // since the last call (deleted ones are left out).
+  std::unordered_set<const onnx::NodeProto*> take_touched() { return std::exchange(touched_, {}); }
   size_t nodes_removed() const { return nodes_removed_; }
 
  private:
@@ -79,6 +89,7 @@ class Rewriter {
   Model& model_;
   std::map<const Scope*, Pending> pending_;
   std::unordered_set<const onnx::NodeProto*> created_;
+  std::unordered_set<const onnx::NodeProto*> touched_;
   size_t nodes_removed_ = 0;
 };
 

@@ -183,6 +183,8 @@ bool Scope::owns_initializer(std::string_view value) const { return index_->init
 bool Scope::is_graph_input_here(std::string_view value) const { return index_->graph_inputs.count(value) != 0; }
 int Scope::position(const onnx::NodeProto* node) const { return *index_->positions.find(node); }
 
+bool Scope::holds(const onnx::NodeProto* node) const { return index_->positions.contains(node); }
+
 bool Scope::is_graph_input(std::string_view value) const {
   if (index_->graph_inputs.count(value) || index_->initializers.contains(value)) return true;
   if (index_->producers.contains(value)) return false;

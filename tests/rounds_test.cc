@@ -1,0 +1,105 @@
+// Rounds after the first try the rules only near what the round before changed (a worklist), and
+// every node again where a change can reach further: the rewrite must be the one full rounds give.
+#include <gtest/gtest.h>
+
+#include "onnx_rewrite/engine.h"
+#include "test_support.h"
+
+namespace onnx_rewrite {
+namespace {
+
+using namespace testing;
+
+// Round 1 turns CustomOpOne into Add; only then can round 2 fuse that Add with the Relu after it.
+const char* kTwoStepRules = R"(
+rule one
+  description: test
+  targets: onnx
+  pattern (x, y) => (z) { z = test.customop.CustomOpOne (x, y) }
+  replace (x, y) => (z) { z = Add (x, y) }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
+    g (float[2] x, float[2] y) => (float[2] z) { z = test.customop.CustomOpOne (x, y) }
+  }
+  expect { z = Add (x, y) }
+end
+
+rule add-relu
+  description: test
+  targets: onnx
+  pattern (a, b) => (z) { s = Add (a, b)  z = Relu (s) }
+  replace (a, b) => (z) { s = Sum (a, b)  z = Relu (s) }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] a, float[2] b) => (float[2] z) { s = Add (a, b)  z = Relu (s) }
+  }
+  expect { s = Sum (a, b)  z = Relu (s) }
+end
+)";
+
+// A chain of `length` Neg nodes, the custom op, a Relu, and another chain; `value_info`: what the
+// graph declares of the custom op's output, if anything.
+std::string chain_model(int length, const std::string& value_info) {
+  std::string body;
+  std::string last = "x";
+  for (int i = 0; i < length; ++i) {
+    body += "  a" + std::to_string(i) + " = Neg (" + last + ")\n";
+    last = "a" + std::to_string(i);
+  }
+  body += "  c = test.customop.CustomOpOne (" + last + ", y)\n  r = Relu (c)\n";
+  last = "r";
+  for (int i = 0; i < length; ++i) {
+    body += "  b" + std::to_string(i) + " = Neg (" + last + ")\n";
+    last = "b" + std::to_string(i);
+  }
+  body += "  z = Identity (" + last + ")\n";
+  return "<ir_version: 8, opset_import: [\"\": 17, \"test.customop\": 1]>\ng (float[2] x, float[2] y) => (float[2] z) " +
+         value_info + " {\n" + body + "}";
+}
+
+TEST(Rounds, LaterRoundsTryOnlyTheNodesNearWhatChanged) {
+  const auto rewritten = rewrite_text(chain_model(200, "<float[2] c>"), rules_from_text(kTwoStepRules));
+  EXPECT_EQ(rewritten.result.rules.at("one").matches, 1);
+  EXPECT_EQ(rewritten.result.rules.at("add-relu").matches, 1);  // found in round 2, next to round 1's Add
+  EXPECT_EQ(op_count(rewritten.result.after, {"", "Sum"}), 1);
+  ASSERT_EQ(rewritten.result.nodes_tried.size(), 3u);
+  EXPECT_EQ(rewritten.result.nodes_tried[0], 403);
+  // The largest pattern spans 2 nodes: what changed, the nodes beside it and theirs, a few each time.
+  EXPECT_LE(rewritten.result.nodes_tried[1], 8);
+  EXPECT_GE(rewritten.result.nodes_tried[1], 2);
+  EXPECT_LE(rewritten.result.nodes_tried[2], 8);
+}
+
+TEST(Rounds, AReplacedValueWhoseInferredShapeChangedMakesTheNextRoundTryEverything) {
+  // Nothing declares c: the custom op's output has no known shape, the Add's has. Rules further
+  // down may depend on that, so round 2 tries every node.
+  const auto rewritten = rewrite_text(chain_model(200, ""), rules_from_text(kTwoStepRules));
+  EXPECT_EQ(rewritten.result.rules.at("add-relu").matches, 1);
+  ASSERT_EQ(rewritten.result.nodes_tried.size(), 3u);
+  EXPECT_EQ(rewritten.result.nodes_tried[1], 403);  // the Add replaced the custom op in place
+  EXPECT_LE(rewritten.result.nodes_tried[2], 8);    // the Sum and the Relu kept their shapes
+}
+
+TEST(Rounds, ExplainTriesEveryNodeInEveryRound) {
+  RewriteOptions options;
+  options.explain = {"Relu"};
+  const auto rewritten = rewrite_text(chain_model(20, "<float[2] c>"), rules_from_text(kTwoStepRules), options);
+  EXPECT_EQ(rewritten.result.nodes_tried, (std::vector<int>{43, 43, 43}));
+}
+
+TEST(Rounds, TheReportGivesTheNodesTriedPerRound) {
+  TempDir dir;
+  const auto model = write_model_text(chain_model(10, "<float[2] c>"), dir / "chain.onnx");
+  write_file(dir / "two.rules", kTwoStepRules);
+  const auto run = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--no-builtin-rules", "--rules",
+                            (dir / "two.rules").string(), "--report", (dir / "report.json").string()});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto report = parse_json(read_file(dir / "report.json"));
+  const auto& tried = report.struct_value().fields().at("nodes_tried").list_value();
+  ASSERT_EQ(tried.values_size(), 3);
+  EXPECT_EQ(tried.values(0).number_value(), 23);
+  EXPECT_LT(tried.values(1).number_value(), 23);
+}
+
+}  // namespace
+}  // namespace onnx_rewrite
