@@ -406,13 +406,13 @@ class Run {
     policy_.commit(scope, decided);
     RuleStats& stats = result_.rules[rule.id];
     if (stats.matches < options_.record_matches) record(rule, match, builder);
-    rewriter_.replace(match, builder);
     for (auto* node : match.nodes) claimed_.insert(node);
     for (const auto& note : builder.notes()) add_note(rule.id + ": " + note);
     ++stats.matches;
     ++matches_;
     stats.nodes_removed += static_cast<int>(match.nodes.size());
     stats.nodes_added += static_cast<int>(builder.nodes().size());
+    rewriter_.replace(match, std::move(builder));
     return true;
   }
 

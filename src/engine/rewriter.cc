@@ -120,22 +120,36 @@ void NameRegistry::collect() {
   });
   std::sort(existing_.begin(), existing_.end());
   existing_.erase(std::unique(existing_.begin(), existing_.end()), existing_.end());
+  // Hashes are spread evenly: where each run of equal top bits starts, about one hash per run.
+  while ((size_t{1} << top_bits_) < existing_.size() && top_bits_ < 32) ++top_bits_;
+  run_starts_.assign((size_t{1} << top_bits_) + 1, 0);
+  size_t at = 0;
+  for (size_t run = 0; run < run_starts_.size(); ++run) {
+    while (at < existing_.size() && top(existing_[at]) < run) ++at;
+    run_starts_[run] = static_cast<uint32_t>(at);
+  }
 }
 
+size_t NameRegistry::top(size_t hash) const { return top_bits_ == 0 ? 0 : hash >> (sizeof(size_t) * 8 - top_bits_); }
+
 bool NameRegistry::taken(const std::string& name) const {
-  return handed_out_.count(name) || std::binary_search(existing_.begin(), existing_.end(), std::hash<std::string_view>()(name));
+  const size_t hash = std::hash<std::string_view>()(name);
+  if (handed_out_.count(hash)) return true;
+  const size_t run = top(hash);
+  const auto begin = existing_.begin() + run_starts_[run], end = existing_.begin() + run_starts_[run + 1];
+  return std::binary_search(begin, end, hash);
 }
 
 std::string NameRegistry::fresh(const std::string& hint) {
   if (!collected_) collect();
   std::string candidate = hint;
-  int& suffix = next_suffix_[hint];
+  int& suffix = next_suffix_[std::hash<std::string_view>()(hint)];
   while (taken(candidate)) candidate = hint + "_" + std::to_string(++suffix);
-  handed_out_.insert(candidate);
+  handed_out_.insert(std::hash<std::string_view>()(candidate));
   return candidate;
 }
 
-void Rewriter::replace(const Match& match, const GraphBuilder& builder) {
+void Rewriter::replace(const Match& match, GraphBuilder&& builder) {
   const Scope& scope = *match.scope;
   Pending& pending = pending_[&scope];
   const onnx::NodeProto* last = match.nodes.front();
@@ -143,7 +157,7 @@ void Rewriter::replace(const Match& match, const GraphBuilder& builder) {
     pending.removed.insert(node);
     if (scope.position(node) > scope.position(last)) last = node;
   }
-  std::vector<onnx::NodeProto> nodes = builder.nodes();
+  std::vector<onnx::NodeProto> nodes = std::move(builder.nodes());
   std::vector<onnx::NodeProto> constant_nodes;
   std::map<std::string, std::string> renamed;  // a constant equal to one made earlier is reused
   // New constants are initializers of the main graph; below IR 4 every initializer must also be
@@ -172,8 +186,8 @@ void Rewriter::replace(const Match& match, const GraphBuilder& builder) {
     }
   }
   auto& inserted = pending.insert_before[last];
-  inserted.insert(inserted.end(), constant_nodes.begin(), constant_nodes.end());
-  inserted.insert(inserted.end(), nodes.begin(), nodes.end());
+  inserted.insert(inserted.end(), std::make_move_iterator(constant_nodes.begin()), std::make_move_iterator(constant_nodes.end()));
+  inserted.insert(inserted.end(), std::make_move_iterator(nodes.begin()), std::make_move_iterator(nodes.end()));
 }
 
 void Rewriter::commit(const std::vector<std::unique_ptr<Scope>>& scopes) {
@@ -229,30 +243,42 @@ size_t Rewriter::bypass_identities(const std::vector<std::unique_ptr<Scope>>& sc
 
 void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   // What the new nodes read and compute (views into the pending nodes, which stay put until
-  // the rebuild below).
-  std::unordered_set<std::string_view> read_by_new, computed_by_new;
+  // the rebuild below). Flat tables: a round on a big graph rewrites hundreds of thousands.
+  FlatMap<std::string_view, bool> read_by_new, computed_by_new;
   for (const auto& [anchor, built] : pending.insert_before) {
     for (const auto& node : built) {
-      for (const auto name : read_values(node)) read_by_new.insert(name);
-      computed_by_new.insert(node.output().begin(), node.output().end());
+      for (const auto name : read_values(node)) read_by_new[name] = true;
+      for (const auto& output : node.output()) computed_by_new[output] = true;
     }
   }
 
+  // The nodes that go, flagged by their place in the round's index.
+  std::vector<const onnx::NodeProto*> gone;
+  std::vector<char> gone_at(static_cast<size_t>(scope.nodes().size()), 0);
+  auto is_gone = [&](const onnx::NodeProto* node) { return gone_at[static_cast<size_t>(scope.position(node))] != 0; };
+  auto remove = [&](const onnx::NodeProto* node) {
+    gone_at[static_cast<size_t>(scope.position(node))] = 1;
+    gone.push_back(node);
+  };
+  for (const auto* node : pending.removed) remove(node);
+
   // Producers and initializers the removals leave without any use (and only those), found with
   // the round's index before anything changes.
-  std::unordered_set<const onnx::NodeProto*> gone = pending.removed;
   std::vector<std::string_view> maybe_dead;
-  for (const auto* node : pending.removed) {
+  for (const auto* node : gone) {
     for (const auto name : read_values(*node)) maybe_dead.push_back(name);
   }
-  // `gone` only grows, so each value keeps how many of its uses are known to be gone: a constant
+  // Nodes only go, so each value keeps how many of its uses are known to be gone: a constant
   // read by every block of a long chain is scanned once, not once per removed reader.
-  std::unordered_map<std::string_view, size_t> uses_gone;
+  FlatMap<std::string_view, size_t> uses_gone;
   auto unused = [&](std::string_view name) {
-    if (name.empty() || scope.is_output(name) || read_by_new.count(name) || pending.read_anew.count(std::string(name))) return false;
+    if (name.empty() || scope.is_output(name) || read_by_new.contains(name) ||
+        (!pending.read_anew.empty() && pending.read_anew.count(std::string(name)))) {
+      return false;
+    }
     const auto uses = scope.uses(name);
     size_t& known = uses_gone[name];
-    while (known < uses.size() && gone.count(uses[known].node)) ++known;
+    while (known < uses.size() && is_gone(uses[known].node)) ++known;
     return known == uses.size();
   };
   std::unordered_set<std::string> dead_initializers;
@@ -262,12 +288,12 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
     if (!unused(name)) continue;
     if (const auto* produced = scope.producer(name)) {
       onnx::NodeProto* node = produced->node;
-      if (gone.count(node) || !std::all_of(node->output().begin(), node->output().end(), [&](const std::string& output) {
+      if (is_gone(node) || !std::all_of(node->output().begin(), node->output().end(), [&](const std::string& output) {
             return output.empty() || unused(output);
           })) {
         continue;
       }
-      gone.insert(node);
+      remove(node);
       for (const auto input : read_values(*node)) maybe_dead.push_back(input);
     } else if (scope.owns_initializer(name) && !scope.is_graph_input_here(name)) {
       dead_initializers.emplace(name);
@@ -278,21 +304,21 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   // node, or an initializer a folded constant became), may match differently.
   for (const auto* node : gone) {
     for (const auto name : read_values(*node)) {
-      if (const auto* produced = scope.producer(name); produced && !gone.count(produced->node)) touched_.insert(produced->node);
+      if (const auto* produced = scope.producer(name); produced && !is_gone(produced->node)) touched_.insert(produced->node);
     }
     for (const auto& output : node->output()) {
       for (const auto& use : scope.uses(output)) {
-        if (!gone.count(use.node)) touched_.insert(use.node);
+        if (!is_gone(use.node)) touched_.insert(use.node);
       }
     }
   }
 
   // value_info of values that no longer exist.
-  if (scope.graph()) {
+  if (scope.graph() && scope.graph()->value_info_size() > 0) {
     std::unordered_set<std::string> vanished;
     for (const auto* node : gone) {
       for (const auto& output : node->output()) {
-        if (!computed_by_new.count(output)) vanished.insert(output);
+        if (!computed_by_new.contains(output)) vanished.insert(output);
       }
     }
     vanished.insert(dead_initializers.begin(), dead_initializers.end());
@@ -313,7 +339,7 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
         touched_.insert(added);
       }
     }
-    if (gone.count(node)) {
+    if (is_gone(node)) {
       created_.erase(node);
       touched_.erase(node);
       delete node;

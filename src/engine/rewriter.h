@@ -3,6 +3,7 @@
 // in one sweep per round.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -21,7 +22,8 @@ namespace onnx_rewrite {
 
 // Every value and node name of a model, at any depth; hands out names nobody uses. The model's
 // names are collected on first use (a run where no rule fires never pays for it) as sorted
-// hashes: a hash collision only makes a free name look taken.
+// hashes, and names handed out as hashes too: a hash collision only makes a free name look taken
+// (or a hint's suffixes start higher).
 class NameRegistry {
  public:
   explicit NameRegistry(onnx::ModelProto& model) : model_(model) {}
@@ -34,9 +36,13 @@ class NameRegistry {
 
   onnx::ModelProto& model_;
   bool collected_ = false;
-  std::vector<size_t> existing_;
-  std::unordered_set<std::string> handed_out_;
-  std::unordered_map<std::string, int> next_suffix_;
+  size_t top(size_t hash) const;  // the hash's top_bits_ highest bits
+
+  std::vector<size_t> existing_;       // sorted
+  size_t top_bits_ = 0;
+  std::vector<uint32_t> run_starts_;   // where the hashes starting with each top_bits_ prefix begin
+  std::unordered_set<size_t> handed_out_;        // hashes of names handed out
+  std::unordered_map<size_t, int> next_suffix_;  // by the hint's hash: the last suffix tried
 };
 
 class Rewriter {
@@ -45,7 +51,7 @@ class Rewriter {
 
   // Records that `builder`'s nodes replace the nodes of `match`. They will stand where the last
   // node the match covers stands now; the graph values the match's outputs had keep their names.
-  void replace(const Match& match, const GraphBuilder& builder);
+  void replace(const Match& match, GraphBuilder&& builder);
 
   // Applies every recorded replacement, scope by scope (children before parents): matched nodes
   // go, new nodes come in, producers and initializers nobody uses any more because of a removal

@@ -28,6 +28,9 @@ class ShapeInference::Worker {
         if (!inputs_.find(info.name())) inputs_[info.name()] = &info;  // the innermost graph's input wins
       }
     }
+    // Made on the first query: most rounds ask about most values, and growing the table step by
+    // step on a big graph costs more than the table.
+    entries_.reserve(static_cast<size_t>(scope.nodes().size()));
   }
 
   // What is known about `value`, working back through its producers as far as needed.
