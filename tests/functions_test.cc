@@ -268,6 +268,21 @@ TEST(Nesting, InlinesRecursivelyWithFreshNames) {
   expect_same_numbers(parse_model_text(kNested), inlined.model.proto, {"--dim", "N=3"}, "nested functions vs ORT");
 }
 
+// Calls nested 10,000 deep (f0 calls f1, ..., f9999 is a Relu): no recursion follows the depth.
+TEST(Nesting, TenThousandDeepCallsInlineWithoutExhaustingTheStack) {
+  constexpr int kDepth = 10000;
+  std::string text = "<ir_version: 8, opset_import: [\"\": 17, \"local\": 1]>\ng (float[2] x) => (float[2] y) { y = local.f0 (x) }\n";
+  for (int i = 0; i < kDepth; ++i) {
+    const std::string body = i + 1 < kDepth ? "y = local.f" + std::to_string(i + 1) + " (x)" : "y = Relu (x)";
+    text += "<domain: \"local\", opset_import: [\"\": 17, \"local\": 1]>\nf" + std::to_string(i) + " (x) => (y) { " + body + " }\n";
+  }
+  const auto inlined = inline_text(text);
+  EXPECT_EQ(inlined.calls, kDepth);
+  ASSERT_EQ(inlined.model.proto.graph().node_size(), 1);
+  EXPECT_EQ(inlined.model.proto.graph().node(0).op_type(), "Relu");
+  EXPECT_EQ(inlined.model.proto.functions_size(), 0);
+}
+
 TEST(Nesting, RecursionIsAnError) {
   Model model = model_from_text(R"(
     <ir_version: 8, opset_import: ["": 17, "local": 1]>
