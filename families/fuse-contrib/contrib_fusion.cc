@@ -454,7 +454,19 @@ std::string build_layer_norm_function_body(const Match& match, GraphBuilder& b) 
   Attributes attributes{attr("axis", axis), attr("epsilon", *epsilon)};
   const int64_t stash_type = match.attribute_int("stash_type", onnx::TensorProto::FLOAT);
   if (stash_type != onnx::TensorProto::FLOAT) attributes.push_back(attr("stash_type", stash_type));
-  b.output(match.value("y"), b.op("LayerNormalization", inputs, attributes));
+  // The body's 2-D Mean and InvStdDev ([d0·…·d(axis-1), 1]), where something else reads them:
+  // the op's own outputs ([d0, …, d(axis-1), 1, …, 1]) reshaped.
+  auto read = [&](const char* name) { return bound(match, name) && used_outside(match, match.value(name)); };
+  const bool mean = read("mean2d"), inv_std_dev = read("inv2d");
+  if (!mean && !inv_std_dev) {
+    b.output(match.value("y"), b.op("LayerNormalization", inputs, attributes));
+    return {};
+  }
+  const auto outputs = b.op_outputs("LayerNormalization", inputs, 3, attributes);
+  b.output(match.value("y"), outputs[0]);
+  const Value rows = b.ints({-1, 1});
+  if (mean) b.output(match.value("mean2d"), b.Reshape(outputs[1], rows));
+  if (inv_std_dev) b.output(match.value("inv2d"), b.Reshape(outputs[2], rows));
   return {};
 }
 
@@ -695,7 +707,7 @@ void register_fuse_contrib_builders(BuilderRegistry& registry) {
   registry.add("fuse_layer_norm_folded", {.values = {"x", "gamma", "beta", "eps", "y"}, .optional_values = spelled, .optional_attributes = reductions},
                build_layer_norm_folded);
   registry.add("fuse_layer_norm_function_body",
-               {.values = {"x", "x_shape", "eps", "scale", "y"}, .optional_values = {"bias", "axis_one"},
+               {.values = {"x", "x_shape", "eps", "scale", "y"}, .optional_values = {"bias", "axis_one", "mean2d", "inv2d"},
                 .attributes = {"axis", "stash_type", "out_type"}},
                build_layer_norm_function_body);
   registry.add("fuse_layer_norm_bias", {.values = {"x", "gamma", "beta", "y"}}, build_layer_norm_bias);

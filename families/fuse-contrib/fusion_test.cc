@@ -448,7 +448,8 @@ struct BodyCase {
   int64_t axis;
   int opset;          // 17: ReduceMean axes attribute; 18: a constant input
   bool bias;
-  bool mean_used = false;  // the Mean output is a graph output
+  bool mean_used = false;         // the Mean output is a graph output
+  bool inv_std_dev_used = false;  // the InvStdDev output is
 };
 
 // The LayerNormalization-17/18 node as ONNX's context-dependent function body expands it
@@ -468,6 +469,16 @@ std::string layer_norm_body(const BodyCase& c) {
                                       "  mean_of_square = ReduceMean <axes = [1]> (square)"
                                     : "axes_1 = Constant <value = int64[1] {1}> ()\n  mean2d = ReduceMean (xu, axes_1)\n"
                                       "  square = Mul (xu, xu)\n  mean_of_square = ReduceMean (square, axes_1)";
+  const std::string reduced_type = fmt::format("float[{}]", fmt::join(reduced, ", "));
+  std::string extra_outputs, extra_nodes;
+  if (c.mean_used) {
+    extra_outputs += ", " + reduced_type + " mean";
+    extra_nodes += "mean = Reshape (mean2d, reduced_shape)\n  ";
+  }
+  if (c.inv_std_dev_used) {
+    extra_outputs += ", " + reduced_type + " inv_std_dev";
+    extra_nodes += "inv_std_dev = Reshape (inv_std_dev2d, reduced_shape)";
+  }
   return model(c.opset, fmt::format(R"(ln_body (float[{0}] x) => (float[{0}] y{1}) <float[{2}] scale = {3}{4}> {{
   float_epsilon = Constant <value = float {{1e-5}}> ()
   epsilon = Cast <to = 1> (float_epsilon)
@@ -496,12 +507,12 @@ std::string layer_norm_body(const BodyCase& c) {
   inv_std_dev2d = Reciprocal (std_dev)
   {9}
 }})",
-      fmt::join(dims, ", "), c.mean_used ? fmt::format(", float[{}] mean", fmt::join(reduced, ", ")) : "",
+      fmt::join(dims, ", "), extra_outputs,
       fmt::join(normalized, ", "), numbers(static_cast<int>(count), 1.0, 0.5),
       c.bias ? fmt::format(", float[{}] bias = {}", fmt::join(normalized, ", "), numbers(static_cast<int>(count), 0.0, 0.5, 5)) : "",
       c.axis, c.axis >= 0 ? "num_reduced_axes = Sub (rank, axis1d)" : "num_reduced_axes = Neg (axis1d)", means,
       c.bias ? "bias2d = Flatten <axis = 0> (bias)\n  biased = Add (scaled, bias2d)" : "biased = Identity (scaled)",
-      c.mean_used ? "mean = Reshape (mean2d, reduced_shape)" : ""));
+      extra_nodes));
 }
 
 class LayerNormFunctionBody : public ::testing::TestWithParam<BodyCase> {};
@@ -539,15 +550,44 @@ INSTANTIATE_TEST_SUITE_P(Fusion, LayerNormFunctionBody,
                                            BodyCase{"axis_minus3_of_4d_17", {2, 3, 4, 5}, -3, 17, false}),
                          [](const auto& info) { return info.param.name; });
 
-// With the Mean output used, the body's 2-D mean leaves the match: it stays as it is.
-TEST(LayerNormFunctionBody, AUsedMeanOutputKeepsTheBody) {
-  const auto text = layer_norm_body(BodyCase{"mean_used", {2, 3, 8}, -1, 17, true, true});
+// With the Mean or InvStdDev output used, they come from the op's own outputs, made 2-D again
+// for the body's Reshapes to the reduced shape (which stay).
+class LayerNormFunctionBodyOutputs : public ::testing::TestWithParam<BodyCase> {};
+
+TEST_P(LayerNormFunctionBodyOutputs, ComeFromTheOpsOwnOutputs) {
+  const BodyCase& c = GetParam();
+  const auto text = layer_norm_body(c);
   const auto fused = fuse(text);
-  EXPECT_EQ(count(fused.model, "", "LayerNormalization"), 0);
-  EXPECT_EQ(count(fused.model, "", "ReduceMean"), 2);
-  EXPECT_FALSE(fused.result.rules.count("fuse-layernorm-function-body"));
+  const auto& out = fused.model;
+  EXPECT_EQ(fused.result.rules.at("fuse-layernorm-function-body").matches, 1);
+  ASSERT_EQ(count(out, "", "LayerNormalization"), 1) << canonical_nodes(out, interface_names(out));
+  EXPECT_EQ(count(out, "", "ReduceMean"), 0);
+  EXPECT_EQ(count(out, "", "Reciprocal"), 0);
+  EXPECT_EQ(count(out, "", "Sqrt"), 0);
+  for (const auto& node : out.graph().node()) {
+    if (node.op_type() == "LayerNormalization") EXPECT_EQ(node.output_size(), 3);
+  }
+  // Two Reshapes per output read: to 2-D, then (the body's own) to the reduced shape.
+  EXPECT_EQ(count(out, "", "Reshape"), 2 * (int{c.mean_used} + int{c.inv_std_dev_used}));
   expect_same_in_ort(text, fused, {"--float-range", "-3,5"});
+
+  // The same with --fuse, as the standard op.
+  TempDir dir;
+  const auto input = write_model_text(text, dir / "in.onnx");
+  const auto result = run_cli({"rewrite", input.string(), "-o", (dir / "out.onnx").string(), "--fuse"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto standard = read_model(dir / "out.onnx");
+  EXPECT_EQ(count(standard, "", "LayerNormalization"), 1) << result.out;
+  EXPECT_EQ(count(standard, "", "ReduceMean"), 0) << result.out;
+  EXPECT_TRUE(ort_compare(input, dir / "out.onnx", {"--float-range", "-3,5"}).ok);
 }
+
+INSTANTIATE_TEST_SUITE_P(Fusion, LayerNormFunctionBodyOutputs,
+                         ::testing::Values(BodyCase{"mean_17", {2, 3, 8}, -1, 17, true, true, false},
+                                           BodyCase{"inv_std_dev_18", {2, 3, 4, 5}, 2, 18, false, false, true},
+                                           BodyCase{"both_axis1_17", {2, 3, 4}, 1, 17, true, true, true},
+                                           BodyCase{"both_axis_minus2_18", {2, 3, 4, 5}, -2, 18, true, true, true}),
+                         [](const auto& info) { return info.param.name; });
 
 // Below opset 17 ONNX Runtime's own LayerNormalization (default domain, version 1, the op its
 // optimizer writes there) is used at the model's opset: no import raised, also under --opset 16.
