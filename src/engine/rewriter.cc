@@ -218,8 +218,8 @@ size_t Rewriter::bypass_identities(const std::vector<std::unique_ptr<Scope>>& sc
                                    const std::function<bool(const onnx::NodeProto&)>& which) {
   const size_t before = nodes_removed_;
   for (const auto& scope : scopes) {
-    // In node order, each reader is pointed at the input as the node has it now: a chain of
-    // Identities collapses onto its first input.
+    // In node order, so a chain of Identities collapses onto its first input.
+    std::unordered_map<std::string, std::string> bypassed;  // an Identity's output -> what its readers read instead
     for (auto& node : scope->nodes()) {
       if (node.op_type() != "Identity" || !normalize_domain(node.domain()).empty() || node.input_size() != 1 ||
           node.output_size() != 1 || node.input(0).empty() || !which(node)) {
@@ -228,13 +228,16 @@ size_t Rewriter::bypass_identities(const std::vector<std::unique_ptr<Scope>>& sc
       const std::string& output = node.output(0);
       const auto uses = scope->uses(output);
       if (scope->is_output(output) || std::any_of(uses.begin(), uses.end(), [](const Use& use) { return use.input < 0; })) continue;
+      auto earlier = bypassed.find(node.input(0));
+      const std::string source = earlier != bypassed.end() ? earlier->second : node.input(0);
       Pending& pending = pending_[scope.get()];
       for (const Use& use : uses) {
-        use.node->set_input(use.input, node.input(0));
+        pending.rewired.push_back({use.node, use.input, source});
         touched_.insert(use.node);
       }
-      pending.read_anew.insert(node.input(0));
+      pending.read_anew.insert(source);
       pending.removed.insert(&node);
+      bypassed[output] = source;
     }
   }
   commit(scopes);
@@ -328,6 +331,10 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
       else infos.AddAllocated(info);
     }
   }
+
+  // Readers of bypassed Identities read their inputs from now on: only after the last use of the
+  // round's index, whose keys view the names as they were.
+  for (const auto& rewire : pending.rewired) rewire.node->set_input(rewire.input, rewire.source);
 
   NodeList& nodes = scope.nodes();
   for (auto* node : take_all(nodes)) {

@@ -88,6 +88,12 @@ class Rewriter {
     std::vector<onnx::TensorProto> initializers;
     std::map<std::string, std::string> constant_names;  // serialized tensor -> initializer name
     std::unordered_set<std::string> read_anew;  // values nodes read now that the round's index doesn't know
+    struct Rewire {
+      onnx::NodeProto* node;
+      int input;
+      std::string source;
+    };
+    std::vector<Rewire> rewired;  // inputs changed at commit (bypassed Identities)
   };
 
   void commit_scope(const Scope& scope, Pending& pending);
