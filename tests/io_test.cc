@@ -46,20 +46,6 @@ g (float[1, 262144] x) => (float[1, 262144] z) <float[1] tiny = {3.0}> {
   return model;
 }
 
-const char* kOneToAdd = R"(
-rule one
-  description: test
-  targets: onnx
-  pattern (x, y) => (z) { z = test.customop.CustomOpOne (x, y) }
-  replace (x, y) => (z) { z = Add (x, y) }
-  example {
-    <ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
-    g (float[2] x, float[2] y) => (float[2] z) { z = test.customop.CustomOpOne (x, y) }
-  }
-  expect { z = Add (x, y) }
-end
-)";
-
 // The loader parses the graph apart from the rest of the model; the graph must still be part of
 // the model (a copy of the proto, or its plain serialization, keeps it) even when no rule runs.
 TEST(Loading, TheGraphIsPartOfTheModelAsLoaded) {

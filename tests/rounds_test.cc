@@ -10,20 +10,9 @@ namespace {
 
 using namespace testing;
 
-// Round 1 turns CustomOpOne into Add; only then can round 2 fuse that Add with the Relu after it.
-const char* kTwoStepRules = R"(
-rule one
-  description: test
-  targets: onnx
-  pattern (x, y) => (z) { z = test.customop.CustomOpOne (x, y) }
-  replace (x, y) => (z) { z = Add (x, y) }
-  example {
-    <ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
-    g (float[2] x, float[2] y) => (float[2] z) { z = test.customop.CustomOpOne (x, y) }
-  }
-  expect { z = Add (x, y) }
-end
-
+// Round 1 turns CustomOpOne into Add (kOneToAdd); only then can round 2 fuse that Add with the
+// Relu after it.
+const std::string kTwoStepRules = std::string(kOneToAdd) + R"(
 rule add-relu
   description: test
   targets: onnx

@@ -526,20 +526,6 @@ g ()" + input + R"() => (y) { y = my.Op (x) })",
 
 // ---- Where rules fire -------------------------------------------------------------------------
 
-const char* kOneToAdd = R"(
-rule one
-  description: test
-  targets: onnx, ort
-  pattern (x, y) => (z) { z = test.customop.CustomOpOne (x, y) }
-  replace (x, y) => (z) { z = Add (x, y) }
-  example {
-    <ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
-    g (float[2] x, float[2] y) => (float[2] z) { z = test.customop.CustomOpOne (x, y) }
-  }
-  expect { z = Add (x, y) }
-end
-)";
-
 TEST(Engine, FiresInsideNestedIfAndLoopBodies) {
   const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
 g (float[2] x, bool c, int64 n) => (float[2] z, float[2] w) {

@@ -31,14 +31,8 @@ void collect_graph_names(const onnx::GraphProto& graph, std::vector<size_t>& has
   for (const auto& sparse : graph.sparse_initializer()) hashes.push_back(hash(sparse.values().name()));
 }
 
-// All inputs a node reads, explicit and through its subgraphs (views into the node's protos).
-std::vector<std::string_view> read_values(const onnx::NodeProto& node) {
-  std::vector<std::string_view> values(node.input().begin(), node.input().end());
-  for (const auto name : implicit_inputs(node)) values.push_back(name);
-  return values;
-}
-
-// Calls `visit` with every value a node reads, explicit and through its subgraphs.
+// Calls `visit` with every value a node reads, explicit and through its subgraphs (views into
+// the node's protos).
 template <typename Visit>
 void for_each_read(const onnx::NodeProto& node, Visit&& visit) {
   for (const auto& input : node.input()) visit(std::string_view(input));
@@ -48,6 +42,13 @@ void for_each_read(const onnx::NodeProto& node, Visit&& visit) {
   if (has_subgraph) {
     for (const auto name : implicit_inputs(node)) visit(name);
   }
+}
+
+// The same, as a list.
+std::vector<std::string_view> read_values(const onnx::NodeProto& node) {
+  std::vector<std::string_view> values;
+  for_each_read(node, [&](std::string_view name) { values.push_back(name); });
+  return values;
 }
 
 // Stable topological order: a node moves only as far as its inputs force it to. Most rounds

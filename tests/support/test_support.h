@@ -49,6 +49,21 @@ class TempDir {
   fs::path path_;
 };
 
+// A rule file with one rule, `one`: test.customop.CustomOpOne (x, y) -> Add (x, y).
+inline constexpr const char* kOneToAdd = R"(
+rule one
+  description: test
+  targets: onnx, ort
+  pattern (x, y) => (z) { z = test.customop.CustomOpOne (x, y) }
+  replace (x, y) => (z) { z = Add (x, y) }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
+    g (float[2] x, float[2] y) => (float[2] z) { z = test.customop.CustomOpOne (x, y) }
+  }
+  expect { z = Add (x, y) }
+end
+)";
+
 // A model whose one custom op the built-in rule customop-one-to-add rewrites to Add.
 inline constexpr const char* kCustomOpModel = R"(<ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
 g (float[2, 3] x, float[2, 3] y) => (float[2, 3] z) {
