@@ -409,6 +409,45 @@ TEST(VariadicOfOne, IsItsInput) {
   }
 }
 
+// Mean of two inputs is half their sum, as ONNX defines it: bit for bit what ONNX Runtime's Mean
+// computes, broadcasting included (ORT has Mean kernels for float and float16 only).
+TEST(MeanOfTwo, IsHalfTheSumBitForBit) {
+  auto halve = [](const std::string& text) {
+    RewriteOptions options;
+    options.target = "ort";
+    options.only = {"canonicalize-mean-two"};
+    return rewrite_text(text, builtin_rules(), options);
+  };
+  for (const char* type : {"float", "float16"}) {
+    SCOPED_TRACE(type);
+    const std::string text = fmt::format(R"(<ir_version: 8, opset_import: ["": 17]>
+g ({0}[2, 1, 3] a, {0}[4, 1] b) => ({0}[2, 4, 3] y) {{
+  y = Mean (a, b)
+}})",
+                                         type);
+    const auto rewritten = halve(text);
+    EXPECT_EQ(count(rewritten.model, "Mean"), 0);
+    EXPECT_EQ(count(rewritten.model, "Add"), 1);
+    EXPECT_EQ(count(rewritten.model, "Div"), 1);
+    TempDir dir;
+    write_file(dir / "mean.onnx", serialize(parse_model_text(text)));
+    write_file(dir / "halved.onnx", rewritten.bytes);
+    const auto comparison =
+        ort_compare(dir / "mean.onnx", dir / "halved.onnx", {"--trials", "3", "--float-range", "-1000,1000", "--rtol", "0", "--atol", "0"});
+    EXPECT_TRUE(comparison.ok) << comparison.output;
+    EXPECT_EQ(comparison.max_abs, 0);
+  }
+  // Without a known element type there is no 2 to divide by.
+  const auto unknown = halve(R"(<ir_version: 8, opset_import: ["": 17, "custom": 1]>
+g (float[4] x) => (float[4] y) {
+  a = custom.Op (x)
+  b = custom.Op (x)
+  m = Mean (a, b)
+  y = custom.Op (m)
+})");
+  EXPECT_FALSE(unknown.result.changed());
+}
+
 // torch's spelling of a reshape around static dims: every value the shapes decide becomes a
 // Constant, what a symbolic dim feeds stays computed, and ONNX Runtime computes the same.
 TEST(KnownShapes, AreFoldedWhereTheShapesDecideThem) {

@@ -242,12 +242,28 @@ std::string fold_known_values(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// Mean (a, b) as ONNX defines it: the sum divided by the number of inputs. Halving is exact, so
+// this is bit for bit what Mean computes; the 2 is made in the inputs' element type.
+std::string mean_of_two(const Match& match, GraphBuilder& b) {
+  const int32_t type = element_type(match, {"a", "b", "y"});
+  if (auto why = check_element_type(type, {TensorProto::FLOAT, TensorProto::DOUBLE, TensorProto::FLOAT16, TensorProto::BFLOAT16}, "Div");
+      !why.empty()) {
+    return why;
+  }
+  const Value sum = b.Add(Value{match.value("a")}, Value{match.value("b")});
+  const Value two = b.scalar(2, type);
+  b.output(match.value("y"), b.Div(sum, two));
+  return {};
+}
+
 }  // namespace
 
 void register_canonicalize_builders(BuilderRegistry& registry) {
   registry.add("canonicalize_fold_known_values",
                {.values = {"a", "y"}, .optional_values = {"b", "c", "d", "e", "f", "g", "h"}, .attributes = {}, .optional_attributes = {}},
                fold_known_values);
+  registry.add("canonicalize_mean_of_two", {.values = {"a", "b", "y"}, .optional_values = {}, .attributes = {}, .optional_attributes = {}},
+               mean_of_two);
   registry.add("canonicalize_fold", {.values = {"y"}, .optional_values = {"c", "like", "a", "b"}, .attributes = {}, .optional_attributes = {}}, fold);
 }
 
