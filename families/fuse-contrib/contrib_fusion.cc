@@ -24,14 +24,16 @@ using Facts = ShapeFacts;
 
 constexpr const char* kMicrosoft = "com.microsoft";
 using Types = std::set<int32_t>;
-// ORT's CPU kernels: Gelu, BiasGelu, FastGelu take float only (QuickGelu and the standard
-// activations are held to the same, so every activation fusion behaves alike); the
-// normalizations take float and double, their Skip* forms float only (their schemas refuse
-// double). float16 is left alone: ORT computes it in float32, which is not what the spelled-out
-// float16 arithmetic computes.
-const Types kActivationTypes = {onnx::TensorProto::FLOAT};
-const Types kNormalizationTypes = {onnx::TensorProto::FLOAT, onnx::TensorProto::DOUBLE};
-const Types kSkipNormalizationTypes = {onnx::TensorProto::FLOAT};
+// Element types each fused op is made for. float16: the fused op computes in float and rounds
+// once, never less exact than the spelled-out float16 arithmetic it replaces (ORT's CUDA kernels
+// take float16; on CPU the normalizations have float16 kernels, and ORT runs the GELUs in float
+// between Casts). bfloat16 is left alone: ORT's CPU has no kernels for the spelled-out bfloat16
+// arithmetic to prove a fusion against. double: the normalizations' kernels only (Skip* schemas
+// refuse it). Conv, Gemm and MatMul fuse in float, ORT's FusedConv/FusedGemm/FusedMatMul CPU type.
+const Types kGeluTypes = {onnx::TensorProto::FLOAT, onnx::TensorProto::FLOAT16};
+const Types kNormalizationTypes = {onnx::TensorProto::FLOAT, onnx::TensorProto::DOUBLE, onnx::TensorProto::FLOAT16};
+const Types kSkipNormalizationTypes = {onnx::TensorProto::FLOAT, onnx::TensorProto::FLOAT16};
+const Types kLinearTypes = {onnx::TensorProto::FLOAT};
 
 // Static shapes of the match's scope (the engine works each out once per round).
 struct StaticShapes {
@@ -70,7 +72,7 @@ std::string build_gelu(const Match& match, GraphBuilder& b) {
   const bool tanh = approximate == "tanh";
   const bool standard = b.opset() >= 20;
   const std::string kernel = standard ? "Gelu" : tanh ? "FastGelu" : "Gelu";
-  if (auto why = check_element_type(element_type(match, {"x", "k_half", "k_one"}), kActivationTypes, kernel); !why.empty()) return why;
+  if (auto why = check_element_type(element_type(match, {"x", "k_half", "k_one"}), kGeluTypes, kernel); !why.empty()) return why;
   if (auto why = check_constant_ranks(match, shapes, "x", {"k_sqrt2", "k_inv_sqrt2", "k_one", "k_one2", "k_half", "k_two",
                                                            "k_three", "k_cubic", "k_sqrt_2_over_pi"});
       !why.empty()) {
@@ -87,7 +89,7 @@ std::string build_gelu(const Match& match, GraphBuilder& b) {
 // Swish kernel about 25% slower than QuickGelu, families/fuse-contrib/README.md.)
 std::string build_quick_gelu(const Match& match, GraphBuilder& b) {
   StaticShapes shapes = static_shapes(match);
-  if (auto why = check_element_type(element_type(match, {"x", "k_alpha"}), kActivationTypes, "QuickGelu"); !why.empty()) return why;
+  if (auto why = check_element_type(element_type(match, {"x", "k_alpha"}), kGeluTypes, "QuickGelu"); !why.empty()) return why;
   if (auto why = check_constant_ranks(match, shapes, "x", {"k_alpha"}); !why.empty()) return why;
   const double alpha = match.has_value("k_alpha") ? scalar_constant(match, "k_alpha").value_or(NAN) : 1.0;
   if (std::isnan(alpha)) return "alpha is not a constant number";
@@ -103,7 +105,7 @@ std::string build_bias_gelu(const Match& match, GraphBuilder& b) {
   const onnx::NodeProto& gelu = *match.anchor;
   const bool tanh = gelu.op_type() == "FastGelu" || match.attribute_string("approximate", "none") == "tanh";
   const std::string kernel = tanh ? "FastGelu" : "BiasGelu";
-  if (auto why = check_element_type(element_type(match, {"x", "bias"}), kActivationTypes, kernel); !why.empty()) return why;
+  if (auto why = check_element_type(element_type(match, {"x", "bias"}), kGeluTypes, kernel); !why.empty()) return why;
   const Facts& x = shapes(match.value("x"));
   const Facts& bias = shapes(match.value("bias"));
   if (!x.shape || x.shape->empty()) {
@@ -127,7 +129,7 @@ std::string build_bias_gelu(const Match& match, GraphBuilder& b) {
 // Conv then an MLAS activation -> com.microsoft FusedConv. The activation's parameters are written
 // out in full (the captures carry ONNX's defaults), as activation_params.
 std::string build_conv_activation(const Match& match, GraphBuilder& b) {
-  if (auto why = check_element_type(element_type(match, {"x", "w", "b"}), kActivationTypes, "FusedConv"); !why.empty()) {
+  if (auto why = check_element_type(element_type(match, {"x", "w", "b"}), kLinearTypes, "FusedConv"); !why.empty()) {
     return why;
   }
   const std::string& kind = match.anchor->op_type();
@@ -160,7 +162,7 @@ std::string build_conv_activation(const Match& match, GraphBuilder& b) {
 // Gemm then an elementwise activation -> com.microsoft FusedGemm, the activation's attributes
 // (with ONNX's defaults) as activation_alpha/beta/gamma.
 std::string build_gemm_activation(const Match& match, GraphBuilder& b) {
-  if (auto why = check_element_type(element_type(match, {"a", "w", "c"}), kActivationTypes, "FusedGemm"); !why.empty()) {
+  if (auto why = check_element_type(element_type(match, {"a", "w", "c"}), kLinearTypes, "FusedGemm"); !why.empty()) {
     return why;
   }
   const onnx::NodeProto& gemm = *matched_node(match, "Gemm");
@@ -180,7 +182,7 @@ std::string build_conv_batch_norm(const Match& match, GraphBuilder& b) {
   constexpr size_t kMaxWeights = size_t{1} << 22;  // folding decodes the weights: 16 MiB of float
   const int32_t type = element_type(match, {"x", "w", "gamma"});
   // ORT's CPU Conv kernel is float-only (so are the FusedConvs this makes way for).
-  if (auto why = check_element_type(type, kActivationTypes, "Conv"); !why.empty()) return why;
+  if (auto why = check_element_type(type, kLinearTypes, "Conv"); !why.empty()) return why;
   if (match.attribute_int("training_mode", 0) != 0) return "the BatchNormalization is in training mode";
   const onnx::NodeProto& norm = *match.anchor;
   for (int i = 1; i < norm.output_size(); ++i) {
@@ -236,7 +238,7 @@ std::string build_conv_batch_norm(const Match& match, GraphBuilder& b) {
 // transA/transB toggled.
 std::string build_fused_matmul(const Match& match, GraphBuilder& b) {
   StaticShapes shapes = static_shapes(match);
-  if (auto why = check_element_type(element_type(match, {"a", "b", "k"}), kActivationTypes, "FusedMatMul"); !why.empty()) {
+  if (auto why = check_element_type(element_type(match, {"a", "b", "k"}), kLinearTypes, "FusedMatMul"); !why.empty()) {
     return why;
   }
   const onnx::NodeProto* fused = matched_node(match, "FusedMatMul");

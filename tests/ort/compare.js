@@ -185,7 +185,7 @@ async function main() {
       }
     }
 
-    const stats = new Map(outputNames.map((n) => [n, { name: n, shape: null, max_abs: 0, max_rel: 0, ok: true }]));
+    const stats = new Map(outputNames.map((n) => [n, { name: n, shape: null, max_abs: 0, max_rel: 0, sum_abs: 0, elements: 0, ok: true }]));
     const rng = tp.makeRng(opts.seed);
     const run = async (sess, label, feeds, fetches) => {
       try {
@@ -234,6 +234,8 @@ async function main() {
         if (c.max_abs !== undefined) {
           st.max_abs = Math.max(st.max_abs, Number(c.max_abs));
           st.max_rel = Math.max(st.max_rel, Number(c.max_rel));
+          st.sum_abs += c.sum_abs;
+          st.elements += a.data.length;
         }
         if (!c.ok && st.ok) Object.assign(st, { ok: false, message: `trial ${trial}: ${c.message}` });
       }
@@ -242,7 +244,8 @@ async function main() {
     const outputs = [...stats.values()];
     const ok = outputs.every((o) => o.ok);
     if (json) {
-      report({ ok, trials: opts.trials, outputs: outputs.map((o) => ({ ...o, max_abs: jsonNum(o.max_abs), max_rel: jsonNum(o.max_rel) })) });
+      report({ ok, trials: opts.trials, outputs: outputs.map(({ sum_abs, elements, ...o }) => ({ ...o, max_abs: jsonNum(o.max_abs), max_rel: jsonNum(o.max_rel),
+        mean_abs: jsonNum(elements ? sum_abs / elements : 0) })) });
     } else {
       for (const o of outputs) {
         process.stdout.write(`${o.ok ? 'ok  ' : 'FAIL'} ${o.name} shape [${o.shape}] max_abs ${formatNumber(o.max_abs)} ` +

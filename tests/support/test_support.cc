@@ -257,14 +257,22 @@ OrtComparison parse_comparison(const CommandResult& result) {
   comparison.exit_code = result.exit_code;
   comparison.ok = result.exit_code == 0;
   comparison.output = result.out + result.err;
-  static const std::regex max_abs(R"re("max_abs"\s*:\s*"?([-+0-9.eEInfinityNa]+))re");
-  for (auto it = std::sregex_iterator(result.out.begin(), result.out.end(), max_abs); it != std::sregex_iterator(); ++it) {
-    try {
-      comparison.max_abs = std::max(comparison.max_abs, std::stod((*it)[1].str()));
-    } catch (...) {
-      comparison.max_abs = INFINITY;
+  // The largest of a figure over the outputs ("Infinity" or "NaN" when compare.js says so).
+  auto largest = [&](const std::regex& figure) {
+    double value = 0;
+    for (auto it = std::sregex_iterator(result.out.begin(), result.out.end(), figure); it != std::sregex_iterator(); ++it) {
+      try {
+        value = std::max(value, std::stod((*it)[1].str()));
+      } catch (...) {
+        value = INFINITY;
+      }
     }
-  }
+    return value;
+  };
+  static const std::regex max_abs(R"re("max_abs"\s*:\s*"?([-+0-9.eEInfinityNa]+))re");
+  static const std::regex mean_abs(R"re("mean_abs"\s*:\s*"?([-+0-9.eEInfinityNa]+))re");
+  comparison.max_abs = largest(max_abs);
+  comparison.mean_abs = largest(mean_abs);
   return comparison;
 }
 

@@ -146,6 +146,7 @@ struct OrtComparison {
   int exit_code = -1;   // 0 within tolerance, 1 mismatch, 2 error
   bool ok = false;
   double max_abs = 0;   // largest absolute difference over all outputs and trials
+  double mean_abs = 0;  // mean absolute difference over the trials, of the output where it is largest
   std::string output;   // what compare.js printed
 };
 

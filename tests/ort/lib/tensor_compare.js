@@ -27,8 +27,9 @@ function floatValues(t) {
   return t.type === 'float16' ? Float64Array.from(float16Bits(t.data), halfToFloat) : t.data;
 }
 
-// Returns {ok, message?, index?, at?, expected?, got?, max_abs, max_rel}.
-// max_rel is over elements whose expected value is non-zero (|diff| / |exp|).
+// Returns {ok, message?, index?, at?, expected?, got?, max_abs, max_rel, sum_abs}.
+// max_rel is over elements whose expected value is non-zero (|diff| / |exp|); sum_abs adds the
+// float elements' absolute differences (for a mean error: how often a model rounds the wrong way).
 function compareTensors(exp, got, { rtol = 1e-3, atol = 1e-7 } = {}) {
   if (exp.type !== got.type) {
     return { ok: false, message: `dtype ${got.type}, expected ${exp.type}` };
@@ -40,6 +41,7 @@ function compareTensors(exp, got, { rtol = 1e-3, atol = 1e-7 } = {}) {
   let firstBad = -1;
   let maxAbs = 0;
   let maxRel = 0;
+  let sumAbs = 0;
 
   if (FLOAT_TYPES.has(exp.type)) {
     const e = floatValues(exp);
@@ -51,6 +53,7 @@ function compareTensors(exp, got, { rtol = 1e-3, atol = 1e-7 } = {}) {
       const diff = Math.abs(b - a);
       const d = diff === diff ? diff : Infinity; // NaN against a number: infinitely wrong
       if (d > maxAbs) maxAbs = d;
+      sumAbs += d;
       if (a !== 0 && Number.isFinite(a) && d / Math.abs(a) > maxRel) maxRel = d / Math.abs(a);
       // Infinities only match themselves (handled above), whatever the tolerance.
       const bad = !Number.isFinite(a) || !Number.isFinite(b) || !(diff <= atol + rtol * Math.abs(a));
@@ -73,7 +76,7 @@ function compareTensors(exp, got, { rtol = 1e-3, atol = 1e-7 } = {}) {
     }
   }
 
-  const result = { ok: firstBad < 0, max_abs: jsonValue(maxAbs), max_rel: jsonValue(maxRel) };
+  const result = { ok: firstBad < 0, max_abs: jsonValue(maxAbs), max_rel: jsonValue(maxRel), sum_abs: sumAbs };
   if (firstBad >= 0) {
     const ev = exp.type === 'float16' ? halfToFloat(exp.data[firstBad]) : exp.data[firstBad];
     const gv = got.type === 'float16' ? halfToFloat(got.data[firstBad]) : got.data[firstBad];
