@@ -25,14 +25,16 @@ using Facts = ShapeFacts;
 constexpr const char* kMicrosoft = "com.microsoft";
 using Types = std::set<int32_t>;
 // Element types each fused op is made for. float16: the fused op computes in float and rounds
-// once, never less exact than the spelled-out float16 arithmetic it replaces (ORT's CUDA kernels
-// take float16; on CPU the normalizations have float16 kernels, and ORT runs the GELUs in float
-// between Casts). bfloat16 is left alone: ORT's CPU has no kernels for the spelled-out bfloat16
-// arithmetic to prove a fusion against. double: the normalizations' kernels only (Skip* schemas
-// refuse it). Conv, Gemm and MatMul fuse in float, ORT's FusedConv/FusedGemm/FusedMatMul CPU type.
+// once, within one float16 step of the float math like the spelled-out float16 arithmetic (ORT's
+// CPU has float16 kernels for the normalizations and runs the GELUs in float between Casts; its
+// CUDA kernels take float16). bfloat16: the normalizations ORT's CPU has bfloat16 kernels for
+// (not RMSNormalization-23); no GELU, as ORT's CPU can't run bfloat16 GELU arithmetic to prove a
+// fusion against. double: the normalizations' kernels only (Skip* schemas refuse it). Conv, Gemm
+// and MatMul fuse in float, ORT's FusedConv/FusedGemm/FusedMatMul CPU type.
 const Types kGeluTypes = {onnx::TensorProto::FLOAT, onnx::TensorProto::FLOAT16};
-const Types kNormalizationTypes = {onnx::TensorProto::FLOAT, onnx::TensorProto::DOUBLE, onnx::TensorProto::FLOAT16};
-const Types kSkipNormalizationTypes = {onnx::TensorProto::FLOAT, onnx::TensorProto::FLOAT16};
+const Types kNormalizationTypes = {onnx::TensorProto::FLOAT, onnx::TensorProto::DOUBLE, onnx::TensorProto::FLOAT16,
+                                   onnx::TensorProto::BFLOAT16};
+const Types kSkipNormalizationTypes = {onnx::TensorProto::FLOAT, onnx::TensorProto::FLOAT16, onnx::TensorProto::BFLOAT16};
 const Types kLinearTypes = {onnx::TensorProto::FLOAT};
 
 // Static shapes of the match's scope (the engine works each out once per round).
@@ -495,6 +497,10 @@ std::string build_rms_norm(const Match& match, GraphBuilder& b) {
   const bool standard = b.opset() >= 23;
   Value input{x};
   int32_t statistics = shapes(x).elem_type;
+  const std::string& outer = match.has_value("x_in") ? match.value("x_in") : x;
+  if (standard && shapes(outer).elem_type == onnx::TensorProto::BFLOAT16) {
+    return "the element type is bfloat16; ORT has no bfloat16 RMSNormalization kernel to prove it against";
+  }
   if (match.has_value("x_in")) {
     const int32_t outer = shapes(match.value("x_in")).elem_type;
     if (match.attribute_int("up", 0) != onnx::TensorProto::FLOAT) return "the first Cast is not to float";
