@@ -1,5 +1,5 @@
 // Rounds after the first try the rules only near what the round before changed (a worklist), and
-// every node again where a change can reach further: the rewrite must be the one full rounds give.
+// again where a condition on types failed: the rewrite must be the one full rounds give.
 #include <gtest/gtest.h>
 
 #include "onnx_rewrite/engine.h"
@@ -59,14 +59,42 @@ TEST(Rounds, LaterRoundsTryOnlyTheNodesNearWhatChanged) {
   EXPECT_LE(rewritten.result.nodes_tried[2], 8);
 }
 
-TEST(Rounds, AReplacedValueWhoseInferredShapeChangedMakesTheNextRoundTryEverything) {
-  // Nothing declares c: the custom op's output has no known shape, the Add's has. Rules further
-  // down may depend on that, so round 2 tries every node.
-  const auto rewritten = rewrite_text(chain_model(200, ""), rules_from_text(kTwoStepRules));
+// A float Identity is a Cast to float: a rule whose condition reads the type the shape facts infer.
+const std::string kTypedRule = R"(
+rule float-identity
+  description: test
+  targets: onnx
+  where {
+    opset ai.onnx >= 13
+    x dtype in [float]
+  }
+  pattern (x) => (y) { y = Identity (x) }
+  replace (x) => (y) { y = Cast <to = 1> (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] x) => (float[2] y) { y = Identity (x) }
+  }
+  expect { y = Cast <to = 1> (x) }
+end
+)";
+
+TEST(Rounds, AConditionOnTypesThatFailedIsTriedAgainWhereverItIs) {
+  // Nothing declares c: the custom op's output has no known type, so neither has anything after
+  // it, and the Identity at the far end fails its condition in round 1. Once the Add replaced the
+  // custom op, the facts know the type all the way down: round 2 tries that Identity again, and
+  // only it and the nodes near the Add.
+  const auto rewritten = rewrite_text(chain_model(200, ""), rules_from_text(kTwoStepRules + kTypedRule));
   EXPECT_EQ(rewritten.result.rules.at("add-relu").matches, 1);
+  EXPECT_EQ(rewritten.result.rules.at("float-identity").matches, 1);
+  EXPECT_EQ(op_count(rewritten.result.after, {"", "Cast"}), 1);
   ASSERT_EQ(rewritten.result.nodes_tried.size(), 3u);
-  EXPECT_EQ(rewritten.result.nodes_tried[1], 403);  // the Add replaced the custom op in place
-  EXPECT_LE(rewritten.result.nodes_tried[2], 8);    // the Sum and the Relu kept their shapes
+  EXPECT_LE(rewritten.result.nodes_tried[1], 9);
+  // Full rounds (--explain tries every node) rewrite the same.
+  RewriteOptions everything;
+  everything.explain = {"Relu"};
+  const auto full = rewrite_text(chain_model(200, ""), rules_from_text(kTwoStepRules + kTypedRule), everything);
+  EXPECT_EQ(full.result.nodes_tried[1], 403);
+  EXPECT_EQ(full.bytes, rewritten.bytes);
 }
 
 TEST(Rounds, ExplainTriesEveryNodeInEveryRound) {

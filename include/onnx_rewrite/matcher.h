@@ -62,9 +62,11 @@ class Matcher {
       : scope_(scope), claimed_(claimed) {}
 
   // Tries `pattern` with its anchor at `node`. On failure returns nullopt and, if `why_not` is
-  // given, the reason from the attempt that got furthest.
+  // given, the reason from the attempt that got furthest; `on_facts`, if given, says whether a
+  // type or rank condition rejected a binding on the way because the shape facts don't know it
+  // (the same place may match once they do).
   std::optional<Match> match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node,
-                             std::string* why_not = nullptr) const;
+                             std::string* why_not = nullptr, bool* on_facts = nullptr) const;
 
  private:
   const Scope& scope_;

@@ -165,7 +165,7 @@ class Run {
       if (canonicalizing_) bypass_identities();
       auto& scopes = current_scopes();
       const Scope& main = main_graph(scopes);
-      const auto nearby = worklist_.nodes_to_visit(main, rewriter_.take_touched());
+      const auto nearby = worklist_.nodes_to_visit(main, rewriter_.take_touched(), rewriter_.take_retried());
       result_.nodes_tried.push_back(0);
       for (const auto& scope : scopes) rewrite_scope(*scope, round, firing, scope.get() == &main && nearby ? &*nearby : nullptr);
       if (firing.empty()) break;
@@ -290,8 +290,10 @@ class Run {
         continue;
       }
       std::string why;
-      auto match = matcher.match(*candidate.rule, *candidate.pattern, &node, explain ? &why : nullptr);
+      bool on_facts = false;
+      auto match = matcher.match(*candidate.rule, *candidate.pattern, &node, explain ? &why : nullptr, &on_facts);
       if (!match) {
+        if (on_facts) rewriter_.retry(&node);
         if (explain) say(candidate, "no: " + why);
         continue;
       }
@@ -318,7 +320,7 @@ class Run {
     }
     for (const auto& note : refused_raises) add_note(note);
     // What declined the match (the opset plan, the builder, the target) may be otherwise next round.
-    if (matched) rewriter_.touch(&node);
+    if (matched) rewriter_.retry(&node);
     return nullptr;
   }
 
@@ -400,9 +402,6 @@ class Run {
     lowering_declines_.erase(describe_node(*match.anchor));
     const auto& decided = std::get<OpsetPolicy::Plan>(plan);
     if (decided.raises) worklist_.visit_all();  // rules may now fit where they did not
-    for (const auto& name : match.pattern->outputs) {
-      if (const std::string& value = match.value(name); !value.empty()) worklist_.replaced(scope, value);
-    }
     policy_.commit(scope, decided);
     RuleStats& stats = result_.rules[rule.id];
     if (stats.matches < options_.record_matches) record(rule, match, builder);

@@ -350,6 +350,7 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
     if (is_gone(node)) {
       created_.erase(node);
       touched_.erase(node);
+      retried_.erase(node);
       delete node;
       ++nodes_removed_;
     } else {

@@ -74,11 +74,14 @@ class Rewriter {
   bool pending_only_in(const Scope& scope) const {
     return pending_.empty() || (pending_.size() == 1 && pending_.begin()->first == &scope);
   }
-  // Marks a node that a later round should look at again.
-  void touch(const onnx::NodeProto* node) { touched_.insert(node); }
-  // The nodes committed changes created, rewired or left with fewer readers, and those touched,
-  // since the last call (deleted ones are left out).
+  // Marks a node where a later round should try the rules again: one matched there but was
+  // declined, or a type or rank condition failed (the plans and facts may differ next round).
+  void retry(const onnx::NodeProto* node) { retried_.insert(node); }
+  // The nodes committed changes created, rewired or left with fewer readers, since the last call
+  // (deleted ones are left out).
   std::unordered_set<const onnx::NodeProto*> take_touched() { return std::exchange(touched_, {}); }
+  // The nodes marked for retry since the last call (deleted ones are left out).
+  std::unordered_set<const onnx::NodeProto*> take_retried() { return std::exchange(retried_, {}); }
   size_t nodes_removed() const { return nodes_removed_; }
 
  private:
@@ -102,6 +105,7 @@ class Rewriter {
   std::map<const Scope*, Pending> pending_;
   std::unordered_set<const onnx::NodeProto*> created_;
   std::unordered_set<const onnx::NodeProto*> touched_;
+  std::unordered_set<const onnx::NodeProto*> retried_;
   size_t nodes_removed_ = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "engine/worklist.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace onnx_rewrite {
 namespace {
@@ -13,17 +14,6 @@ size_t span(const Pattern& pattern) {
   return nodes;
 }
 
-bool same_dims(const std::optional<Dims>& a, const std::optional<Dims>& b) {
-  if (a.has_value() != b.has_value()) return false;
-  if (!a) return true;
-  return std::equal(a->begin(), a->end(), b->begin(), b->end(),
-                    [](const Dim& x, const Dim& y) { return x.number == y.number && x.symbol == y.symbol; });
-}
-
-bool same_facts(const ShapeFacts& a, const ShapeFacts& b) {
-  return a.elem_type == b.elem_type && same_dims(a.shape, b.shape) && same_dims(a.values, b.values);
-}
-
 }  // namespace
 
 Worklist::Worklist(const std::vector<const Rule*>& rules) {
@@ -32,18 +22,8 @@ Worklist::Worklist(const std::vector<const Rule*>& rules) {
   }
 }
 
-void Worklist::replaced(const Scope& scope, const std::string& value) {
-  if (all_ || scope.kind() != Scope::Kind::kMainGraph) return;
-  replaced_facts_.emplace_back(value, scope.facts(value));
-}
-
-std::optional<NodeSet> Worklist::nodes_to_visit(const Scope& main, const NodeSet& touched) {
-  const bool all = all_ || std::any_of(replaced_facts_.begin(), replaced_facts_.end(), [&](const auto& replaced) {
-                     return !same_facts(main.facts(replaced.first), replaced.second);
-                   });
-  replaced_facts_.clear();
-  all_ = false;
-  if (all) return std::nullopt;
+std::optional<NodeSet> Worklist::nodes_to_visit(const Scope& main, const NodeSet& touched, const NodeSet& retried) {
+  if (std::exchange(all_, false)) return std::nullopt;
 
   NodeSet near;
   std::vector<const onnx::NodeProto*> frontier;
@@ -64,6 +44,9 @@ std::optional<NodeSet> Worklist::nodes_to_visit(const Scope& main, const NodeSet
       }
     }
     frontier = std::move(next);
+  }
+  for (const auto* node : retried) {
+    if (main.holds(node)) near.insert(node);
   }
   return near;
 }

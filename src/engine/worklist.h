@@ -2,21 +2,20 @@
 // near what the previous round changed (MLIR's greedy driver keeps such a worklist). A rule
 // matches within `reach` hops of its anchor, so a match that could not be found before covers a
 // node that changed, or one whose readers changed, and its anchor is at most that far away.
-// What a change can reach further (the shape facts of values downstream, the opset a raise
-// decided, a subgraph's reads) makes the next round visit everything again.
+// Shape facts are different: a change can make types and shapes known far downstream. Only
+// type and rank conditions and builders read them, and where those refused, the engine marks the
+// anchor to be tried again. What a change can reach otherwise (the opset a raise decided, a
+// subgraph's reads) makes the next round visit everything again.
 #pragma once
 
 #include <optional>
-#include <string>
 #include <unordered_set>
-#include <utility>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
 
 #include "onnx_rewrite/rule.h"
 #include "onnx_rewrite/scope.h"
-#include "onnx_rewrite/shapes.h"
 
 namespace onnx_rewrite {
 
@@ -26,21 +25,18 @@ class Worklist {
  public:
   explicit Worklist(const std::vector<const Rule*>& rules);
 
-  // Call while the round's scopes are current. The facts a replaced value had: if the value's
-  // facts differ next round, everything downstream may match differently.
-  void replaced(const Scope& scope, const std::string& value);
   // The next round visits every node (why: a raise, a change outside the main graph, --explain).
   void visit_all() { all_ = true; }
 
   // For a new round's main graph: the nodes to visit, or nullopt for all of them. `touched`: the
   // nodes the last round created, rewired or left with fewer readers (Rewriter::take_touched),
-  // and anchors where a rule matched but was declined.
-  std::optional<NodeSet> nodes_to_visit(const Scope& main, const NodeSet& touched);
+  // visited with what lies within reach; `retried`: anchors to try again as they are
+  // (Rewriter::take_retried).
+  std::optional<NodeSet> nodes_to_visit(const Scope& main, const NodeSet& touched, const NodeSet& retried);
 
  private:
   size_t reach_ = 0;
   bool all_ = true;  // the first round visits everything
-  std::vector<std::pair<std::string, ShapeFacts>> replaced_facts_;
 };
 
 }  // namespace onnx_rewrite

@@ -236,6 +236,7 @@ class Search {
   }
 
   const std::string& reason() const { return best_reason_; }
+  bool rejected_on_facts() const { return rejected_on_facts_; }
 
  private:
   // Keeps the reason of the attempt that got furthest.
@@ -289,6 +290,12 @@ class Search {
       default: break;
     }
     if (value.empty()) return true;  // an absent optional input satisfies constraints on its contents
+    // A type or rank the shape facts don't know yet, and may in a later round (a rewrite keeps
+    // what they know).
+    auto reject_on_facts = [&](auto&& why) {
+      rejected_on_facts_ = true;
+      return reject(why);
+    };
     switch (constraint.kind) {
       case K::kConstant:
         return scope_.is_constant(value) ? true : reject("is not a constant");
@@ -332,7 +339,7 @@ class Search {
       }
       case K::kDtype: {
         const int32_t type = scope_.facts(value).elem_type;
-        if (type == 0) return reject("has an unknown element type");
+        if (type == 0) return reject_on_facts("has an unknown element type");
         if (std::find(constraint.dtypes.begin(), constraint.dtypes.end(), type) == constraint.dtypes.end()) {
           return reject([&] { return "has element type " + data_type_name(type); });
         }
@@ -340,7 +347,7 @@ class Search {
       }
       case K::kRank: {
         auto rank = scope_.facts(value).rank();
-        if (!rank) return reject("has an unknown rank");
+        if (!rank) return reject_on_facts("has an unknown rank");
         if (static_cast<int>(*rank) < constraint.min_rank || static_cast<int>(*rank) > constraint.max_rank) {
           return reject([&] { return fmt::format("has rank {}", *rank); });
         }
@@ -668,16 +675,18 @@ class Search {
   Bindings state_;
   Bindings found_;
   std::string best_reason_;
+  bool rejected_on_facts_ = false;
   size_t best_depth_ = 0;
 };
 
 }  // namespace
 
 std::optional<Match> Matcher::match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node,
-                                    std::string* why_not) const {
+                                    std::string* why_not, bool* on_facts) const {
   Search search(scope_, rule, pattern, claimed_, why_not != nullptr);
   auto match = search.run(node);
   if (!match && why_not) *why_not = search.reason();
+  if (on_facts) *on_facts = !match && search.rejected_on_facts();
   return match;
 }
 
