@@ -542,6 +542,26 @@ TEST_P(LayerNormFunctionBody, IsLayerNormalizationAgain) {
   EXPECT_TRUE(ort_compare(input, dir / "out.onnx", {"--float-range", "-3,5"}).ok);
 }
 
+// The body ONNX writes for a float16 x: the statistics in float between the stash Cast and the
+// Cast back to float16. The fused op computes the same way (stash_type 1).
+TEST(LayerNormFunctionBody, Float16IsLayerNormalizationAgain) {
+  auto proto = as_float16(parse_model_text(layer_norm_body({"last_axis_bias_17", {2, 3, 8}, -1, 17, true})));
+  for (auto& node : *proto.mutable_graph()->mutable_node()) {
+    if (node.output(0) != "normalized_t") continue;
+    node.mutable_attribute(0)->set_i(onnx::TensorProto::FLOAT16);  // the Cast to the output's type
+  }
+  const auto fused = fuse(proto);
+  ASSERT_EQ(fused.model.graph().node_size(), 1) << canonical_nodes(fused.model, interface_names(fused.model));
+  EXPECT_EQ(fused.model.graph().node(0).op_type(), "LayerNormalization");
+  TempDir dir;
+  write_file(dir / "body.onnx", serialize(proto));
+  write_file(dir / "fused.onnx", fused.bytes);
+  // One float16 step of |y| < 8.
+  const auto comparison = ort_compare(dir / "body.onnx", dir / "fused.onnx", {"--float-range", "-3,5", "--atol", "0.004", "--rtol", "0"});
+  EXPECT_TRUE(comparison.ok) << comparison.output;
+  report_numbers("layer_norm_body_float16", comparison);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fusion, LayerNormFunctionBody,
                          ::testing::Values(BodyCase{"last_axis_bias_17", {2, 3, 8}, -1, 17, true},
                                            BodyCase{"axis1_no_bias_18", {2, 3, 4}, 1, 18, false},
