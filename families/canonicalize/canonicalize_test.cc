@@ -16,7 +16,7 @@ namespace {
 using namespace testing;
 
 const std::set<std::string> kFoldRules = {"canonicalize-fold-cast", "canonicalize-fold-unary", "canonicalize-fold-binary",
-                                          "canonicalize-sum-two"};
+                                          "canonicalize-fold-layout", "canonicalize-sum-two"};
 
 Rewritten fold(const std::string& text) {
   RewriteOptions options;
@@ -115,7 +115,27 @@ INSTANTIATE_TEST_SUITE_P(
                  y = Pow (a, b))", "float[2]"},
         FoldCase{"SumOfConstants", R"(a = Constant <value = float[2] {0.1, 0.2}> ()
                  b = Constant <value = float[2] {0.2, 0.7}> ()
-                 y = Sum (a, b))", "float[2]"}),
+                 y = Sum (a, b))", "float[2]"},
+        FoldCase{"ReshapeZeroAndMinusOne", R"(a = Constant <value = float[2, 3, 2] {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}> ()
+                 s = Constant <value = int64[3] {0, -1, 3}> ()
+                 y = Reshape (a, s))", "float[2, 2, 3]"},
+        FoldCase{"UnsqueezeNegativeAxes", R"(a = Constant <value = int64[3] {9007199254740993, -1, 5}> ()
+                 axes = Constant <value = int64[2] {-1, 0}> ()
+                 y = Unsqueeze (a, axes))", "int64[1, 3, 1]"},
+        FoldCase{"SqueezeAllOnes", R"(a = Constant <value = int8[1, 3, 1] {-128, 0, 127}> ()
+                 y = Squeeze (a))", "int8[3]"},
+        FoldCase{"SqueezeGivenAxis", R"(a = Constant <value = bool[1, 2, 1] {1, 0}> ()
+                 axes = Constant <value = int64[1] {2}> ()
+                 y = Squeeze (a, axes))", "bool[1, 2]"},
+        FoldCase{"ReshapeDouble", R"(a = Constant <value = double[2, 2, 2] {1, 2, 3, 4, 5, 6, 7, 1e-300}> ()
+                 s = Constant <value = int64[2] {4, 2}> ()
+                 y = Reshape (a, s))", "double[4, 2]"},
+        FoldCase{"TransposePerm", R"(a = Constant <value = float[2, 3, 4] {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                                                  16, 17, 18, 19, 20, 21, 22, 23}> ()
+                 y = Transpose <perm = [2, 0, 1]> (a))", "float[4, 2, 3]"},
+        FoldCase{"TransposeHalfReversed", R"(a = Constant <value = float[2, 3] {0.1, -0.2, 65504, 1e-7, -0, 3}> ()
+                 h = Cast <to = 10> (a)
+                 y = Transpose (h))", "float16[3, 2]"}),
     [](const ::testing::TestParamInfo<FoldCase>& info) { return info.param.name; });
 
 // A naive loop over a [2, 1, 3] + [4, 1] broadcast, in float, bit for bit.
@@ -185,6 +205,16 @@ TEST(Folds, DeclinesWhatIsNotExact) {
     const auto folded = fold(fmt::format("<ir_version: 8, opset_import: [\"\": 17]>\ng (float[1] x) => (float[1] y) {{\n {}\n}}", body));
     EXPECT_FALSE(folded.result.changed()) << body;
   }
+  // A layout change of a constant another node also reads would store it twice.
+  const auto shared = fold(fmt::format(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[64] x) => (float[64] y, float[1, 64] z) {{
+  a = Constant <value = float[64] {{{}}}> ()
+  y = Add (x, a)
+  axes = Constant <value = int64[1] {{0}}> ()
+  z = Unsqueeze (a, axes)
+}})",
+                                       column));
+  EXPECT_FALSE(shared.result.changed());
 }
 
 // ---- Fusions of ONNX's function-body spellings (--target ort) ----------------------------------
@@ -446,6 +476,32 @@ g (float[4] x) => (float[4] y) {
   y = custom.Op (m)
 })");
   EXPECT_FALSE(unknown.result.changed());
+}
+
+// A GELU's bias reshaped at run time from a [1, 8] constant (an export without constant folding):
+// ORT's BiasGelu takes a constant 1-D bias, which the folded Reshape is.
+TEST(LayoutOfConstants, IsFoldedSoThatTheBiasGeluFusionFires) {
+  const std::string text = R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2, 8] x) => (float[2, 8] y) {
+  bias_row = Constant <value = float[1, 8] {0.1, -0.2, 0.3, -0.4, 0.5, -0.6, 0.7, -0.8}> ()
+  flat = Constant <value = int64[1] {-1}> ()
+  bias = Reshape (bias_row, flat)
+  xb = Add (x, bias)
+  k = Constant <value = float {1.4142135}> ()
+  d = Div (xb, k)
+  e = Erf (d)
+  one = Constant <value = float {1.0}> ()
+  p = Add (e, one)
+  m = Mul (xb, p)
+  half = Constant <value = float {0.5}> ()
+  y = Mul (m, half)
+})";
+  const auto fused = rewrite_for_ort(text);
+  EXPECT_EQ(count(fused.model, "BiasGelu", "com.microsoft"), 1) << canonical_nodes(fused.model, interface_names(fused.model));
+  EXPECT_EQ(fused.result.rules.at("canonicalize-fold-layout").matches, 1);
+  expect_same_in_ort(text, fused, "canonicalize fold layout");
+  const auto kept = rewrite_for_ort(text, false);
+  EXPECT_EQ(count(kept.model, "BiasGelu", "com.microsoft"), 0);
 }
 
 // torch's spelling of a reshape around static dims: every value the shapes decide becomes a

@@ -5,9 +5,11 @@
 // double and rounded once to the result type (for float, float16 and bfloat16 this equals
 // computing in float, as ONNX Runtime does, for everything but Pow); integers must not overflow
 // or divide by zero. Anything else declines with the reason.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -59,6 +61,20 @@ size_t element_count(const std::vector<int64_t>& dims) {
   size_t count = 1;
   for (int64_t dim : dims) count *= static_cast<size_t>(dim);
   return count;
+}
+
+// Why folding `node` into a result of `bytes` would store more than the model does: an input
+// another node also reads stays, next to the result. "" if not (or the result is a few bytes).
+std::string copies_shared_input(const onnx::NodeProto& node, const Scope& scope, size_t bytes) {
+  if (bytes <= kSlackBytes) return {};
+  for (const auto& input : node.input()) {
+    if (input.empty()) continue;
+    const auto uses = scope.uses(input);
+    if (scope.is_output(input) || std::any_of(uses.begin(), uses.end(), [&](const Use& use) { return use.node != &node; })) {
+      return fmt::format("'{}' is also read by another node: folding would copy it", input);
+    }
+  }
+  return {};
 }
 
 // An input's elements as doubles: integers only where a double holds them exactly.
@@ -185,6 +201,7 @@ std::string fold(const Match& match, GraphBuilder& b) {
   if (bytes > kMaxBytes || bytes > input_bytes + kSlackBytes) {
     return fmt::format("the result would take {} bytes, its inputs {}: folding would grow the model", bytes, input_bytes);
   }
+  if (auto why = copies_shared_input(node, scope, bytes); !why.empty()) return why;
   if (out.type == TensorProto::BOOL && op != "Cast" && op != "CastLike") return fmt::format("{} of bool is not folded", op);
   const auto second = binary ? numbers_of(values[1]) : std::nullopt;
   const auto range = integer_range(out.type);
@@ -209,6 +226,159 @@ std::string fold(const Match& match, GraphBuilder& b) {
                                  : make_tensor(out.type, out.dims, out.numbers);
   // A Constant node, not b.constant(): the node takes over the graph name of the folded value,
   // which an initializer made by the builder could only reach through an Identity.
+  b.output(node.output(0), b.op("Constant", {}, {attr("value", tensor)}));
+  return {};
+}
+
+// The dims a Reshape, Unsqueeze or Squeeze of a tensor of `dims` gives (ONNX's rules), or why it
+// can't be told; Transpose also gives its permutation.
+struct Layout {
+  std::vector<int64_t> dims;
+  std::vector<int64_t> perm;  // Transpose only
+};
+
+std::variant<Layout, std::string> layout_of(const onnx::NodeProto& node, const Scope& scope, const std::vector<int64_t>& dims) {
+  const std::string& op = node.op_type();
+  const auto rank = static_cast<int64_t>(dims.size());
+  // The int64 second input (Reshape's shape, the axes from opset 13), or the `axes` attribute before.
+  auto second = [&]() -> std::optional<std::vector<int64_t>> {
+    if (node.input_size() < 2 || node.input(1).empty()) {
+      if (const auto* axes = find_attribute(node, "axes")) return std::vector<int64_t>(axes->ints().begin(), axes->ints().end());
+      return std::nullopt;
+    }
+    auto values = scope.constant_values(node.input(1), kMaxElements);
+    if (!values || values->data_type != TensorProto::INT64) return std::vector<int64_t>{INT64_MIN};  // not a constant: declined
+    return values->integers;
+  };
+  auto normalized_axes = [&](std::vector<int64_t> axes, int64_t of_rank) -> std::optional<std::vector<int64_t>> {
+    for (int64_t& axis : axes) {
+      if (axis < -of_rank || axis >= of_rank) return std::nullopt;
+      if (axis < 0) axis += of_rank;
+    }
+    std::sort(axes.begin(), axes.end());
+    if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) return std::nullopt;
+    return axes;
+  };
+  Layout out;
+  if (op == "Transpose") {
+    out.perm = ints_attribute(node, "perm");
+    if (out.perm.empty()) {
+      for (int64_t i = rank; i-- > 0;) out.perm.push_back(i);
+    }
+    auto sorted = normalized_axes(out.perm, rank);
+    if (!sorted || static_cast<int64_t>(sorted->size()) != rank) return "perm is not a permutation of the axes";
+    for (int64_t axis : out.perm) out.dims.push_back(dims[static_cast<size_t>(axis)]);
+    return out;
+  }
+  const auto given = second();
+  if (given && given->size() == 1 && (*given)[0] == INT64_MIN) return fmt::format("'{}' is not an int64 constant", node.input(1));
+  if (op == "Reshape") {
+    if (!given) return "no shape";
+    const bool allow_zero = int_attribute(node, "allowzero", 0) != 0;
+    int64_t known = 1, inferred = -1;
+    for (size_t i = 0; i < given->size(); ++i) {
+      int64_t dim = (*given)[i];
+      if (dim == 0 && !allow_zero) {
+        if (i >= dims.size()) return "a 0 in the shape copies an axis the input doesn't have";
+        dim = dims[i];
+      }
+      if (dim == -1) {
+        if (inferred >= 0) return "the shape has two -1";
+        inferred = static_cast<int64_t>(i);
+      } else if (dim < 0) {
+        return fmt::format("the shape holds {}", dim);
+      } else {
+        known *= dim;
+      }
+      out.dims.push_back(dim);
+    }
+    const auto count = static_cast<int64_t>(element_count(dims));
+    if (inferred >= 0) {
+      if (known == 0 || count % known != 0) return "the -1 in the shape can't be inferred";
+      out.dims[static_cast<size_t>(inferred)] = count / known;
+    } else if (known != count) {
+      return "the shape holds another number of elements";
+    }
+    return out;
+  }
+  if (op == "Unsqueeze") {
+    if (!given) return "no axes";
+    const auto out_rank = rank + static_cast<int64_t>(given->size());
+    const auto axes = normalized_axes(*given, out_rank);
+    if (!axes) return "the axes are out of range or repeated";
+    auto next = dims.begin();
+    for (int64_t i = 0; i < out_rank; ++i) out.dims.push_back(std::binary_search(axes->begin(), axes->end(), i) ? 1 : *next++);
+    return out;
+  }
+  // Squeeze: the given axes, or every axis of size 1.
+  std::vector<int64_t> axes;
+  if (given && !given->empty()) {
+    const auto normalized = normalized_axes(*given, rank);
+    if (!normalized) return "the axes are out of range or repeated";
+    axes = *normalized;
+  } else {
+    for (int64_t i = 0; i < rank; ++i) {
+      if (dims[static_cast<size_t>(i)] == 1) axes.push_back(i);
+    }
+  }
+  for (int64_t i = 0; i < rank; ++i) {
+    const bool squeezed = std::binary_search(axes.begin(), axes.end(), i);
+    if (squeezed && dims[static_cast<size_t>(i)] != 1) return fmt::format("axis {} has size {}, not 1", i, dims[static_cast<size_t>(i)]);
+    if (!squeezed) out.dims.push_back(dims[static_cast<size_t>(i)]);
+  }
+  return out;
+}
+
+// Reshape, Unsqueeze, Squeeze and Transpose of a constant: the same elements in another shape
+// (Transpose: in another order), exactly, as a Constant of the input's element type.
+std::string fold_layout(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  const Scope& scope = *match.scope;
+  const std::string& data = node.input(0);
+  if (const auto* tensor = scope.constant_tensor(data); tensor && tensor->data_location() == TensorProto::EXTERNAL) {
+    return fmt::format("'{}' is stored as external data", data);
+  }
+  const auto values = scope.constant_values(data, kMaxElements);
+  if (!values) return fmt::format("'{}' is not a constant of at most {} elements", data, kMaxElements);
+  const int32_t type = values->data_type;
+  const bool exact_integers = type == TensorProto::INT64 || type == TensorProto::BOOL || (integer_range(type) && type != TensorProto::UINT64);
+  if (!is_float(type) && !exact_integers) return fmt::format("'{}' has element type {}", data, data_type_name(type));
+  if (auto why = copies_shared_input(node, scope, element_count(values->dims) * element_bytes(type)); !why.empty()) return why;
+  auto layout = layout_of(node, scope, values->dims);
+  if (auto* why = std::get_if<std::string>(&layout)) return *why;
+  const Layout& out = std::get<Layout>(layout);
+
+  // Element i of the result is element source(i) of the input.
+  const size_t count = element_count(out.dims);
+  auto source = [&](size_t flat) {
+    if (out.perm.empty()) return flat;
+    size_t index = 0;
+    for (size_t axis = out.dims.size(); axis-- > 0;) {
+      const auto size = static_cast<size_t>(out.dims[axis]);
+      const auto from = static_cast<size_t>(out.perm[axis]);
+      size_t stride = 1;
+      for (size_t k = from + 1; k < values->dims.size(); ++k) stride *= static_cast<size_t>(values->dims[k]);
+      index += (flat % size) * stride;
+      flat /= size;
+    }
+    return index;
+  };
+  TensorProto tensor;
+  if (type == TensorProto::INT64) {
+    std::vector<int64_t> integers(count);
+    for (size_t i = 0; i < count; ++i) integers[i] = values->integers[source(i)];
+    tensor = make_int64_tensor(out.dims, integers);
+  } else {
+    std::vector<double> numbers(count);
+    for (size_t i = 0; i < count; ++i) {
+      const size_t from = source(i);
+      numbers[i] = exact_integers ? static_cast<double>(values->integers[from]) : values->numbers[from];
+    }
+    if (type == TensorProto::BFLOAT16 && std::any_of(numbers.begin(), numbers.end(), [](double n) { return std::isnan(n); })) {
+      return "a bfloat16 NaN is not folded";
+    }
+    tensor = make_tensor(type, out.dims, numbers);
+  }
   b.output(node.output(0), b.op("Constant", {}, {attr("value", tensor)}));
   return {};
 }
@@ -262,6 +432,8 @@ void register_canonicalize_builders(BuilderRegistry& registry) {
   registry.add("canonicalize_fold_known_values",
                {.values = {"a", "y"}, .optional_values = {"b", "c", "d", "e", "f", "g", "h"}, .attributes = {}, .optional_attributes = {}},
                fold_known_values);
+  registry.add("canonicalize_fold_layout", {.values = {"c", "y"}, .optional_values = {"shape", "axes"}, .attributes = {}, .optional_attributes = {}},
+               fold_layout);
   registry.add("canonicalize_mean_of_two", {.values = {"a", "b", "y"}, .optional_values = {}, .attributes = {}, .optional_attributes = {}},
                mean_of_two);
   registry.add("canonicalize_fold", {.values = {"y"}, .optional_values = {"c", "like", "a", "b"}, .attributes = {}, .optional_attributes = {}}, fold);
