@@ -48,6 +48,12 @@ struct DeformConv {
   }
 };
 
+// The largest stride, dilation, padding, group count, kernel size or static dim decomposed: no
+// image comes near, and products of two stay far from overflowing.
+constexpr int64_t kLargestSize = int64_t{1} << 24;
+// The largest constant of tap positions written; beyond, they are computed at run time.
+constexpr int64_t kLargestTapConstant = int64_t{1} << 16;
+
 // Dimension `axis` of a value's static shape, or 0 when unknown.
 int64_t static_dim(const ShapeFacts& facts, size_t axis) { return std::max<int64_t>(facts.dim(axis), 0); }
 
@@ -172,7 +178,19 @@ std::string parse(const Match& match, DeformConv& conv) {
     if (pad < 0) return "negative padding";
   }
   if (conv.groups < 1 || conv.offset_groups < 1) return "groups and offset groups must be positive";
+  // Sizes no image has keep the arithmetic below from overflowing (a size times a stride).
+  for (int64_t size : {conv.stride[0], conv.stride[1], conv.dilation[0], conv.dilation[1], conv.pads[0], conv.pads[1],
+                       conv.pads[2], conv.pads[3], conv.groups, conv.offset_groups, conv.kernel_h, conv.kernel_w}) {
+    if (size > kLargestSize) return fmt::format("a stride, dilation, padding, group count or kernel size is {}, above {}", size, kLargestSize);
+  }
 
+  for (const auto& [name, facts] : {std::pair{"input", &input}, {"weight", &weight}, {"offset", &offset}}) {
+    for (size_t axis = 0; axis < 4; ++axis) {
+      if (static_dim(*facts, axis) > kLargestSize) {
+        return fmt::format("{} is {} along axis {}, above {}", name, static_dim(*facts, axis), axis, kLargestSize);
+      }
+    }
+  }
   if (const int64_t kh = static_dim(weight, 2), kw = static_dim(weight, 3); kh && kw) {
     if (conv.kernel_h && (conv.kernel_h != kh || conv.kernel_w != kw)) {
       return fmt::format("kernel_shape [{}, {}] differs from the weight's [{}, {}]", conv.kernel_h, conv.kernel_w, kh, kw);
@@ -343,7 +361,9 @@ Value taps(GraphBuilder& b, Spatial& spatial, const DeformConv& conv, int axis, 
   dims.insert(dims.end(), ones, 1);
   if (component >= 0) dims.push_back(2);
   std::vector<double> numbers;
-  if (spatial.known()) {
+  // Computed at run time where a constant of every position would be large (a huge padding).
+  const int64_t elements = spatial.out(axis) * conv.kernel(axis) * (component < 0 ? 1 : 2);
+  if (spatial.known() && elements <= kLargestTapConstant) {
     for (int64_t o = 0; o < spatial.out(axis); ++o) {
       for (int64_t i = 0; i < conv.kernel(axis); ++i) {
         spread(static_cast<double>(o * conv.stride[axis] - conv.pads[axis] + i * conv.dilation[axis]), numbers);

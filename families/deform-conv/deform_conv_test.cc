@@ -645,6 +645,28 @@ TEST(DeformConvDeclines, MmcvBiasFlagAndAmbiguousPadding) {
       << ambiguous.explanation;
 }
 
+// A padding no image has (a fuzzed model once asked for 4 GiB of tap positions) is declined with
+// its reason; a large but possible one has its tap positions computed at run time, not written out.
+TEST(DeformConvDeclines, SizesNoImageHasAndLargePaddings) {
+  const auto node = [](int64_t pad) {
+    return fmt::format("y = custom.deform_conv2d <stride_h = 1, stride_w = 1, pad_h = {0}, pad_w = {0}> (input, weight, offset)", pad);
+  };
+  const Explained absurd = rewrite_explained(with_node("\"\": 17, \"custom\": 1", "float[1, 2, 6, 6] input, float[2, 2, 3, 3] weight, float[1, 18, N, M] offset",
+                                                       node(668966911)),
+                                             "deform_conv2d");
+  EXPECT_EQ(absurd.ops.count("custom.deform_conv2d"), 1u);
+  EXPECT_NE(absurd.explanation.find("is 668966911, above 16777216"), std::string::npos) << absurd.explanation;
+
+  RewriteOptions options;
+  const Rewritten large = rewrite_text(with_node("\"\": 17, \"custom\": 1", "float[1, 2, 6, 6] input, float[2, 2, 3, 3] weight, float[1, 18, N, M] offset",
+                                                 node(20000)),
+                                       builtin_rules(), options);
+  const auto counts = count_ops(large.model);
+  EXPECT_EQ(op_count(counts, {"custom", "deform_conv2d"}), 0);
+  EXPECT_GE(op_count(counts, {"", "Range"}), 1);  // the 40004 x 3 positions of each axis, computed
+  EXPECT_LT(large.bytes.size(), 64u * 1024);
+}
+
 TEST(DeformConvDeclines, DeformConvIsLoweredOnlyBelowOpset19AndFrom11) {
   const std::string text = with_node("\"\": 19", kInputs, "y = DeformConv (input, weight, offset, , mask)");
   EXPECT_EQ(rewrite_explained(text, "DeformConv").ops, std::multiset<std::string>{"DeformConv"});
