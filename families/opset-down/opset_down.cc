@@ -328,12 +328,14 @@ std::string resize_with_empty_inputs(const Match& match, GraphBuilder& b) {
 }
 
 // Trilu-14 with its last two dims static: Where (mask, x, 0), the mask a constant of them, or for
-// a k known only at run time the comparison of a constant j - i with k (no NaN in int64).
+// a k known only at run time the comparison of a constant j - i with k (no NaN in int64). A
+// large mask compares j - i computed from Range instead.
 std::string trilu_as_mask(const Match& match, GraphBuilder& b) {
   const auto dims = match.facts("x").static_dims();
   if (!dims || dims->size() < 2) return "the input's rank is unknown";
   const int64_t rows = (*dims)[dims->size() - 2], columns = dims->back();
   if (rows < 0 || columns < 0) return "the last two dims are not static";
+  if (rows > INT32_MAX || columns > INT32_MAX) return fmt::format("a {}x{} matrix is larger than any mask", rows, columns);
   const int32_t type = element_type(match, {"x"});
   if (type == onnx::TensorProto::UNDEFINED) return "the element type is unknown";
   const bool upper = match.attribute_int("upper", 1) != 0;
@@ -342,16 +344,34 @@ std::string trilu_as_mask(const Match& match, GraphBuilder& b) {
     auto value = match.constant("k");
     k = value && value->integers.size() == 1 ? std::optional(value->integers[0]) : std::nullopt;
   }
-  std::vector<double> above;  // j - i, or whether the element is kept
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < columns; ++j) above.push_back(!k ? j - i : upper ? j - i >= *k : j - i <= *k);
-  }
+  // Masks up to 64 Ki elements are written out; larger ones (a long causal mask) are computed, from
+  // Range (opset 11), so that the model doesn't grow by them.
+  constexpr int64_t kLargestConstantMask = int64_t{1} << 16;
+  const bool computed = columns != 0 && rows > kLargestConstantMask / columns;
   Value mask;
-  if (k) {
-    mask = b.constant(make_tensor(onnx::TensorProto::BOOL, {rows, columns}, above));
+  if (computed) {
+    if (b.opset() < 11) return fmt::format("a {}x{} mask is too large to write out, and Range needs opset 11", rows, columns);
+    auto positions = [&](int64_t count, int64_t axis) {
+      const Value range = b.op("Range", {b.scalar(0, onnx::TensorProto::INT64), b.scalar(static_cast<double>(count), onnx::TensorProto::INT64),
+                                         b.scalar(1, onnx::TensorProto::INT64)});
+      return b.Unsqueeze(range, {axis});
+    };
+    const Value j = positions(columns, 0);
+    const Value i = positions(rows, 1);
+    const Value diagonal = b.op("Sub", {j, i});  // j - i, [rows, columns]
+    const Value limit = k ? b.scalar(static_cast<double>(*k), onnx::TensorProto::INT64) : value_of(match, "k");
+    mask = b.op("Not", {b.op(upper ? "Less" : "Greater", {diagonal, limit})});
   } else {
-    const Value diagonal = b.constant(make_tensor(onnx::TensorProto::INT64, {rows, columns}, above));
-    mask = b.op("Not", {b.op(upper ? "Less" : "Greater", {diagonal, value_of(match, "k")})});
+    std::vector<double> above;  // j - i, or whether the element is kept
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < columns; ++j) above.push_back(!k ? j - i : upper ? j - i >= *k : j - i <= *k);
+    }
+    if (k) {
+      mask = b.constant(make_tensor(onnx::TensorProto::BOOL, {rows, columns}, above));
+    } else {
+      const Value diagonal = b.constant(make_tensor(onnx::TensorProto::INT64, {rows, columns}, above));
+      mask = b.op("Not", {b.op(upper ? "Less" : "Greater", {diagonal, value_of(match, "k")})});
+    }
   }
   b.output(match.value("y"), b.Where(mask, Value{match.value("x")}, b.scalar(0, type)));
   return {};

@@ -232,6 +232,13 @@ const std::vector<Written> kWritten = {
         q = Squeeze (f)
         z = Reshape <allowzero = 0> (q, shape)
       })", {}},
+    // 400 x 300 is larger than the masks written out: j - i is computed from Range.
+    {"trilu-14-lowering (a large mask)", 13, R"(
+      <ir_version: 8, opset_import: ["": 14]>
+      g (float[2, 400, 300] x) => (float[2, 400, 300] u, float[2, 400, 300] l) <int64 k = {-7}> {
+        u = Trilu (x)
+        l = Trilu <upper = 0> (x, k)
+      })", {}},
     {"reduce-axes-input-18-lowering (empty axes)", 13, R"(
       <ir_version: 8, opset_import: ["": 18]>
       g (float[2, 3, 4] x) => (float[1, 1, 1] y, float[2, 3, 4] z) <int64[0] none = {}> {
