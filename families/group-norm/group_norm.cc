@@ -35,6 +35,7 @@ enum class Affine { kPerChannel, kPerGroup };
 
 constexpr int32_t kUnknownType = 0;  // onnx::TensorProto::UNDEFINED
 constexpr int kCastLikeOpset = 15;
+constexpr int64_t kLargestGroupCount = int64_t{1} << 20;
 
 struct Groups {
   std::optional<int64_t> count;  // known when the rule is applied
@@ -52,11 +53,14 @@ std::variant<std::optional<int64_t>, std::string> known_group_count(const Match&
     if (constant->numbers.size() != 1) return fmt::format("num_groups has {} elements, not one", constant->numbers.size());
     const double number = constant->numbers.front();
     if (number != std::floor(number)) return fmt::format("num_groups is {}, not a whole number", number);
+    if (!(std::fabs(number) <= kLargestGroupCount)) return fmt::format("num_groups is {}, above {}", number, kLargestGroupCount);
     count = static_cast<int64_t>(number);
   } else {
     return std::nullopt;
   }
   if (*count < 1) return fmt::format("num_groups is {}", *count);
+  // The decomposition writes [G] constants: a count no normalization has would fill memory.
+  if (*count > kLargestGroupCount) return fmt::format("num_groups is {}, above {}", *count, kLargestGroupCount);
   const int64_t channels = match.facts("x").dim(1);  // -1: unknown
   if (channels > 0 && channels % *count != 0) return fmt::format("{} channels don't split into {} groups", channels, *count);
   return count;

@@ -220,10 +220,12 @@ TEST(MyGroupNormSanity, ReferenceNoticesAWrongEpsilon) {
 }
 
 // What the decomposition can't do, it declines with a reason: the node stays, the check fails.
-TEST(MyGroupNormSanity, DeclinesGroupsThatDontDivideTheChannels) {
+TEST(MyGroupNormSanity, DeclinesGroupCountsItCantDecompose) {
   TempDir dir;
   for (const auto& [groups, reason] : {std::pair{"4.0", "6 channels don't split into 4 groups"},
-                                       std::pair{"2.5", "num_groups is 2.5, not a whole number"}}) {
+                                       std::pair{"2.5", "num_groups is 2.5, not a whole number"},
+                                       std::pair{"1e30", "e+30, above 1048576"},
+                                       std::pair{"2000000", "num_groups is 2000000, above 1048576"}}) {
     const auto input = write_model_text(fmt::format(R"(
       <ir_version: 8, opset_import: ["": 17, "mydomain": 1]>
       g (float[2, 6, 4] x) => (float[2, 6, 4] y) <float[1] num_groups = {{{}}}, float[6] scale = {{1, 1, 1, 1, 1, 1}},
