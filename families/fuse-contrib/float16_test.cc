@@ -122,10 +122,11 @@ std::string layer_norm(int opset, const std::string& x) {
          "  ns = Mul (n, gamma)\n  y = Add (ns, beta)";
 }
 
-std::string rms_norm(int opset) {
-  return "  two = Constant <value = float {2.0}> ()\n  p = Pow (x, two)\n" + mean_last(opset, "v", "p") +
-         "  eps = Constant <value = float {1e-6}> ()\n  ve = Add (v, eps)\n  sd = Sqrt (ve)\n  n = Div (x, sd)\n"
-         "  y = Mul (n, gamma)";
+std::string rms_norm(int opset, const std::string& x = "x") {
+  return fmt::format("  two = Constant <value = float {{2.0}}> ()\n  p = Pow ({}, two)\n", x) + mean_last(opset, "v", "p") +
+         fmt::format("  eps = Constant <value = float {{1e-6}}> ()\n  ve = Add (v, eps)\n  sd = Sqrt (ve)\n  n = Div ({}, sd)\n"
+                     "  y = Mul (n, gamma)",
+                     x);
 }
 
 std::string gelu_erf(const std::string& x) {
@@ -140,19 +141,22 @@ std::string gelu_erf(const std::string& x) {
                      x);
 }
 
-const char* kGeluTanh = R"(  three = Constant <value = float {3.0}> ()
-  c = Pow (x, three)
-  k_cubic = Constant <value = float {0.044715}> ()
+std::string gelu_tanh(const std::string& x) {
+  return fmt::format(R"(  three = Constant <value = float {{3.0}}> ()
+  c = Pow ({0}, three)
+  k_cubic = Constant <value = float {{0.044715}}> ()
   cm = Mul (c, k_cubic)
-  i = Add (x, cm)
-  k = Constant <value = float {0.7978845608}> ()
+  i = Add ({0}, cm)
+  k = Constant <value = float {{0.7978845608}}> ()
   s = Mul (i, k)
   t = Tanh (s)
-  one = Constant <value = float {1.0}> ()
+  one = Constant <value = float {{1.0}}> ()
   a = Add (t, one)
-  m = Mul (x, a)
-  half = Constant <value = float {0.5}> ()
-  y = Mul (m, half))";
+  m = Mul ({0}, a)
+  half = Constant <value = float {{0.5}}> ()
+  y = Mul (m, half))",
+                     x);
+}
 
 const char* kQuickGelu = R"(  k = Constant <value = float {1.702}> ()
   t = Mul (x, k)
@@ -170,13 +174,16 @@ std::vector<HalfCase> half_cases() {
       {"ResidualLayerNorm", kHalf, "ort", 17, ", float[N, 5, 16] r", residual, "com.microsoft", "SkipLayerNormalization"},
       {"RMSNorm", kHalf, "ort", 17, "", rms_norm(17), "", "SimplifiedLayerNormalization"},  // ORT's, in the default domain
       {"GeluErf", kHalf, "ort", 17, "", gelu_erf("x"), "com.microsoft", "Gelu"},
-      {"GeluTanh", kHalf, "ort", 17, "", kGeluTanh, "com.microsoft", "FastGelu"},
+      {"GeluTanh", kHalf, "ort", 17, "", gelu_tanh("x"), "com.microsoft", "FastGelu"},
       {"BiasGelu", kHalf, "ort", 17, "", "  xb = Add (x, beta)\n" + gelu_erf("xb"), "com.microsoft", "BiasGelu"},
       {"QuickGelu", kHalf, "ort", 17, "", kQuickGelu, "com.microsoft", "QuickGelu"},
+      {"BiasGeluTanh", kHalf, "ort", 17, "", "  xb = Add (x, beta)\n" + gelu_tanh("xb"), "com.microsoft", "FastGelu"},
+      {"ResidualRMSNorm", kHalf, "ort", 17, ", float[N, 5, 16] r", "  xr = Add (x, r)\n" + rms_norm(17, "xr"), "com.microsoft",
+       "SkipSimplifiedLayerNormalization"},
       {"LayerNorm_fuse", kHalf, "onnx", 17, "", layer_norm(17, "x"), "", "LayerNormalization"},
       {"RMSNorm_fuse", kHalf, "onnx", 23, "", rms_norm(23), "", "RMSNormalization"},
       {"GeluErf_fuse", kHalf, "onnx", 20, "", gelu_erf("x"), "", "Gelu"},
-      {"GeluTanh_fuse", kHalf, "onnx", 20, "", kGeluTanh, "", "Gelu"},
+      {"GeluTanh_fuse", kHalf, "onnx", 20, "", gelu_tanh("x"), "", "Gelu"},
       {"LayerNorm_bfloat16", kBfloat, "ort", 17, "", layer_norm(17, "x"), "", "LayerNormalization"},
       {"LayerNorm_opset13_bfloat16", kBfloat, "ort", 13, "", layer_norm(13, "x"), "", "LayerNormalization"},
       {"ResidualLayerNorm_bfloat16", kBfloat, "ort", 17, ", float[N, 5, 16] r", residual, "com.microsoft", "SkipLayerNormalization"},
