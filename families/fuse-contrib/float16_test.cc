@@ -20,24 +20,6 @@ namespace {
 
 using namespace testing;
 
-// The tensors of a model (initializers and Constant values) of one element type, converted to another.
-void convert_tensors(onnx::ModelProto& model, int32_t from, int32_t to) {
-  auto convert = [&](onnx::TensorProto& tensor) {
-    if (tensor.data_type() != from) return;
-    const auto values = decode_tensor(tensor);
-    const std::string name = tensor.name();
-    tensor = make_tensor(to, values->dims, values->numbers);
-    tensor.set_name(name);
-  };
-  auto& graph = *model.mutable_graph();
-  for (auto& tensor : *graph.mutable_initializer()) convert(tensor);
-  for (auto& node : *graph.mutable_node()) {
-    for (auto& attribute : *node.mutable_attribute()) {
-      if (attribute.has_t()) convert(*attribute.mutable_t());
-    }
-  }
-}
-
 onnx::NodeProto cast(const std::string& input, const std::string& output, int32_t to) {
   onnx::NodeProto node;
   node.set_op_type("Cast");
@@ -77,13 +59,6 @@ onnx::ModelProto with_float_interface(onnx::ModelProto model, int32_t type, bool
   graph.clear_node();
   for (auto& node : nodes) *graph.add_node() = std::move(node);
   return model;
-}
-
-// The model's graph inputs and outputs declared as `type`.
-void declare_interface(onnx::ModelProto& model, int32_t type) {
-  for (auto* infos : {model.mutable_graph()->mutable_input(), model.mutable_graph()->mutable_output()}) {
-    for (auto& info : *infos) info.mutable_type()->mutable_tensor_type()->set_elem_type(type);
-  }
 }
 
 struct HalfCase {

@@ -322,24 +322,33 @@ google::protobuf::Value parse_json(const std::string& text) {
   return value;
 }
 
-onnx::ModelProto as_float16(onnx::ModelProto model) {
-  auto convert = [](onnx::TensorProto& tensor) {
-    if (tensor.data_type() != onnx::TensorProto::FLOAT) return;
+void convert_tensors(onnx::ModelProto& model, int32_t from, int32_t to) {
+  auto convert = [&](onnx::TensorProto& tensor) {
+    if (tensor.data_type() != from) return;
     const auto values = decode_tensor(tensor);
     const std::string name = tensor.name();
-    tensor = make_tensor(onnx::TensorProto::FLOAT16, values->dims, values->numbers);
+    tensor = make_tensor(to, values->dims, values->numbers);
     tensor.set_name(name);
   };
   auto& graph = *model.mutable_graph();
-  for (auto* infos : {graph.mutable_input(), graph.mutable_output()}) {
-    for (auto& info : *infos) info.mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT16);
-  }
   for (auto& tensor : *graph.mutable_initializer()) convert(tensor);
   for (auto& node : *graph.mutable_node()) {
     for (auto& attribute : *node.mutable_attribute()) {
       if (attribute.has_t()) convert(*attribute.mutable_t());
     }
   }
+}
+
+void declare_interface(onnx::ModelProto& model, int32_t type) {
+  auto& graph = *model.mutable_graph();
+  for (auto* infos : {graph.mutable_input(), graph.mutable_output()}) {
+    for (auto& info : *infos) info.mutable_type()->mutable_tensor_type()->set_elem_type(type);
+  }
+}
+
+onnx::ModelProto as_float16(onnx::ModelProto model) {
+  declare_interface(model, onnx::TensorProto::FLOAT16);
+  convert_tensors(model, onnx::TensorProto::FLOAT, onnx::TensorProto::FLOAT16);
   return model;
 }
 

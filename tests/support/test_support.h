@@ -71,6 +71,10 @@ g (float[2, 3] x, float[2, 3] y) => (float[2, 3] z) {
   z = Relu (t)
 })";
 
+// The model's initializers and Constant values of element type `from`, converted to `to`.
+void convert_tensors(onnx::ModelProto& model, int32_t from, int32_t to);
+// The model's graph inputs and outputs declared as `type`.
+void declare_interface(onnx::ModelProto& model, int32_t type);
 // The same model in float16 (ONNX text has no float16 literals): inputs, outputs, initializers
 // and Constant nodes.
 onnx::ModelProto as_float16(onnx::ModelProto model);
