@@ -12,13 +12,15 @@
 
 #include <fmt/format.h>
 
+#include "graph/flat_map.h"
 #include "graph/walk.h"
 #include "onnx_rewrite/opset.h"
 
 namespace onnx_rewrite {
 namespace {
 
-using Names = std::unordered_set<std::string_view>;
+// Flat tables: a check reads every name of a graph of a million nodes, once per round.
+using Names = FlatMap<std::string_view, bool>;
 
 // `ordered`: each value must be defined before the node reading it (what the engine writes);
 // otherwise the nodes may come in any order (what ONNX Runtime accepts) but must form no cycle.
@@ -53,10 +55,15 @@ class Verifier {
     if (!problem_) problem_ = place.text() + ": " + what;
   }
 
-  bool visible(std::string_view name) const { return visible_.count(name) != 0; }
+  bool visible(std::string_view name) const {
+    const int* count = visible_.find(name);
+    return count && *count > 0;
+  }
 
   void define(Frame& frame, std::string_view name) {
-    if (frame.local.insert(name).second) ++visible_[name];
+    bool& defined = frame.local[name];
+    if (!defined) ++visible_[name];
+    defined = true;
   }
 
   void open(std::deque<Frame>& stack, Place place, const NodeList* nodes, const onnx::GraphProto* graph,
@@ -81,7 +88,7 @@ class Verifier {
   void define_outputs(Frame& frame, const onnx::NodeProto& node) {
     for (const auto& output : node.output()) {
       if (output.empty()) continue;
-      if (frame.local.count(output)) fail(frame.place, fmt::format("'{}' is computed twice (node '{}')", output, describe_node(node)));
+      if (frame.local.contains(output)) fail(frame.place, fmt::format("'{}' is computed twice (node '{}')", output, describe_node(node)));
       else define(frame, output);
     }
   }
@@ -94,16 +101,14 @@ class Verifier {
       }
     } else {
       for (const auto& output : frame.function->output()) {
-        if (!frame.local.count(output)) fail(frame.place, fmt::format("output '{}' is computed by nothing", output));
+        if (!frame.local.contains(output)) fail(frame.place, fmt::format("output '{}' is computed by nothing", output));
       }
     }
     if (!ordered_ && !problem_) find_cycle(*frame.nodes, frame.place);
     if (stack.size() == 1) {
-      visible_.clear();  // nothing encloses this graph: all that is visible is its own
+      visible_ = {};  // nothing encloses this graph: all that is visible is its own
     } else {
-      for (const auto name : frame.local) {
-        if (--visible_[name] == 0) visible_.erase(name);
-      }
+      frame.local.for_each([&](std::string_view name, bool) { --visible_[name]; });  // 0: not visible
     }
     stack.pop_back();
   }
@@ -141,10 +146,11 @@ class Verifier {
 
   // Kahn's algorithm over the values the nodes of one graph pass each other (subgraph reads included).
   void find_cycle(const NodeList& list, const Place& place) {
-    std::unordered_map<std::string_view, int> producer;
+    FlatMap<std::string_view, int> producer;  // 1 + the index of the node
+    producer.reserve(static_cast<size_t>(list.size()));
     for (int i = 0; i < list.size(); ++i) {
       for (const auto& output : list.Get(i).output()) {
-        if (!output.empty()) producer[output] = i;
+        if (!output.empty()) producer[output] = i + 1;
       }
     }
     std::vector<std::vector<int>> consumers(static_cast<size_t>(list.size()));
@@ -153,9 +159,9 @@ class Verifier {
       std::vector<std::string_view> reads(list.Get(i).input().begin(), list.Get(i).input().end());
       for (const auto name : implicit_inputs(list.Get(i), &free_names_)) reads.push_back(name);
       for (const auto name : reads) {
-        auto it = producer.find(name);
-        if (it == producer.end()) continue;
-        consumers[static_cast<size_t>(it->second)].push_back(i);
+        const int* at = producer.find(name);
+        if (!at) continue;
+        consumers[static_cast<size_t>(*at - 1)].push_back(i);
         ++waiting[static_cast<size_t>(i)];
       }
     }
@@ -183,7 +189,7 @@ class Verifier {
 
   bool ordered_;
   FreeNameCache free_names_;
-  std::unordered_map<std::string_view, int> visible_;  // names visible from the graph being read
+  FlatMap<std::string_view, int> visible_;  // names visible from the graph being read: count > 0
   std::optional<std::string> problem_;
 };
 
