@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # graphviz: `rewrite --html` draws with dot. The test suite also renders that page in Chromium.
-packages=(cmake make g++ libonnx-dev libprotobuf-dev libcli11-dev libfmt-dev libgtest-dev ca-certificates dpkg-dev graphviz)
+packages=(cmake make g++ libonnx-dev libprotobuf-dev libcli11-dev libfmt-dev libmimalloc-dev libgtest-dev ca-certificates dpkg-dev graphviz)
 [ "${ONNX_REWRITE_TESTS:-0}" = 1 ] && packages+=(chromium)
 node_ok() { command -v node >/dev/null && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 18 ]; }
 node_ok && command -v npm >/dev/null || packages+=(nodejs npm)

@@ -33,7 +33,10 @@ else
   [ -f "$deb" ] || { echo "no $deb"; ls "$work/packages"; exit 1; }
   depends=$(dpkg-deb -f "$deb" Depends)
   echo "Depends: $depends"
-  for library in libprotobuf libfmt libonnx libc6 libstdc++6; do
+  libraries=(libprotobuf libfmt libonnx libc6 libstdc++6)
+  # The allocator the tool links, where it links one (not in sanitizer builds).
+  ldd "$build_dir/onnx-rewrite" | grep -q libmimalloc && libraries+=(libmimalloc)
+  for library in "${libraries[@]}"; do
     grep -q "$library" <<<"$depends" || { echo "Depends lacks $library"; exit 1; }
   done
   dpkg-deb -x "$deb" "$work/root"
