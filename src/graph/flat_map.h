@@ -25,7 +25,11 @@ class FlatMap {
   }
 
   // The value for `key`, default-constructed on first use. Valid until the next insertion.
-  Value& operator[](const Key& key) {
+  Value& operator[](const Key& key) { return entries_[index_of(key)].value; }
+
+  // Where `key`'s entry is (added, default-constructed, if new). Entries stay in the order they
+  // were added: an index outlives insertions, which a reference does not.
+  uint32_t index_of(const Key& key) {
     if ((entries_.size() + 1) * 2 > slots_.size()) rehash(slots_.empty() ? 16 : slots_.size() * 2);
     const uint32_t tag = tag_of(key);
     const size_t mask = slots_.size() - 1;
@@ -33,11 +37,13 @@ class FlatMap {
       Slot& slot = slots_[i];
       if (slot.entry == kEmpty) {
         slot = Slot{tag, static_cast<uint32_t>(entries_.size())};
-        return entries_.emplace_back(Entry{key, Value()}).value;
+        entries_.push_back(Entry{key, Value()});
+        return slot.entry;
       }
-      if (slot.tag == tag && entries_[slot.entry].key == key) return entries_[slot.entry].value;
+      if (slot.tag == tag && entries_[slot.entry].key == key) return slot.entry;
     }
   }
+  Value& at(uint32_t entry) { return entries_[entry].value; }
 
   const Value* find(const Key& key) const {
     if (slots_.empty()) return nullptr;

@@ -142,7 +142,14 @@ void Scope::Index::build(const Scope& scope) {
       for (const auto name : implicit_inputs(node, free_name_cache.get())) visit(name, Use{&node, -1});
     }
   };
-  for_each_use([&](std::string_view name, const Use&) { ++use_ranges[name].count; });
+  // Each use's value is looked up once: where its range is, in use order, for the second pass.
+  std::vector<uint32_t> range_of_use;
+  range_of_use.reserve(count * 2);
+  for_each_use([&](std::string_view name, const Use&) {
+    const uint32_t range = use_ranges.index_of(name);
+    ++use_ranges.at(range).count;
+    range_of_use.push_back(range);
+  });
   uint32_t next = 0;
   use_ranges.for_each([&](std::string_view, UseRange& range) {
     range.begin = next;
@@ -150,8 +157,9 @@ void Scope::Index::build(const Scope& scope) {
     range.count = 0;
   });
   uses.resize(next);
-  for_each_use([&](std::string_view name, const Use& use) {
-    UseRange& range = use_ranges[name];
+  size_t at = 0;
+  for_each_use([&](std::string_view, const Use& use) {
+    UseRange& range = use_ranges.at(range_of_use[at++]);
     uses[range.begin + range.count++] = use;
   });
 
