@@ -18,16 +18,17 @@
 namespace onnx_rewrite {
 
 struct Dim {
-  std::optional<int64_t> number;  // a size, or an element of a shape being computed (may be -1)
-  std::string symbol;             // else the size's name, or empty when nothing is known
+  std::optional<int64_t> number;        // a size, or an element of a shape being computed (may be -1)
+  const std::string* symbol = nullptr;  // else the size's name, or null when nothing is known
 
-  static Dim of(int64_t n) { return {n, {}}; }
-  static Dim named(std::string name) { return {std::nullopt, std::move(name)}; }
+  static Dim of(int64_t n) { return {n, nullptr}; }
+  // `name` is kept by the scope's shape inference, as long as the facts holding the dim.
+  static Dim named(const std::string* name) { return {std::nullopt, name}; }
   bool known() const { return number.has_value(); }
-  std::string text() const { return known() ? std::to_string(*number) : symbol.empty() ? "?" : symbol; }
+  std::string text() const { return known() ? std::to_string(*number) : symbol ? *symbol : "?"; }
   // Provably the same size.
   friend bool operator==(const Dim& a, const Dim& b) {
-    return a.known() || b.known() ? a.number == b.number : !a.symbol.empty() && a.symbol == b.symbol;
+    return a.known() || b.known() ? a.number == b.number : a.symbol && b.symbol && (a.symbol == b.symbol || *a.symbol == *b.symbol);
   }
 };
 

@@ -121,6 +121,7 @@ void NameRegistry::collect() {
   });
   std::sort(existing_.begin(), existing_.end());
   existing_.erase(std::unique(existing_.begin(), existing_.end()), existing_.end());
+  existing_.shrink_to_fit();  // each value was counted once per use: the unique hashes are about half
   // Hashes are spread evenly: where each run of equal top bits starts, about one hash per run.
   while ((size_t{1} << top_bits_) < existing_.size() && top_bits_ < 32) ++top_bits_;
   run_starts_.assign((size_t{1} << top_bits_) + 1, 0);

@@ -36,6 +36,14 @@ class ShapeInference::Worker {
   // What is known about `value`, working back through its producers as far as needed.
   const ShapeFacts& operator()(std::string_view value) {
     if (const ShapeFacts* known = cached(value)) return *known;
+    // Most queries come in node order, the producer's inputs known already: no walk back.
+    if (const auto* produced = scope_.producer(value)) {
+      const auto& inputs = produced->node->input();
+      if (std::all_of(inputs.begin(), inputs.end(), [&](const std::string& input) { return input.empty() || cached(input); })) {
+        visit(*produced->node);
+        return *cached(value);
+      }
+    }
     std::vector<std::string_view> pending{value};  // the caller's name, then names the protos own
     std::unordered_set<const onnx::NodeProto*> waiting;  // nodes whose inputs are being worked out
     while (!pending.empty()) {
@@ -104,7 +112,7 @@ class ShapeInference::Worker {
       for (int axis = 0; axis < shape.dim_size(); ++axis) {
         const auto& dim = shape.dim(axis);
         if (dim.has_dim_value()) dims.push_back(Dim::of(dim.dim_value()));
-        else if (!dim.dim_param().empty()) dims.push_back(Dim::named(dim.dim_param()));
+        else if (!dim.dim_param().empty()) dims.push_back(Dim::named(symbol(dim.dim_param())));
         else dims.push_back(fresh(value, static_cast<size_t>(axis)));
       }
       facts.shape = std::move(dims);
@@ -128,18 +136,26 @@ class ShapeInference::Worker {
     return type == onnx::TensorProto::INT64 || type == onnx::TensorProto::INT32;
   }
 
-  static Dims numeric(const std::vector<int64_t>& dims, std::string_view value) {
+  Dims numeric(const std::vector<int64_t>& dims, std::string_view value) const {
     Dims out;
     for (size_t axis = 0; axis < dims.size(); ++axis) {
-      out.push_back(dims[axis] >= 0 ? Dim::of(dims[axis]) : Dim::named(fmt::format("{}#{}", value, axis)));
+      out.push_back(dims[axis] >= 0 ? Dim::of(dims[axis]) : fresh(value, axis));
     }
     return out;
   }
 
-  static Dim fresh(std::string_view value, size_t axis) { return Dim::named(fmt::format("{}#{}", value, axis)); }
+  Dim fresh(std::string_view value, size_t axis) const { return Dim::named(symbol(fmt::format("{}#{}", value, axis))); }
+
+  // Symbols are kept once each, for the scope's lifetime: a dim is a number and a pointer.
+  const std::string* symbol(std::string_view name) const {
+    if (const std::string* const* known = symbols_.find(name)) return *known;
+    const std::string& kept = symbol_names_.emplace_back(name);
+    symbols_[kept] = &kept;
+    return &kept;
+  }
 
   // Numpy broadcasting; a size that can't be decided becomes a symbol of the result.
-  static std::optional<Dims> broadcast(const std::vector<const ShapeFacts*>& operands, const std::string& out) {
+  std::optional<Dims> broadcast(const std::vector<const ShapeFacts*>& operands, const std::string& out) {
     size_t rank = 0;
     for (const ShapeFacts* operand : operands) {
       if (!operand->shape) return std::nullopt;
@@ -423,7 +439,7 @@ class ShapeInference::Worker {
     return true;
   }
 
-  static Dims fresh_dims(size_t rank, const std::string& out) {
+  Dims fresh_dims(size_t rank, const std::string& out) const {
     Dims dims;
     for (size_t axis = 0; axis < rank; ++axis) dims.push_back(fresh(out, axis));
     return dims;
@@ -450,7 +466,7 @@ class ShapeInference::Worker {
     result.shape = std::move(dims);
   }
 
-  static void infer_gemm(const onnx::NodeProto& node, const ShapeFacts& a, const ShapeFacts& b, const std::string& out,
+  void infer_gemm(const onnx::NodeProto& node, const ShapeFacts& a, const ShapeFacts& b, const std::string& out,
                          ShapeFacts& result) {
     result.elem_type = a.elem_type;
     Dims dims{fresh(out, 0), fresh(out, 1)};
@@ -461,7 +477,7 @@ class ShapeInference::Worker {
 
   // Mean / inverse standard deviation outputs of a normalization over the axes from `axis` on:
   // the input's shape with those axes 1, in float (double for double input).
-  static void infer_statistics(const onnx::NodeProto& node, const ShapeFacts& x, int64_t axis,
+  void infer_statistics(const onnx::NodeProto& node, const ShapeFacts& x, int64_t axis,
                                std::vector<ShapeFacts>& outputs) {
     for (size_t i = 1; i < outputs.size() && i < 3; ++i) {
       ShapeFacts& statistics = outputs[i];
@@ -564,7 +580,7 @@ class ShapeInference::Worker {
     outputs[1].shape = Dims{Dim::of(2), batch, heads ? Dim::of(*heads) : fresh(node.output(1), 2), total, head_size};
   }
 
-  static void infer_matmul(const ShapeFacts& a, const ShapeFacts& b, const std::string& out, ShapeFacts& result) {
+  void infer_matmul(const ShapeFacts& a, const ShapeFacts& b, const std::string& out, ShapeFacts& result) {
     result.elem_type = a.elem_type;
     if (!a.shape || !b.shape || a.shape->empty() || b.shape->empty()) return;
     Dims left = *a.shape, right = *b.shape;
@@ -580,7 +596,7 @@ class ShapeInference::Worker {
     result.shape = std::move(dims);
   }
 
-  static void infer_gather(const onnx::NodeProto& node, const ShapeFacts& data, const ShapeFacts& indices, ShapeFacts& result) {
+  void infer_gather(const onnx::NodeProto& node, const ShapeFacts& data, const ShapeFacts& indices, ShapeFacts& result) {
     result.elem_type = data.elem_type;
     if (!data.shape || !indices.shape || data.shape->empty()) return;
     const auto rank = static_cast<int64_t>(data.shape->size());
@@ -670,7 +686,7 @@ class ShapeInference::Worker {
     }
   }
 
-  static void infer_reshape(const onnx::NodeProto& node, const ShapeFacts& data, const ShapeFacts& shape, const std::string& out,
+  void infer_reshape(const onnx::NodeProto& node, const ShapeFacts& data, const ShapeFacts& shape, const std::string& out,
                             ShapeFacts& result) {
     result.elem_type = data.elem_type;
     if (!shape.values) {
@@ -803,6 +819,8 @@ class ShapeInference::Worker {
   FlatMap<std::string_view, size_t> entries_;  // value -> 1 + its index in facts_
   std::deque<ShapeFacts> facts_;
   std::deque<std::string> owned_names_;  // values asked for that no node of the scope computes
+  mutable std::deque<std::string> symbol_names_;
+  mutable FlatMap<std::string_view, const std::string*> symbols_;  // keys view symbol_names_
   FlatMap<std::string_view, const onnx::ValueInfoProto*> inputs_;  // graph inputs, with dim_params
 };
 
