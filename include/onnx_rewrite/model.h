@@ -28,6 +28,9 @@ class SourceBytes {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   int fd() const { return fd_; }  // -1 for a buffer
+  // A mapped file's pages read so far leave the process's memory (the page cache keeps them, and
+  // the next read maps them again): parsed, the graph's bytes are not read again. No-op for a buffer.
+  void drop_pages() const;
 
  private:
   SourceBytes() = default;

@@ -116,6 +116,9 @@ Model parse_source(std::shared_ptr<const SourceBytes> source, const std::string&
     }
     model.defer(*tensor, range);
   }
+  // What is left to read are the payloads, when the output is written: on a big graph the
+  // bytes just parsed would stay resident next to what was parsed from them.
+  source->drop_pages();
   return model;
 }
 

@@ -34,6 +34,10 @@ std::shared_ptr<const SourceBytes> SourceBytes::map_file(const fs::path& path) {
   return source;
 }
 
+void SourceBytes::drop_pages() const {
+  if (fd_ >= 0) ::madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);  // a hint: failing changes nothing
+}
+
 std::shared_ptr<const SourceBytes> SourceBytes::hold(std::string bytes) {
   std::shared_ptr<SourceBytes> source(new SourceBytes);
   source->buffer_ = std::move(bytes);
