@@ -41,9 +41,12 @@ struct Piece {
 void split_at(std::vector<Piece>& pieces, std::string serialized, uint32_t field_number,
               std::vector<Piece>& inserted) {
   const size_t at = wire::insertion_point(serialized, field_number);
-  pieces.push_back(Piece::own(serialized.substr(0, at)));
+  // Only the tail is copied: the head (a graph's nodes, most of it) stays where it was serialized.
+  std::string tail = serialized.substr(at);
+  serialized.resize(at);
+  pieces.push_back(Piece::own(std::move(serialized)));
   for (auto& piece : inserted) pieces.push_back(std::move(piece));
-  pieces.push_back(Piece::own(serialized.substr(at)));
+  pieces.push_back(Piece::own(std::move(tail)));
 }
 
 // Protobuf writes fields in field-number order, so serializing the model without its graph and
