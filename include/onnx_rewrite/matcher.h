@@ -6,12 +6,12 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
 
 #include "onnx_rewrite/builder.h"
+#include "onnx_rewrite/node_set.h"
 #include "onnx_rewrite/rule.h"
 #include "onnx_rewrite/scope.h"
 
@@ -58,7 +58,7 @@ class BuilderContractError : public std::logic_error {
 class Matcher {
  public:
   // `claimed`: nodes already rewritten in this round, which no other match may cover.
-  Matcher(const Scope& scope, const std::unordered_set<const onnx::NodeProto*>& claimed)
+  Matcher(const Scope& scope, const NodeSet& claimed)
       : scope_(scope), claimed_(claimed) {}
 
   // Tries `pattern` with its anchor at `node`. On failure returns nullopt and, if `why_not` is
@@ -70,7 +70,7 @@ class Matcher {
 
  private:
   const Scope& scope_;
-  const std::unordered_set<const onnx::NodeProto*>& claimed_;
+  const NodeSet& claimed_;
 };
 
 // Whether two attribute values are the same (ints, floats within 1e-6 relative, strings, lists).

@@ -160,7 +160,6 @@ class Run {
                                                            options_.max_rounds, fmt::join(cycling, ", ")));
       }
       firing.clear();
-      claimed_.clear();  // node addresses of swept nodes may be reused by new ones
       policy_.new_round();
       if (canonicalizing_) bypass_identities();
       auto& scopes = current_scopes();
@@ -227,7 +226,7 @@ class Run {
   void bypass_created_identities() {
     const auto& created = rewriter_.created();
     if (std::none_of(created.begin(), created.end(), [](const onnx::NodeProto* node) { return node->op_type() == "Identity"; })) return;
-    if (rewriter_.bypass_identities(collect_scopes(model_), [&](const onnx::NodeProto& node) { return created.count(&node) != 0; })) {
+    if (rewriter_.bypass_identities(collect_scopes(model_), [&](const onnx::NodeProto& node) { return created.contains(&node); })) {
       nodes_checked_ = false;  // the node lists changed after the last round's check
     }
   }
@@ -253,10 +252,12 @@ class Run {
 
   // `only`: the nodes to try (the rest can't match anything new), or null for all.
   void rewrite_scope(const Scope& scope, int round, std::set<std::string>& firing, const NodeSet* only) {
-    Matcher matcher(scope, claimed_);
+    // A node a match of this round covers is not matched again: it is about to go.
+    const NodeSet& claimed = rewriter_.replaced_in(scope);
+    Matcher matcher(scope, claimed);
     for (auto& node : scope.nodes()) {
       progress_.update(round, matches_);
-      if (claimed_.count(&node) || (only && !only->count(&node))) continue;
+      if (claimed.contains(&node) || (only && !only->contains(&node))) continue;
       ++result_.nodes_tried.back();
       const bool explain = explains(options_, node);
       auto found = candidates_.find(OpView::of(node));
@@ -280,7 +281,7 @@ class Run {
                          const std::vector<Candidate>& candidates, bool explain) {
     std::vector<std::pair<Candidate, Match>> need_raise;
     std::vector<std::string> refused_raises;  // notes, if no rule rewrites the node
-    const bool built_here = rewriter_.created().count(&node) != 0;
+    const bool built_here = rewriter_.created().contains(&node);
     bool matched = false;
     for (const auto& candidate : candidates) {
       // A node a replacement built is of the version it was built for: a rule lowering Pow-12 to
@@ -405,7 +406,6 @@ class Run {
     policy_.commit(scope, decided);
     RuleStats& stats = result_.rules[rule.id];
     if (stats.matches < options_.record_matches) record(rule, match, builder);
-    for (auto* node : match.nodes) claimed_.insert(node);
     for (const auto& note : builder.notes()) add_note(rule.id + ": " + note);
     ++stats.matches;
     ++matches_;
@@ -469,7 +469,6 @@ class Run {
   std::vector<std::unique_ptr<Scope>> scopes_;  // of the model as it is now, if indexed
   Worklist worklist_;
   RewriteResult& result_;
-  std::unordered_set<const onnx::NodeProto*> claimed_;
   std::map<std::string, std::pair<std::string, std::string>> lowering_declines_;  // node -> (rule, reason)
   std::optional<bool> ordered_;
   bool verify_ = false;

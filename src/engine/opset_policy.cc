@@ -153,7 +153,7 @@ void OpsetPolicy::commit(const Scope& scope, const Plan& plan) {
   rewritten_owners_.insert(owner);
 }
 
-std::optional<std::string> OpsetPolicy::apply(const std::unordered_set<const onnx::NodeProto*>& created,
+std::optional<std::string> OpsetPolicy::apply(const NodeSet& created,
                                               const std::set<std::pair<ImportOwner, std::string>>& domains_used_before) {
   // Lowering (--opset) must leave every node that was already there meaning the same, and so must
   // the raise --to-opset asks for (a rule's raise was checked when planned).
@@ -162,7 +162,7 @@ std::optional<std::string> OpsetPolicy::apply(const std::unordered_set<const onn
     if (original == original_.end() || version == original->second) continue;
     if (version > original->second && !(key.second.empty() && exact_)) continue;
     const auto blocker = import_move_blocker(model_.proto, key.first, key.second, original->second, version, model_types_, {},
-                                             [&](const onnx::NodeProto& node) { return created.count(&node) != 0; },
+                                             [&](const onnx::NodeProto& node) { return created.contains(&node); },
                                              [this] { return node_types(); });
     if (blocker) {
       return fmt::format("{} opset {} can't be {} to {}: {}", display_domain(key.second), original->second,

@@ -10,13 +10,13 @@
 #include <set>
 #include <string>
 #include <tuple>
-#include <unordered_set>
 #include <variant>
 #include <vector>
 
 #include "graph/imports.h"
 #include "graph/node_types.h"
 #include "onnx_rewrite/model.h"
+#include "onnx_rewrite/node_set.h"
 #include "onnx_rewrite/rule.h"
 #include "onnx_rewrite/scope.h"
 
@@ -54,7 +54,7 @@ class OpsetPolicy {
 
   // Writes the decided versions into the imports and drops imports of custom domains that no
   // node uses any more. Returns why a lowering is impossible (then nothing was written).
-  std::optional<std::string> apply(const std::unordered_set<const onnx::NodeProto*>& created,
+  std::optional<std::string> apply(const NodeSet& created,
                                    const std::set<std::pair<ImportOwner, std::string>>& domains_used_before);
 
  private:

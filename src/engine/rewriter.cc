@@ -195,7 +195,7 @@ void Rewriter::replace(const Match& match, GraphBuilder&& builder) {
 void Rewriter::commit(const std::vector<std::unique_ptr<Scope>>& scopes) {
   for (auto it = scopes.rbegin(); it != scopes.rend(); ++it) {
     auto found = pending_.find(it->get());
-    if (found != pending_.end()) commit_scope(**it, found->second);
+    if (found != pending_.end() && !found->second.removed.empty()) commit_scope(**it, found->second);
   }
   pending_.clear();
 }

@@ -3,6 +3,7 @@
 // in one sweep per round.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -16,6 +17,7 @@
 #include "onnx_rewrite/builder.h"
 #include "onnx_rewrite/matcher.h"
 #include "onnx_rewrite/model.h"
+#include "onnx_rewrite/node_set.h"
 #include "onnx_rewrite/scope.h"
 
 namespace onnx_rewrite {
@@ -69,24 +71,28 @@ class Rewriter {
                            const std::function<bool(const onnx::NodeProto&)>& which);
 
   // Nodes created by rules since this rewriter was made (valid after commit).
-  const std::unordered_set<const onnx::NodeProto*>& created() const { return created_; }
+  const NodeSet& created() const { return created_; }
+  // The nodes the replacements recorded in `scope` so far cover (the set grows with them).
+  const NodeSet& replaced_in(const Scope& scope) { return pending_[&scope].removed; }
   // Whether every recorded replacement is in `scope`.
   bool pending_only_in(const Scope& scope) const {
-    return pending_.empty() || (pending_.size() == 1 && pending_.begin()->first == &scope);
+    return std::all_of(pending_.begin(), pending_.end(), [&](const auto& entry) {
+      return entry.first == &scope || entry.second.removed.empty();
+    });
   }
   // Marks a node where a later round should try the rules again: one matched there but was
   // declined, or a type or rank condition failed (the plans and facts may differ next round).
   void retry(const onnx::NodeProto* node) { retried_.insert(node); }
   // The nodes committed changes created, rewired or left with fewer readers, since the last call
   // (deleted ones are left out).
-  std::unordered_set<const onnx::NodeProto*> take_touched() { return std::exchange(touched_, {}); }
+  NodeSet take_touched() { return std::exchange(touched_, {}); }
   // The nodes marked for retry since the last call (deleted ones are left out).
-  std::unordered_set<const onnx::NodeProto*> take_retried() { return std::exchange(retried_, {}); }
+  NodeSet take_retried() { return std::exchange(retried_, {}); }
   size_t nodes_removed() const { return nodes_removed_; }
 
  private:
   struct Pending {
-    std::unordered_set<const onnx::NodeProto*> removed;
+    NodeSet removed;  // every change removes a node: empty, nothing was recorded
     std::unordered_map<const onnx::NodeProto*, std::vector<onnx::NodeProto>> insert_before;
     std::vector<onnx::TensorProto> initializers;
     std::map<std::string, std::string> constant_names;  // serialized tensor -> initializer name
@@ -103,9 +109,9 @@ class Rewriter {
 
   Model& model_;
   std::map<const Scope*, Pending> pending_;
-  std::unordered_set<const onnx::NodeProto*> created_;
-  std::unordered_set<const onnx::NodeProto*> touched_;
-  std::unordered_set<const onnx::NodeProto*> retried_;
+  NodeSet created_;
+  NodeSet touched_;
+  NodeSet retried_;
   size_t nodes_removed_ = 0;
 };
 

@@ -28,12 +28,12 @@ std::optional<NodeSet> Worklist::nodes_to_visit(const Scope& main, const NodeSet
   NodeSet near;
   std::vector<const onnx::NodeProto*> frontier;
   for (const auto* node : touched) {
-    if (main.holds(node) && near.insert(node).second) frontier.push_back(node);
+    if (main.holds(node) && near.insert(node)) frontier.push_back(node);
   }
   for (size_t hop = 0; hop < reach_ && !frontier.empty(); ++hop) {
     std::vector<const onnx::NodeProto*> next;
     auto add = [&](const onnx::NodeProto* node) {
-      if (near.insert(node).second) next.push_back(node);
+      if (near.insert(node)) next.push_back(node);
     };
     for (const auto* node : frontier) {
       for (const auto& input : node->input()) {

@@ -9,17 +9,15 @@
 #pragma once
 
 #include <optional>
-#include <unordered_set>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
 
+#include "onnx_rewrite/node_set.h"
 #include "onnx_rewrite/rule.h"
 #include "onnx_rewrite/scope.h"
 
 namespace onnx_rewrite {
-
-using NodeSet = std::unordered_set<const onnx::NodeProto*>;
 
 class Worklist {
  public:

@@ -209,7 +209,7 @@ std::string_view input_at(const onnx::NodeProto& node, size_t index) {
 class Search {
  public:
   Search(const Scope& scope, const Rule& rule, const Pattern& pattern,
-         const std::unordered_set<const onnx::NodeProto*>& claimed, bool explaining)
+         const NodeSet& claimed, bool explaining)
       : scope_(scope), rule_(rule), pattern_(pattern), claimed_(claimed), explaining_(explaining) {}
 
   std::optional<Match> run(onnx::NodeProto* anchor) {
@@ -404,7 +404,7 @@ class Search {
       });
       return false;
     }
-    if (claimed_.count(node) || state_.covers(node)) {
+    if (claimed_.contains(node) || state_.covers(node)) {
       fail(depth, [&] { return fmt::format("node {} is already part of a rewrite", node_text(*node)); });
       return false;
     }
@@ -543,7 +543,7 @@ class Search {
   bool expandable(const onnx::NodeProto& node, const PatternNode& pattern_node, const Tree& tree) const {
     if (normalize_domain(node.domain()) != pattern_node.domain || node.op_type() != pattern_node.op_type) return false;
     if (node.input_size() != 2 || node.output_size() != 1 || node.attribute_size() != 0) return false;
-    if (claimed_.count(&node) || state_.covers(&node)) return false;
+    if (claimed_.contains(&node) || state_.covers(&node)) return false;
     if (std::find(tree.interior.begin(), tree.interior.end(), &node) != tree.interior.end()) return false;
     const std::string& value = node.output(0);
     return scope_.uses(value).size() == 1 && !scope_.is_output(value);
@@ -670,7 +670,7 @@ class Search {
   const Scope& scope_;
   const Rule& rule_;
   const Pattern& pattern_;
-  const std::unordered_set<const onnx::NodeProto*>& claimed_;
+  const NodeSet& claimed_;
   const bool explaining_;
   Bindings state_;
   Bindings found_;
