@@ -78,6 +78,9 @@ class Scope {
   // outputs, value_info, initializers, Constant nodes), completed by shape inference through
   // the producers; worked out once per scope (shapes.h). The one shape API of the engine.
   const ShapeFacts& facts(std::string_view value) const;
+  // Frees what shape inference worked out (worked out again if asked for): a round's facts of a
+  // big graph are a tenth of its memory, and committing the round needs its index, not them.
+  void forget_facts() const;
 
  private:
   friend class ShapeInference;

@@ -170,6 +170,7 @@ class Run {
       if (firing.empty()) break;
       for (const auto& id : firing) last_fired[id] = round;
       if (!options_.explain.empty() || !rewriter_.pending_only_in(main)) worklist_.visit_all();
+      for (const auto& scope : scopes) scope->forget_facts();  // the commit's tables take their place
       rewriter_.commit(scopes);
       scopes_.clear();  // the round's indexes and shape facts are stale now: not held through the check
       model_.changed = true;

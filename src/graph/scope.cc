@@ -248,6 +248,8 @@ const ShapeFacts& Scope::facts(std::string_view value) const {
   return (*inference_)(value);
 }
 
+void Scope::forget_facts() const { inference_.reset(); }
+
 Scope::Declared Scope::declared(std::string_view value) const {
   if (const Declared* type = index_->types.find(value)) return *type;
   if (const Producer* produced = producer(value)) {
