@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "onnx_rewrite/opset.h"
-#include "graph/flat_map.h"
 #include "graph/walk.h"
 
 namespace onnx_rewrite {
@@ -136,7 +135,7 @@ size_t NameRegistry::top(size_t hash) const { return top_bits_ == 0 ? 0 : hash >
 
 bool NameRegistry::taken(const std::string& name) const {
   const size_t hash = std::hash<std::string_view>()(name);
-  if (handed_out_.count(hash)) return true;
+  if (handed_out_.contains(hash)) return true;
   const size_t run = top(hash);
   const auto begin = existing_.begin() + run_starts_[run], end = existing_.begin() + run_starts_[run + 1];
   return std::binary_search(begin, end, hash);
@@ -147,7 +146,7 @@ std::string NameRegistry::fresh(const std::string& hint) {
   std::string candidate = hint;
   int& suffix = next_suffix_[std::hash<std::string_view>()(hint)];
   while (taken(candidate)) candidate = hint + "_" + std::to_string(++suffix);
-  handed_out_.insert(std::hash<std::string_view>()(candidate));
+  handed_out_[std::hash<std::string_view>()(candidate)] = true;
   return candidate;
 }
 

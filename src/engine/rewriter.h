@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "graph/flat_map.h"
 #include "onnx_rewrite/builder.h"
 #include "onnx_rewrite/matcher.h"
 #include "onnx_rewrite/model.h"
@@ -43,8 +44,8 @@ class NameRegistry {
   std::vector<size_t> existing_;       // sorted
   size_t top_bits_ = 0;
   std::vector<uint32_t> run_starts_;   // where the hashes starting with each top_bits_ prefix begin
-  std::unordered_set<size_t> handed_out_;        // hashes of names handed out
-  std::unordered_map<size_t, int> next_suffix_;  // by the hint's hash: the last suffix tried
+  FlatMap<size_t, bool> handed_out_;   // hashes of names handed out (a set: the value is unused)
+  FlatMap<size_t, int> next_suffix_;   // by the hint's hash: the last suffix tried
 };
 
 class Rewriter {
