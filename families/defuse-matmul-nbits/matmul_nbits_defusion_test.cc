@@ -41,12 +41,12 @@ struct Spec {
   std::string name;
   int opset;
   int64_t k, n, bits, block_size;
-  std::string zero;            // "" (none), "uint8" (packed), "float" (A's type)
+  std::string zero = "";       // "" (none), "uint8" (packed), "float" (A's type)
   bool bias = false;
   bool half = false;           // A, Y, scales, bias (and float zero points) in float16
   int64_t accuracy_level = 0;
-  std::vector<std::string> ops;     // standard ops the rewrite must produce
-  std::vector<std::string> absent;  // standard ops it must not produce
+  std::vector<std::string> ops = {};     // standard ops the rewrite must produce
+  std::vector<std::string> absent = {};  // standard ops it must not produce
   std::vector<std::string> options = {"--rtol", "0", "--atol", "0"};  // bit for bit unless said
   bool b_input = false;        // B a graph input (random bytes each trial)
   bool external = false;       // B stored as external data

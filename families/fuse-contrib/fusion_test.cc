@@ -585,7 +585,9 @@ TEST_P(LayerNormFunctionBodyOutputs, ComeFromTheOpsOwnOutputs) {
   EXPECT_EQ(count(out, "", "Reciprocal"), 0);
   EXPECT_EQ(count(out, "", "Sqrt"), 0);
   for (const auto& node : out.graph().node()) {
-    if (node.op_type() == "LayerNormalization") EXPECT_EQ(node.output_size(), 3);
+    if (node.op_type() == "LayerNormalization") {
+      EXPECT_EQ(node.output_size(), 3);
+    }
   }
   // Two Reshapes per output read: to 2-D, then (the body's own) to the reduced shape.
   EXPECT_EQ(count(out, "", "Reshape"), 2 * (int{c.mean_used} + int{c.inv_std_dev_used}));

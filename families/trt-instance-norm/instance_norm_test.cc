@@ -48,7 +48,9 @@ TEST(TrtInstanceNormalization, MatchesThePluginFormulaOnEveryTarget) {
       ASSERT_TRUE(rewritten);
       EXPECT_EQ(op_count(rewritten->ops, {"", "InstanceNormalization"}), 1);
       EXPECT_EQ(rewritten->ops.size(), 1u) << "nothing but the InstanceNormalization";
-      if (!c.domain.empty()) EXPECT_EQ(opset_import(rewritten->model, c.domain), 0) << "the plugin's domain is dropped";
+      if (!c.domain.empty()) {
+        EXPECT_EQ(opset_import(rewritten->model, c.domain), 0) << "the plugin's domain is dropped";
+      }
       EXPECT_EQ(opset_import(rewritten->model, ""), 11) << "the model's opset is kept";
       const auto comparison = ort_compare_reference(rewritten->output, reference(), fmt::format(R"({{"epsilon": {}}})", c.epsilon),
                                                     {"--dim", "N=3", "--dim", "C=4", "--rtol", "1e-5", "--atol", "1e-5",

@@ -129,10 +129,12 @@ class GraphBuilder {
 // file loads (file:line:col) rather than silently declining at match time; reading a name it
 // did not declare is a bug in the builder, reported as such (never a silent decline).
 struct BuilderSignature {
-  std::vector<std::string> values;               // pattern values every pattern of the rule binds
-  std::vector<std::string> optional_values;      // pattern values some patterns bind (read after has_value)
-  std::vector<std::string> attributes;           // captures, defaults or lets the rule defines
-  std::vector<std::string> optional_attributes;  // captures, defaults or lets a rule may define
+  // Initialized, so that a builder declares only what it reads ({.values = {...}}) without a
+  // warning for each member it leaves out.
+  std::vector<std::string> values = {};               // pattern values every pattern of the rule binds
+  std::vector<std::string> optional_values = {};      // pattern values some patterns bind (read after has_value)
+  std::vector<std::string> attributes = {};           // captures, defaults or lets the rule defines
+  std::vector<std::string> optional_attributes = {};  // captures, defaults or lets a rule may define
   bool declares_value(const std::string& name) const;
   bool declares_attribute(const std::string& name) const;
 };

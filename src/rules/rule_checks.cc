@@ -104,7 +104,7 @@ class RuleChecker {
       if (auto message = requires_problem(rule_.requires_opsets[r])) return RuleProblem{RuleProblem::Place::kRequires, 0, r, *message};
     }
     if (!replacement_) return std::nullopt;
-    for (size_t n = 0; n < replacement_->size(); ++n) {
+    for (size_t n = 0; n < static_cast<size_t>(replacement_->size()); ++n) {
       for (const auto& pattern : rule_.patterns) {
         if (auto message = replacement_node_problem(pattern, (*replacement_)[n])) {
           return RuleProblem{RuleProblem::Place::kReplacementNode, 0, n, *message};
