@@ -638,6 +638,45 @@ g (float[2] a) => (float[2] v, float[2] w) {
   EXPECT_EQ(order, (std::vector<std::string>{"Neg", "Relu", "Abs"})) << "Relu moves after Neg, which now computes u";
 }
 
+TEST(Engine, RepairsNodeOrderWhenASubgraphReadsAnOutputBeforeTheLastMatchedNode) {
+  // As above, but what reads u before v exists is a branch of an If: a read the node's inputs
+  // don't show.
+  const RuleSet rules = rules_from_text(R"(
+rule pair
+  description: test
+  targets: onnx
+  pattern (a) => (u, v) {
+    u = my.First (a)
+    v = my.Second (u)
+  }
+  replace (a) => (u, v) {
+    u = Neg (a)
+    v = Abs (u)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "my": 1]>
+    g (float[2] a) => (float[2] v) { u = my.First (a)
+      v = my.Second (u) }
+  }
+  expect {
+    u = Neg (a)
+    v = Abs (u)
+  }
+end
+)");
+  const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "my": 1]>
+g (float[2] a, bool c) => (float[2] v, float[2] w) {
+  u = my.First (a)
+  w = If (c) <then_branch = then_g () => (float[2] t) { t = Relu (u) },
+              else_branch = else_g () => (float[2] e) { e = Sigmoid (u) }>
+  v = my.Second (u)
+})",
+                                      rules);
+  std::vector<std::string> order;
+  for (const auto& node : rewritten.model.graph().node()) order.push_back(node.op_type());
+  EXPECT_EQ(order, (std::vector<std::string>{"Neg", "If", "Abs"})) << "the If moves after Neg, which now computes u";
+}
+
 // A rule whose replacement brings a new constant.
 const char* kNegToSub = R"(
 rule neg-to-sub
@@ -658,6 +697,21 @@ rule neg-to-sub
   }
 end
 )";
+
+TEST(Engine, ANodeListInAnyOrderComesOutInOrderWhereARuleFired) {
+  // ONNX Runtime loads nodes in any order, so such input is accepted; a round that fires sorts
+  // the whole list (stably), since its own changes can't be told from the order it came in.
+  const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[4] x) => (float[4] a, float[4] r) {
+  a = Neg (s)
+  s = Sigmoid (x)
+  r = Relu (x)
+})",
+                                      rules_from_text(kNegToSub));
+  std::vector<std::string> order;
+  for (const auto& node : rewritten.model.graph().node()) order.push_back(node.op_type());
+  EXPECT_EQ(order, (std::vector<std::string>{"Sigmoid", "Sub", "Relu"}));
+}
 
 TEST(Engine, RepairsOrderAcrossReplacementsThatEachMoveAValue) {
   // Two rules fire in one round: a reads v (computed by the first match) before w, whose

@@ -333,6 +333,8 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
     }
   }
 
+  const bool reorder = !ordered_ || breaks_order(scope, pending, gone_at);
+
   // Readers of bypassed Identities read their inputs from now on: only after the last use of the
   // round's index, whose keys view the names as they were.
   for (const auto& rewire : pending.rewired) rewire.node->set_input(rewire.input, rewire.source);
@@ -366,9 +368,49 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
     auto& initializers = *scope.graph()->mutable_initializer();
     for (auto& tensor : pending.initializers) *initializers.Add() = std::move(tensor);
   }
-  // Another replacement of this round may read an output this one now computes further down:
-  // checking the order is one pass, so it is always done.
-  repair_order(nodes, scope.where());
+  if (reorder) repair_order(nodes, scope.where());
+}
+
+// Where the rebuild in commit_scope will place each node is worked out with the round's index,
+// before anything changes. In a scope that was in order, old nodes keep their relative order,
+// so only a new node, a reader of what a new node computes (another replacement of the round
+// may have put it further down) or a rewired reader can come before what it reads.
+bool Rewriter::breaks_order(const Scope& scope, const Pending& pending, const std::vector<char>& gone_at) const {
+  auto position = [&](const onnx::NodeProto* node) { return static_cast<size_t>(scope.position(node)); };
+  std::vector<int> kept_at(gone_at.size(), -1);  // by position in the round's index
+  FlatMap<std::string_view, int> built_at;        // a new node's output -> where the node will stand
+  std::vector<std::pair<const onnx::NodeProto*, int>> built;
+  int at = 0;
+  for (size_t i = 0; i < gone_at.size(); ++i) {
+    if (auto it = pending.insert_before.find(&scope.nodes().Get(static_cast<int>(i))); it != pending.insert_before.end()) {
+      for (const auto& node : it->second) {
+        for (const auto& output : node.output()) {
+          if (!output.empty()) built_at[output] = at;
+        }
+        built.emplace_back(&node, at++);
+      }
+    }
+    if (!gone_at[i]) kept_at[i] = at++;
+  }
+  auto computed_at = [&](std::string_view value) {  // -1: nothing in this scope computes it
+    if (const int* found = built_at.find(value)) return *found;
+    const auto* produced = scope.producer(value);
+    return produced && !gone_at[position(produced->node)] ? kept_at[position(produced->node)] : -1;
+  };
+  for (const auto& [node, place] : built) {
+    bool early = false;
+    for_each_read(*node, [&](std::string_view value) { early = early || computed_at(value) >= place; });
+    if (early) return true;
+    for (const auto& output : node->output()) {
+      if (output.empty()) continue;
+      for (const auto& use : scope.uses(output)) {
+        if (!gone_at[position(use.node)] && kept_at[position(use.node)] <= place) return true;
+      }
+    }
+  }
+  return std::any_of(pending.rewired.begin(), pending.rewired.end(), [&](const Pending::Rewire& rewire) {
+    return !gone_at[position(rewire.node)] && computed_at(rewire.source) >= kept_at[position(rewire.node)];
+  });
 }
 
 }  // namespace onnx_rewrite

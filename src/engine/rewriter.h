@@ -90,6 +90,9 @@ class Rewriter {
   // The nodes marked for retry since the last call (deleted ones are left out).
   NodeSet take_retried() { return std::exchange(retried_, {}); }
   size_t nodes_removed() const { return nodes_removed_; }
+  // Whether every scope's nodes are in topological order (the engine checked): then a commit
+  // checks only the places its changes can break the order, not every node.
+  void set_ordered(bool ordered) { ordered_ = ordered; }
 
  private:
   struct Pending {
@@ -107,6 +110,7 @@ class Rewriter {
   };
 
   void commit_scope(const Scope& scope, Pending& pending);
+  bool breaks_order(const Scope& scope, const Pending& pending, const std::vector<char>& gone_at) const;
 
   Model& model_;
   std::map<const Scope*, Pending> pending_;
@@ -114,6 +118,7 @@ class Rewriter {
   NodeSet touched_;
   NodeSet retried_;
   size_t nodes_removed_ = 0;
+  bool ordered_ = false;
 };
 
 }  // namespace onnx_rewrite
