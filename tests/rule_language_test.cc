@@ -601,9 +601,8 @@ g (float[2] x, bool c) => (float[2] y, float[2] k) {
   EXPECT_EQ(rewritten.model.graph().node(1).output(0), "y") << "the graph output keeps its name";
 }
 
-TEST(Engine, RepairsNodeOrderWhenAnOutputIsUsedBeforeTheLastMatchedNode) {
-  // Pattern outputs u (from the first node) and v (from the last); `w` uses u before v exists.
-  const RuleSet rules = rules_from_text(R"(
+// Replaces two nodes whose pattern outputs are both read outside the match.
+const char* kFirstSecondPair = R"(
 rule pair
   description: test
   targets: onnx
@@ -625,7 +624,11 @@ rule pair
     v = Abs (u)
   }
 end
-)");
+)";
+
+TEST(Engine, RepairsNodeOrderWhenAnOutputIsUsedBeforeTheLastMatchedNode) {
+  // Pattern outputs u (from the first node) and v (from the last); `w` uses u before v exists.
+  const RuleSet rules = rules_from_text(kFirstSecondPair);
   const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "my": 1]>
 g (float[2] a) => (float[2] v, float[2] w) {
   u = my.First (a)
@@ -641,29 +644,7 @@ g (float[2] a) => (float[2] v, float[2] w) {
 TEST(Engine, RepairsNodeOrderWhenASubgraphReadsAnOutputBeforeTheLastMatchedNode) {
   // As above, but what reads u before v exists is a branch of an If: a read the node's inputs
   // don't show.
-  const RuleSet rules = rules_from_text(R"(
-rule pair
-  description: test
-  targets: onnx
-  pattern (a) => (u, v) {
-    u = my.First (a)
-    v = my.Second (u)
-  }
-  replace (a) => (u, v) {
-    u = Neg (a)
-    v = Abs (u)
-  }
-  example {
-    <ir_version: 8, opset_import: ["": 17, "my": 1]>
-    g (float[2] a) => (float[2] v) { u = my.First (a)
-      v = my.Second (u) }
-  }
-  expect {
-    u = Neg (a)
-    v = Abs (u)
-  }
-end
-)");
+  const RuleSet rules = rules_from_text(kFirstSecondPair);
   const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "my": 1]>
 g (float[2] a, bool c) => (float[2] v, float[2] w) {
   u = my.First (a)
@@ -675,6 +656,46 @@ g (float[2] a, bool c) => (float[2] v, float[2] w) {
   std::vector<std::string> order;
   for (const auto& node : rewritten.model.graph().node()) order.push_back(node.op_type());
   EXPECT_EQ(order, (std::vector<std::string>{"Neg", "If", "Abs"})) << "the If moves after Neg, which now computes u";
+}
+
+TEST(Engine, AValueASubgraphReadsIsFoundAfterTheSubgraphsNodesWereReplaced) {
+  // Both rules fire in one round: the branch's Relu (which reads u from the outer graph) is
+  // replaced first, then the outer pair; the outer graph's commit still asks who reads u.
+  const RuleSet rules = rules_from_text(std::string(kFirstSecondPair) + R"(
+rule relu-as-max
+  description: test
+  targets: onnx
+  pattern (x) => (y) { y = Relu (x) }
+  replace (x) => (y) {
+    zero = Constant <value = float {0}> ()
+    y = Max (x, zero)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] x) => (float[2] y) { y = Relu (x) }
+  }
+  expect {
+    zero = Constant <value = float {0}> ()
+    y = Max (x, zero)
+  }
+end
+)");
+  const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "my": 1]>
+g (float[2] a, bool c) => (float[2] v, float[2] w) {
+  u = my.First (a)
+  w = If (c) <then_branch = then_g () => (float[2] t) { t = Relu (u) },
+              else_branch = else_g () => (float[2] e) { e = Relu (u) }>
+  v = my.Second (u)
+})",
+                                      rules);
+  EXPECT_EQ(rewritten.result.rules.at("relu-as-max").matches, 2);
+  std::vector<std::string> order;
+  for (const auto& node : rewritten.model.graph().node()) order.push_back(node.op_type());
+  EXPECT_EQ(order, (std::vector<std::string>{"Neg", "If", "Abs"})) << "the If still moves after Neg, which computes u";
+  const auto& branch = rewritten.model.graph().node(1).attribute(0).g();
+  ASSERT_EQ(branch.node_size(), 2);
+  EXPECT_EQ(branch.node(1).op_type(), "Max");
+  EXPECT_EQ(branch.node(1).input(0), "u");
 }
 
 // A rule whose replacement brings a new constant.

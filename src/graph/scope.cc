@@ -1,5 +1,6 @@
 #include "onnx_rewrite/scope.h"
 
+#include <deque>
 #include <map>
 #include <unordered_set>
 
@@ -19,6 +20,9 @@ struct Scope::Index {
     uint32_t count = 0;
   };
   FlatMap<std::string_view, UseRange> use_ranges;  // into uses, in node order
+  // Keys of values only subgraphs read, copied: a commit replaces a subgraph's nodes before
+  // those of the graph holding it, whose index still looks these values up.
+  std::deque<std::string> read_by_subgraphs;
   std::vector<Use> uses;
   std::unordered_set<std::string_view> outputs;
   std::unordered_set<std::string_view> graph_inputs;
@@ -145,8 +149,9 @@ void Scope::Index::build(const Scope& scope) {
   // Each use's value is looked up once: where its range is, in use order, for the second pass.
   std::vector<uint32_t> range_of_use;
   range_of_use.reserve(count * 2);
-  for_each_use([&](std::string_view name, const Use&) {
-    const uint32_t range = use_ranges.index_of(name);
+  for_each_use([&](std::string_view name, const Use& use) {
+    const bool implicit_first = use.input < 0 && !use_ranges.contains(name);
+    const uint32_t range = use_ranges.index_of(implicit_first ? std::string_view(read_by_subgraphs.emplace_back(name)) : name);
     ++use_ranges.at(range).count;
     range_of_use.push_back(range);
   });
