@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -69,6 +70,25 @@ TEST(NodeSet, ErasingEverythingLeavesItEmptyAndUsable) {
   EXPECT_FALSE(set.contains(address(3)));
   EXPECT_FALSE(set.erase(address(3)));
   EXPECT_TRUE(set.insert(address(3)));
+}
+
+TEST(NodeSet, ASetMovedFromIsEmptyAndUsable) {
+  NodeSet set;
+  for (uint64_t n = 0; n < 100; ++n) set.insert(address(n));
+  NodeSet taken = std::move(set);
+  EXPECT_EQ(taken.size(), 100u);
+  EXPECT_TRUE(taken.contains(address(99)));
+  EXPECT_TRUE(set.empty());  // NOLINT(bugprone-use-after-move): what is tested
+  EXPECT_FALSE(set.contains(address(99)));
+  EXPECT_FALSE(set.erase(address(99)));
+  EXPECT_TRUE(set.insert(address(99)));
+  NodeSet assigned;
+  assigned.insert(address(5));
+  assigned = std::move(taken);
+  EXPECT_EQ(assigned.size(), 100u);
+  EXPECT_FALSE(assigned.contains(address(100)));
+  EXPECT_TRUE(taken.empty());  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(taken.insert(address(1)));
 }
 
 TEST(NodeSet, AnEmptySetFindsNothing) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <utility>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
@@ -15,6 +16,17 @@ namespace onnx_rewrite {
 class NodeSet {
  public:
   using Node = const onnx::NodeProto*;
+
+  NodeSet() = default;
+  NodeSet(const NodeSet&) = default;
+  NodeSet& operator=(const NodeSet&) = default;
+  // A set moved from is empty and usable (the size must go with the slots).
+  NodeSet(NodeSet&& other) noexcept : slots_(std::exchange(other.slots_, {})), size_(std::exchange(other.size_, 0)) {}
+  NodeSet& operator=(NodeSet&& other) noexcept {
+    slots_ = std::exchange(other.slots_, {});
+    size_ = std::exchange(other.size_, 0);
+    return *this;
+  }
 
   // Whether `node` was not in the set.
   bool insert(Node node) {
