@@ -18,6 +18,13 @@ namespace {
 
 using namespace testing;
 
+// The op types of a graph's nodes, in node order.
+std::vector<std::string> op_types(const onnx::GraphProto& graph) {
+  std::vector<std::string> types;
+  for (const auto& node : graph.node()) types.push_back(node.op_type());
+  return types;
+}
+
 // A GELU fusion written once, exercising n-ary Mul, alternatives and approximate constants.
 const char* kGeluRule = R"(
 rule gelu
@@ -455,9 +462,7 @@ end
 g (float[2, 3] x) => ()" + outputs + R"() {
 )" + body + "\n}",
                                         rules);
-    std::vector<std::string> types;
-    for (const auto& node : rewritten.model.graph().node()) types.push_back(node.op_type());
-    return types;
+    return op_types(rewritten.model.graph());
   };
   EXPECT_EQ(ops("y = my.Norm (x)", "y"), (std::vector<std::string>{"ReduceMean", "Sub"})) << "absent";
   EXPECT_EQ(ops("y, s = my.Norm (x)", "y"), (std::vector<std::string>{"ReduceMean", "Sub"})) << "unused";
@@ -636,9 +641,7 @@ g (float[2] a) => (float[2] v, float[2] w) {
   v = my.Second (u)
 })",
                                       rules);
-  std::vector<std::string> order;
-  for (const auto& node : rewritten.model.graph().node()) order.push_back(node.op_type());
-  EXPECT_EQ(order, (std::vector<std::string>{"Neg", "Relu", "Abs"})) << "Relu moves after Neg, which now computes u";
+  EXPECT_EQ(op_types(rewritten.model.graph()), (std::vector<std::string>{"Neg", "Relu", "Abs"})) << "Relu moves after Neg, which now computes u";
 }
 
 TEST(Engine, RepairsNodeOrderWhenASubgraphReadsAnOutputBeforeTheLastMatchedNode) {
@@ -653,9 +656,7 @@ g (float[2] a, bool c) => (float[2] v, float[2] w) {
   v = my.Second (u)
 })",
                                       rules);
-  std::vector<std::string> order;
-  for (const auto& node : rewritten.model.graph().node()) order.push_back(node.op_type());
-  EXPECT_EQ(order, (std::vector<std::string>{"Neg", "If", "Abs"})) << "the If moves after Neg, which now computes u";
+  EXPECT_EQ(op_types(rewritten.model.graph()), (std::vector<std::string>{"Neg", "If", "Abs"})) << "the If moves after Neg, which now computes u";
 }
 
 TEST(Engine, AValueASubgraphReadsIsFoundAfterTheSubgraphsNodesWereReplaced) {
@@ -689,9 +690,7 @@ g (float[2] a, bool c) => (float[2] v, float[2] w) {
 })",
                                       rules);
   EXPECT_EQ(rewritten.result.rules.at("relu-as-max").matches, 2);
-  std::vector<std::string> order;
-  for (const auto& node : rewritten.model.graph().node()) order.push_back(node.op_type());
-  EXPECT_EQ(order, (std::vector<std::string>{"Neg", "If", "Abs"})) << "the If still moves after Neg, which computes u";
+  EXPECT_EQ(op_types(rewritten.model.graph()), (std::vector<std::string>{"Neg", "If", "Abs"})) << "the If still moves after Neg, which computes u";
   const auto& branch = rewritten.model.graph().node(1).attribute(0).g();
   ASSERT_EQ(branch.node_size(), 2);
   EXPECT_EQ(branch.node(1).op_type(), "Max");
@@ -729,9 +728,7 @@ g (float[4] x) => (float[4] a, float[4] r) {
   r = Relu (x)
 })",
                                       rules_from_text(kNegToSub));
-  std::vector<std::string> order;
-  for (const auto& node : rewritten.model.graph().node()) order.push_back(node.op_type());
-  EXPECT_EQ(order, (std::vector<std::string>{"Sigmoid", "Sub", "Relu"}));
+  EXPECT_EQ(op_types(rewritten.model.graph()), (std::vector<std::string>{"Sigmoid", "Sub", "Relu"}));
 }
 
 TEST(Engine, RepairsOrderAcrossReplacementsThatEachMoveAValue) {
