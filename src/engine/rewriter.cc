@@ -1,6 +1,8 @@
 #include "engine/rewriter.h"
 
 #include <algorithm>
+#include <limits>
+#include <optional>
 #include <queue>
 #include <stdexcept>
 #include <utility>
@@ -371,45 +373,50 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   if (reorder) repair_order(nodes, scope.where());
 }
 
-// Where the rebuild in commit_scope will place each node is worked out with the round's index,
-// before anything changes. In a scope that was in order, old nodes keep their relative order,
-// so only a new node, a reader of what a new node computes (another replacement of the round
-// may have put it further down) or a rewired reader can come before what it reads.
+// Whether the rebuilt node list will have a node before what it reads, found with the round's
+// index before anything changes. In a scope that was in order, old nodes keep their relative
+// order, so only a new node, a reader of what a new node computes (another replacement of the
+// round may have put it further down) or a rewired reader can. A node's place is the position
+// of the old node it stands before, or is, and its rank there: new nodes stand before their
+// anchor in the order built, the anchor itself (which goes) after them.
 bool Rewriter::breaks_order(const Scope& scope, const Pending& pending, const std::vector<char>& gone_at) const {
-  auto position = [&](const onnx::NodeProto* node) { return static_cast<size_t>(scope.position(node)); };
-  std::vector<int> kept_at(gone_at.size(), -1);  // by position in the round's index
-  FlatMap<std::string_view, int> built_at;        // a new node's output -> where the node will stand
-  std::vector<std::pair<const onnx::NodeProto*, int>> built;
-  int at = 0;
-  for (size_t i = 0; i < gone_at.size(); ++i) {
-    if (auto it = pending.insert_before.find(&scope.nodes().Get(static_cast<int>(i))); it != pending.insert_before.end()) {
-      for (const auto& node : it->second) {
-        for (const auto& output : node.output()) {
-          if (!output.empty()) built_at[output] = at;
-        }
-        built.emplace_back(&node, at++);
+  using Place = std::pair<int, size_t>;
+  auto kept_at = [&](const onnx::NodeProto* node) { return Place{scope.position(node), std::numeric_limits<size_t>::max()}; };
+  auto is_gone = [&](const onnx::NodeProto* node) { return gone_at[static_cast<size_t>(scope.position(node))] != 0; };
+  FlatMap<std::string_view, Place> built_at;  // a new node's output -> the new node's place
+  for (const auto& [anchor, built] : pending.insert_before) {
+    for (size_t rank = 0; rank < built.size(); ++rank) {
+      for (const auto& output : built[rank].output()) {
+        if (!output.empty()) built_at[output] = Place{scope.position(anchor), rank};
       }
     }
-    if (!gone_at[i]) kept_at[i] = at++;
   }
-  auto computed_at = [&](std::string_view value) {  // -1: nothing in this scope computes it
-    if (const int* found = built_at.find(value)) return *found;
+  auto computed_at = [&](std::string_view value) -> std::optional<Place> {  // nullopt: not in this scope
+    if (const Place* found = built_at.find(value)) return *found;
     const auto* produced = scope.producer(value);
-    return produced && !gone_at[position(produced->node)] ? kept_at[position(produced->node)] : -1;
+    if (produced && !is_gone(produced->node)) return kept_at(produced->node);
+    return std::nullopt;
   };
-  for (const auto& [node, place] : built) {
-    bool early = false;
-    for_each_read(*node, [&](std::string_view value) { early = early || computed_at(value) >= place; });
-    if (early) return true;
-    for (const auto& output : node->output()) {
-      if (output.empty()) continue;
-      for (const auto& use : scope.uses(output)) {
-        if (!gone_at[position(use.node)] && kept_at[position(use.node)] <= place) return true;
+  for (const auto& [anchor, built] : pending.insert_before) {
+    for (size_t rank = 0; rank < built.size(); ++rank) {
+      const Place place{scope.position(anchor), rank};
+      bool early = false;
+      for_each_read(built[rank], [&](std::string_view value) {
+        const auto at = computed_at(value);
+        early = early || (at && *at >= place);
+      });
+      if (early) return true;
+      for (const auto& output : built[rank].output()) {
+        if (output.empty()) continue;
+        for (const auto& use : scope.uses(output)) {
+          if (!is_gone(use.node) && kept_at(use.node) <= place) return true;
+        }
       }
     }
   }
   return std::any_of(pending.rewired.begin(), pending.rewired.end(), [&](const Pending::Rewire& rewire) {
-    return !gone_at[position(rewire.node)] && computed_at(rewire.source) >= kept_at[position(rewire.node)];
+    const auto at = computed_at(rewire.source);
+    return !is_gone(rewire.node) && at && *at >= kept_at(rewire.node);
   });
 }
 
