@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <utility>
 
 #include <fmt/format.h>
@@ -162,7 +163,12 @@ class Run {
       }
       firing.clear();
       policy_.new_round();
+      viable_.clear();
       if (canonicalizing_) bypass_identities();
+      if (round > 1 && !any_candidate()) {
+        result_.nodes_tried.push_back(0);
+        break;
+      }
       auto& scopes = current_scopes();
       const Scope& main = main_graph(scopes);
       const auto nearby = worklist_.nodes_to_visit(main, rewriter_.take_touched(), rewriter_.take_retried());
@@ -239,11 +245,15 @@ class Run {
     return found;
   }
 
-  // Whether any node anywhere has an op some active rule is anchored at (or is explained).
+  // Whether any node anywhere has an op that a rule which may still fire is anchored at (or is
+  // explained): if none has, no round can change anything, and the graph is not worth indexing.
   bool any_candidate() {
-    bool found = !options_.explain.empty();
-    for_each_node(std::as_const(model_.proto), [&](const onnx::NodeProto& node, const Place&) {
-      found = found || candidates_.count(OpView::of(node));
+    if (!options_.explain.empty()) return true;
+    bool found = false;
+    for_each_node(std::as_const(model_.proto), [&](const onnx::NodeProto& node, const Place& place) {
+      if (found) return;
+      auto it = candidates_.find(OpView::of(node));
+      found = it != candidates_.end() && !viable(ImportOwner::of(place), it->second).empty();
     });
     return found;
   }
@@ -257,6 +267,7 @@ class Run {
     // A node a match of this round covers is not matched again: it is about to go.
     const NodeSet& claimed = rewriter_.replaced_in(scope);
     Matcher matcher(scope, claimed);
+    const ImportOwner owner = OpsetPolicy::owner_of(scope);
     for (auto& node : scope.nodes()) {
       progress_.update(round, matches_);
       if (claimed.contains(&node) || (only && !only->contains(&node))) continue;
@@ -273,8 +284,22 @@ class Run {
       }
       if (local_function) continue;
       if (found == candidates_.end()) continue;
-      if (const Rule* fired = rewrite_at(scope, matcher, node, found->second, explain)) firing.insert(fired->id);
+      const auto& tried = explain ? found->second : viable(owner, found->second);
+      if (const Rule* fired = rewrite_at(scope, matcher, node, tried, explain)) firing.insert(fired->id);
     }
+  }
+
+  // Of the candidates of an anchor, those whose replacement the opset policy may allow where
+  // `owner`'s imports apply. The others are not worth matching (the conditions of a rule lowering
+  // the opset, run without --opset, read the types of the whole graph); --explain still tries
+  // them, to say why they don't fire. Worked out once a round: a raise can only rule out more.
+  const std::vector<Candidate>& viable(ImportOwner owner, const std::vector<Candidate>& candidates) {
+    auto [it, fresh] = viable_.try_emplace({owner, &candidates});
+    if (fresh) {
+      std::copy_if(candidates.begin(), candidates.end(), std::back_inserter(it->second),
+                   [&](const Candidate& candidate) { return !policy_.ruled_out(owner, candidate.rule->requires_opsets); });
+    }
+    return it->second;
   }
 
   // Tries the rules anchored at this op, best first; those needing a raised opset import only
@@ -465,6 +490,7 @@ class Run {
   const Target& target_;
   const std::set<std::pair<ImportOwner, std::string>>& domains_before_;
   CandidateIndex candidates_;
+  std::map<std::pair<ImportOwner, const std::vector<Candidate>*>, std::vector<Candidate>> viable_;  // this round's
   OpsetPolicy policy_;
   NameRegistry names_;
   Rewriter rewriter_;

@@ -1,5 +1,7 @@
 #include "engine/opset_policy.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "onnx_rewrite/opset.h"
@@ -110,11 +112,8 @@ std::variant<OpsetPolicy::Plan, std::string> OpsetPolicy::plan(const Scope& scop
       plan.versions[range.domain] = current;
       continue;
     }
-    if (current > range.max) return fmt::format("needs {}, the model uses {} {}", range.describe(), name, current);
+    if (auto blocker = lasting_blocker(range, current)) return *blocker;
     const int wanted = range.min;
-    if (range.domain.empty() && max_opset_ && wanted > *max_opset_) {
-      return fmt::format("needs {}, --opset allows {}", range.describe(), *max_opset_);
-    }
     if (current != 0) {  // adding an import is free; raising one must not change any node
       if (raise == Raise::kNever) {
         return fmt::format("needs {} {} (the model uses {}), tried only when no other rule fits", name, wanted, current);
@@ -127,6 +126,23 @@ std::variant<OpsetPolicy::Plan, std::string> OpsetPolicy::plan(const Scope& scop
     plan.versions[range.domain] = wanted;
   }
   return plan;
+}
+
+std::optional<std::string> OpsetPolicy::lasting_blocker(const VersionRange& range, int current) const {
+  if (current != 0 && range.contains(current)) return std::nullopt;
+  if (current > range.max) return fmt::format("needs {}, the model uses {} {}", range.describe(), display_domain(range.domain), current);
+  if (range.domain.empty() && max_opset_ && range.min > *max_opset_) {
+    return fmt::format("needs {}, --opset allows {}", range.describe(), *max_opset_);
+  }
+  return std::nullopt;
+}
+
+bool OpsetPolicy::ruled_out(Owner owner, const std::vector<VersionRange>& requires_opsets) const {
+  return std::any_of(requires_opsets.begin(), requires_opsets.end(), [&](const VersionRange& range) {
+    const auto version = current_version(owner, range.domain);
+    const int* current = std::get_if<int>(&version);  // an ambiguous version may be settled later
+    return current && lasting_blocker(range, *current).has_value();
+  });
 }
 
 int OpsetPolicy::built_version(const Scope& scope, const std::string& domain) const {

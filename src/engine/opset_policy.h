@@ -40,6 +40,12 @@ class OpsetPolicy {
   // The versions a replacement in `scope` needing `requires_opsets` is built for, or why it can't be.
   std::variant<Plan, std::string> plan(const Scope& scope, const std::vector<VersionRange>& requires_opsets, Raise raise) const;
   void commit(const Scope& scope, const Plan& plan);
+  // Whether plan() refuses such a replacement in the graphs whose imports `owner` holds for the
+  // rest of the run: imports only rise during a run, and --opset stays (a rule lowering the
+  // opset, run without --opset).
+  bool ruled_out(ImportOwner owner, const std::vector<VersionRange>& requires_opsets) const;
+  // Whose imports apply in `scope`.
+  static ImportOwner owner_of(const Scope& scope);
   // The version of `domain` replacements in `scope` are built for now: what a node an earlier
   // replacement built there is, whatever the import still says (it is written at the end).
   int built_version(const Scope& scope, const std::string& domain) const;
@@ -59,12 +65,14 @@ class OpsetPolicy {
 
  private:
   using Owner = ImportOwner;
-  static Owner owner_of(const Scope& scope);
   int effective(Owner owner, const std::string& domain) const;
   std::optional<std::string> move_blocker(Owner owner, const std::string& domain, int from, int to) const;
   std::vector<Owner> owners_importing(const std::string& domain) const;
   // The version a replacement in `owner` is built for now, or why that is ambiguous.
   std::variant<int, std::string> current_version(Owner owner, const std::string& domain) const;
+  // Why a replacement needing `range` can't be built while the domain is at `current` (0: not
+  // imported), whatever a later raise does.
+  std::optional<std::string> lasting_blocker(const VersionRange& range, int current) const;
   // Why raising `domain` to `to` in the model and every function importing it is unsafe, if it is.
   std::optional<std::string> model_wide_raise_blocker(const std::string& domain, int to) const;
 
