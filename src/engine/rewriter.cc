@@ -45,13 +45,6 @@ void for_each_read(const onnx::NodeProto& node, Visit&& visit) {
   }
 }
 
-// The same, as a list.
-std::vector<std::string_view> read_values(const onnx::NodeProto& node) {
-  std::vector<std::string_view> values;
-  for_each_read(node, [&](std::string_view name) { values.push_back(name); });
-  return values;
-}
-
 // Stable topological order: a node moves only as far as its inputs force it to. Most rounds
 // leave the order as it was: that is checked first, in one pass over a flat table.
 void repair_order(NodeList& nodes, const std::string& where) {
@@ -253,7 +246,7 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   FlatMap<std::string_view, bool> read_by_new, computed_by_new;
   for (const auto& [anchor, built] : pending.insert_before) {
     for (const auto& node : built) {
-      for (const auto name : read_values(node)) read_by_new[name] = true;
+      for_each_read(node, [&](std::string_view name) { read_by_new[name] = true; });
       for (const auto& output : node.output()) computed_by_new[output] = true;
     }
   }
@@ -271,14 +264,17 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   // Producers and initializers the removals leave without any use (and only those), found with
   // the round's index before anything changes.
   std::vector<std::string_view> maybe_dead;
-  for (const auto* node : gone) {
-    for (const auto name : read_values(*node)) maybe_dead.push_back(name);
-  }
+  auto inputs_maybe_dead = [&](const onnx::NodeProto& node) {
+    for_each_read(node, [&](std::string_view name) {
+      if (!name.empty()) maybe_dead.push_back(name);
+    });
+  };
+  for (const auto* node : gone) inputs_maybe_dead(*node);
   // Nodes only go, so each value keeps how many of its uses are known to be gone: a constant
   // read by every block of a long chain is scanned once, not once per removed reader.
   FlatMap<std::string_view, size_t> uses_gone;
   auto unused = [&](std::string_view name) {
-    if (name.empty() || scope.is_output(name) || read_by_new.contains(name) ||
+    if (scope.is_output(name) || read_by_new.contains(name) ||
         (!pending.read_anew.empty() && pending.read_anew.count(std::string(name)))) {
       return false;
     }
@@ -291,27 +287,29 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   while (!maybe_dead.empty()) {
     const std::string_view name = maybe_dead.back();
     maybe_dead.pop_back();
+    const auto* produced = scope.producer(name);
+    if (produced) {
+      if (is_gone(produced->node)) continue;  // most: values between two nodes of one match
+      touched_.insert(produced->node);  // it loses a reader (and leaves touched_ again if it goes too)
+    }
     if (!unused(name)) continue;
-    if (const auto* produced = scope.producer(name)) {
+    if (produced) {
       onnx::NodeProto* node = produced->node;
-      if (is_gone(node) || !std::all_of(node->output().begin(), node->output().end(), [&](const std::string& output) {
+      if (!std::all_of(node->output().begin(), node->output().end(), [&](const std::string& output) {
             return output.empty() || unused(output);
           })) {
         continue;
       }
       remove(node);
-      for (const auto input : read_values(*node)) maybe_dead.push_back(input);
+      inputs_maybe_dead(*node);
     } else if (scope.owns_initializer(name) && !scope.is_graph_input_here(name)) {
       dead_initializers.emplace(name);
     }
   }
 
-  // Producers that lose readers, and readers whose values something else computes now (a new
-  // node, or an initializer a folded constant became), may match differently.
+  // Readers whose values something else computes now (a new node, or an initializer a folded
+  // constant became) may match differently, as may the producers that lost readers (above).
   for (const auto* node : gone) {
-    for (const auto name : read_values(*node)) {
-      if (const auto* produced = scope.producer(name); produced && !is_gone(produced->node)) touched_.insert(produced->node);
-    }
     for (const auto& output : node->output()) {
       for (const auto& use : scope.uses(output)) {
         if (!is_gone(use.node)) touched_.insert(use.node);
