@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -58,8 +59,10 @@ class BuilderContractError : public std::logic_error {
 class Matcher {
  public:
   // `claimed`: nodes already rewritten in this round, which no other match may cover.
-  Matcher(const Scope& scope, const NodeSet& claimed)
-      : scope_(scope), claimed_(claimed) {}
+  Matcher(const Scope& scope, const NodeSet& claimed);
+  ~Matcher();
+  Matcher(const Matcher&) = delete;
+  Matcher& operator=(const Matcher&) = delete;
 
   // Tries `pattern` with its anchor at `node`. On failure returns nullopt and, if `why_not` is
   // given, the reason from the attempt that got furthest; `on_facts`, if given, says whether a
@@ -68,9 +71,12 @@ class Matcher {
   std::optional<Match> match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node,
                              std::string* why_not = nullptr, bool* on_facts = nullptr) const;
 
+  class Lookups;  // the index's last answers, which the search asks for (matcher.cc)
+
  private:
   const Scope& scope_;
   const NodeSet& claimed_;
+  std::unique_ptr<Lookups> lookups_;  // a cache: filled by const matches
 };
 
 // Whether two attribute values are the same (ints, floats within 1e-6 relative, strings, lists).

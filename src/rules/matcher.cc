@@ -2,9 +2,11 @@
 #include "onnx_rewrite/toolkit.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <set>
+#include <span>
 #include <string_view>
 #include <type_traits>
 #include <stdexcept>
@@ -206,11 +208,77 @@ std::string_view input_at(const onnx::NodeProto& node, size_t index) {
   return index < static_cast<size_t>(node.input_size()) ? std::string_view(node.input(static_cast<int>(index))) : std::string_view();
 }
 
+}  // namespace
+
+// The round's index as the search asks it: producers, readers, whether a value is a constant.
+// Every candidate pattern of a node starts from the same few values (the node's inputs and
+// outputs, and theirs), so the last answers are kept, found by where the name's characters are:
+// the search asks with views of the graph's names, which stay put while a round matches
+// (nothing changes before the commit), and this saves hashing and comparing them again.
+class Matcher::Lookups {
+ public:
+  explicit Lookups(const Scope& scope) : scope_(scope) {}
+
+  const Scope::Producer* producer(std::string_view value) {
+    Entry& entry = entry_for(value);
+    if (!entry.producer_known) {
+      entry.producer = scope_.producer(value);
+      entry.producer_known = true;
+    }
+    return entry.producer;
+  }
+  std::span<const Use> uses(std::string_view value) {
+    Entry& entry = entry_for(value);
+    if (!entry.uses_known) {
+      entry.uses = scope_.uses(value);
+      entry.uses_known = true;
+    }
+    return entry.uses;
+  }
+  bool is_constant(std::string_view value) {
+    Entry& entry = entry_for(value);
+    if (!entry.constant_known) {
+      entry.constant = scope_.is_constant(value);
+      entry.constant_known = true;
+    }
+    return entry.constant;
+  }
+
+ private:
+  struct Entry {
+    const char* data = nullptr;
+    size_t size = 0;
+    bool producer_known = false;
+    bool uses_known = false;
+    bool constant_known = false;
+    bool constant = false;
+    const Scope::Producer* producer = nullptr;
+    std::span<const Use> uses;
+  };
+  static constexpr int kBits = 8;
+
+  Entry& entry_for(std::string_view value) {
+    const uint64_t spread = reinterpret_cast<uintptr_t>(value.data()) * 0x9E3779B97F4A7C15ull;
+    Entry& entry = entries_[spread >> (64 - kBits)];
+    if (entry.data != value.data() || entry.size != value.size()) {
+      entry = Entry{};
+      entry.data = value.data();
+      entry.size = value.size();
+    }
+    return entry;
+  }
+
+  const Scope& scope_;
+  std::array<Entry, size_t{1} << kBits> entries_{};
+};
+
+namespace {
+
 class Search {
  public:
-  Search(const Scope& scope, const Rule& rule, const Pattern& pattern,
+  Search(const Scope& scope, Matcher::Lookups& lookups, const Rule& rule, const Pattern& pattern,
          const NodeSet& claimed, bool explaining)
-      : scope_(scope), rule_(rule), pattern_(pattern), claimed_(claimed), explaining_(explaining) {}
+      : scope_(scope), lookups_(lookups), rule_(rule), pattern_(pattern), claimed_(claimed), explaining_(explaining) {}
 
   std::optional<Match> run(onnx::NodeProto* anchor) {
     for (const auto& range : pattern_.opsets) {
@@ -298,7 +366,7 @@ class Search {
     };
     switch (constraint.kind) {
       case K::kConstant:
-        return scope_.is_constant(value) ? true : reject("is not a constant");
+        return lookups_.is_constant(value) ? true : reject("is not a constant");
       case K::kScalar: {
         auto values = scope_.constant_values(value, 1);
         return values && values->numbers.size() == 1 ? true : reject("is not a constant scalar");
@@ -492,7 +560,7 @@ class Search {
       if (name.empty() || name == "_") continue;
       std::string_view graph_value = i < static_cast<size_t>(node.output_size()) ? std::string_view(node.output(static_cast<int>(i)))
                                                                                  : std::string_view();
-      if (may_be_absent(name) && scope_.uses(graph_value).empty() && !scope_.is_output(graph_value)) {
+      if (may_be_absent(name) && lookups_.uses(graph_value).empty() && !scope_.is_output(graph_value)) {
         graph_value = {};  // an optional output nothing reads is as good as absent
       }
       if (graph_value.empty() && !may_be_absent(name)) {
@@ -546,7 +614,7 @@ class Search {
     if (claimed_.contains(&node) || state_.covers(&node)) return false;
     if (std::find(tree.interior.begin(), tree.interior.end(), &node) != tree.interior.end()) return false;
     const std::string& value = node.output(0);
-    return scope_.uses(value).size() == 1 && !scope_.is_output(value);
+    return lookups_.uses(value).size() == 1 && !scope_.is_output(value);
   }
 
   void grow(const Tree& tree, size_t from, const PatternNode& pattern_node, std::vector<Tree>& trees) const {
@@ -555,7 +623,7 @@ class Search {
       return;
     }
     for (size_t i = from; i < tree.leaves.size(); ++i) {
-      const auto* produced = scope_.producer(tree.leaves[i]);
+      const auto* produced = lookups_.producer(tree.leaves[i]);
       if (!produced || !expandable(*produced->node, pattern_node, tree)) continue;
       Tree bigger = tree;
       bigger.leaves[i] = produced->node->input(0);
@@ -602,7 +670,7 @@ class Search {
     for (const auto& output : pattern_node.outputs) {
       const auto* bound = state_.value(output);
       if (!bound) continue;
-      const auto* produced = scope_.producer(*bound);
+      const auto* produced = lookups_.producer(*bound);
       if (!produced) {
         fail(depth, [&] { return fmt::format("'{}' is not computed by a node (the pattern wants {})", *bound, pattern_node.op_type); });
         return false;
@@ -613,7 +681,7 @@ class Search {
       const auto* bound = state_.value(input);
       if (!bound || bound->empty()) continue;
       const std::string_view value = *bound;  // trying a node binds more, which may move `bound`
-      const auto uses = scope_.uses(value);
+      const auto uses = lookups_.uses(value);
       for (size_t i = 0; i < uses.size(); ++i) {
         // A node reading the value twice is tried once.
         const bool seen = std::any_of(uses.begin(), uses.begin() + static_cast<std::ptrdiff_t>(i),
@@ -633,7 +701,7 @@ class Search {
     for (const auto& name : pattern_.inputs) {
       const auto* bound = state_.value(name);
       if (!bound || bound->empty()) continue;
-      const auto* produced = scope_.producer(*bound);
+      const auto* produced = lookups_.producer(*bound);
       if (produced && state_.covers(produced->node)) {
         fail(depth, [&] { return fmt::format("input '{}' would be '{}', which the match itself computes", name, *bound); });
         return false;
@@ -652,7 +720,7 @@ class Search {
           fail(depth, [&] { return fmt::format("'{}', computed inside the match, is an output of the {}", value, scope_.where()); });
           return false;
         }
-        for (const auto& use : scope_.uses(value)) {
+        for (const auto& use : lookups_.uses(value)) {
           if (!state_.covers(use.node)) {
             fail(depth, [&] {
               return fmt::format("'{}', computed inside the match, is also used by node {}{}", value, node_text(*use.node),
@@ -668,6 +736,7 @@ class Search {
   }
 
   const Scope& scope_;
+  Matcher::Lookups& lookups_;
   const Rule& rule_;
   const Pattern& pattern_;
   const NodeSet& claimed_;
@@ -681,9 +750,14 @@ class Search {
 
 }  // namespace
 
+Matcher::Matcher(const Scope& scope, const NodeSet& claimed)
+    : scope_(scope), claimed_(claimed), lookups_(std::make_unique<Lookups>(scope)) {}
+
+Matcher::~Matcher() = default;
+
 std::optional<Match> Matcher::match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node,
                                     std::string* why_not, bool* on_facts) const {
-  Search search(scope_, rule, pattern, claimed_, why_not != nullptr);
+  Search search(scope_, *lookups_, rule, pattern, claimed_, why_not != nullptr);
   auto match = search.run(node);
   if (!match && why_not) *why_not = search.reason();
   if (on_facts) *on_facts = !match && search.rejected_on_facts();
