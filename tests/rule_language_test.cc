@@ -1255,6 +1255,46 @@ end
 }
 
 // `targets:` names target files that exist (compiled in, or read on this run).
+// The custom op as Neg then Add: the replacement names a value of its own.
+const char* kNegThenAdd = R"(
+rule neg-then-add
+  description: test
+  targets: onnx
+  pattern (x, y) => (z) { z = test.customop.CustomOpOne (x, y) }
+  replace (x, y) => (z) { t = Neg (x)  z = Add (t, y) }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
+    g (float[2] x, float[2] y) => (float[2] z) { z = test.customop.CustomOpOne (x, y) }
+  }
+  expect { t = Neg (x)  z = Add (t, y) }
+end
+)";
+
+TEST(RuleLanguage, ANewValueIsNotNamedLikeOneAnInvalidModelOnlyReads) {
+  const auto rules = rules_from_text(kNegThenAdd);
+  const char* model = R"(<ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
+g (float[2] x, float[2] y) => (float[2] z, float[2] w) {
+  z = test.customop.CustomOpOne (x, y)
+  w = Relu (x)
+})";
+  auto new_value = [](const onnx::ModelProto& rewritten) {
+    for (const auto& node : rewritten.graph().node()) {
+      if (node.op_type() == "Neg") return node.output(0);
+    }
+    return std::string();
+  };
+  const std::string fresh = new_value(rewrite_text(model, rules).model);
+  ASSERT_FALSE(fresh.empty());
+  // The same model, except that the Relu reads a value of that name which nothing computes: a
+  // valid model's reads name only values it defines, an invalid one's need not.
+  auto invalid = parse_model_text(model);
+  invalid.mutable_graph()->mutable_node(1)->set_input(0, fresh);
+  const auto rewritten = rewrite_proto(invalid, rules);
+  EXPECT_EQ(rewritten.result.rules.at("neg-then-add").matches, 1);
+  EXPECT_NE(new_value(rewritten.model), fresh);
+  EXPECT_FALSE(new_value(rewritten.model).empty());
+}
+
 TEST(RuleFiles, TargetsMustExist) {
   const std::string error = load_error(R"(rule x
   targets: onnx, trt

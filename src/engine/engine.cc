@@ -149,6 +149,7 @@ class Run {
     // A model that was already inconsistent can't tell our mistakes from its own.
     verify_ = ordered_ ? *ordered_ : !structural_problem(model_.proto);
     rewriter_.set_ordered(verify_);
+    if (verify_) names_.reads_are_defined();
     std::set<std::string> firing;
     std::map<std::string, int> last_fired;  // rule id -> round
     for (int round = 1;; ++round) {

@@ -107,9 +107,14 @@ void NameRegistry::collect() {
       for (const auto& name : view.function->input()) existing_.push_back(hash(name));
       for (const auto& name : view.function->output()) existing_.push_back(hash(name));
     }
+    const Place::Kind root = view.place->root().kind();
+    const bool checked = root != Place::Kind::kTrainingInitialization && root != Place::Kind::kTrainingAlgorithm;
+    const bool collect_reads = !(reads_defined_ && checked);
     for (const auto& node : *view.nodes) {
       existing_.push_back(hash(node.name()));
-      for (const auto& name : node.input()) existing_.push_back(hash(name));
+      if (collect_reads) {
+        for (const auto& name : node.input()) existing_.push_back(hash(name));
+      }
       for (const auto& name : node.output()) existing_.push_back(hash(name));
     }
   });

@@ -32,12 +32,17 @@ class NameRegistry {
   explicit NameRegistry(onnx::ModelProto& model) : model_(model) {}
   // `hint` itself if free, else `hint_1`, `hint_2`, ...
   std::string fresh(const std::string& hint);
+  // Says that every value a node of the main graph, its subgraphs or a function reads is defined
+  // there (structural_problem found nothing): the names they read are then among those collected
+  // anyway, and are not collected again (half the names to sort on a big graph).
+  void reads_are_defined() { reads_defined_ = true; }
 
  private:
   void collect();
   bool taken(const std::string& name) const;
 
   onnx::ModelProto& model_;
+  bool reads_defined_ = false;
   bool collected_ = false;
   size_t top(size_t hash) const;  // the hash's top_bits_ highest bits
 
