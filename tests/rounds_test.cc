@@ -148,6 +148,41 @@ TEST(Rounds, ARoundWithNothingLeftToMatchIsNotRun) {
   EXPECT_FALSE(tried.result.nodes_tried.empty());
 }
 
+// For models importing test.other only.
+const std::string kDoubleNegation = R"(
+rule double-negation
+  description: test
+  targets: onnx
+  where { opset test.other >= 1 }
+  pattern (x) => (y) { t = Neg (x)  y = Neg (t) }
+  replace (x) => (y) { y = Identity (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "test.other": 1]>
+    g (float[2] x) => (float[2] y) { t = Neg (x)  y = Neg (t) }
+  }
+  expect { y = Identity (x) }
+end
+)";
+
+TEST(Rounds, ARuleForAnImportTheModelLacksIsNotTried) {
+  const auto rules = rules_from_text(kDoubleNegation);
+  const std::string model = chain_model(20, "<float[2] c>");
+  const auto untouched = rewrite_text(model, rules);
+  EXPECT_TRUE(untouched.result.nodes_tried.empty());
+  EXPECT_TRUE(untouched.result.rules.empty());
+  // --explain tries it, to say why it does not fire.
+  RewriteOptions explained;
+  explained.explain = "Neg";
+  const auto shown = rewrite_text(model, rules, explained);
+  EXPECT_NE(shown.explain.find("the model imports test.other 0"), std::string::npos) << shown.explain;
+  // Where the model imports the domain, it fires.
+  std::string importing = model;
+  const std::string custom = "\"test.customop\": 1";
+  importing.replace(importing.find(custom), custom.size(), custom + ", \"test.other\": 1");
+  const auto rewritten = rewrite_text(importing, rules);
+  EXPECT_GT(rewritten.result.rules.at("double-negation").matches, 0);
+}
+
 TEST(Rounds, ExplainTriesEveryNodeInEveryRound) {
   RewriteOptions options;
   options.explain = {"Relu"};

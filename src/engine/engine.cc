@@ -290,15 +290,24 @@ class Run {
     }
   }
 
-  // Of the candidates of an anchor, those whose replacement the opset policy may allow where
-  // `owner`'s imports apply. The others are not worth matching (the conditions of a rule lowering
-  // the opset, run without --opset, read the types of the whole graph); --explain still tries
-  // them, to say why they don't fire. Worked out once a round: a raise can only rule out more.
+  // Of the candidates of an anchor, those that may fire where `owner`'s imports apply: the
+  // pattern is for the versions imported there (written only once the rounds are over), and the
+  // opset policy may allow the replacement. The others are not worth matching (the conditions
+  // of a rule lowering the opset, run without --opset, read the types of the whole graph; a
+  // family's rules are tried on every node of their anchor op); --explain still tries them, to
+  // say why they don't fire. Worked out once a round: a raise can only rule out more.
   const std::vector<Candidate>& viable(ImportOwner owner, const std::vector<Candidate>& candidates) {
     auto [it, fresh] = viable_.try_emplace({owner, &candidates});
     if (fresh) {
-      std::copy_if(candidates.begin(), candidates.end(), std::back_inserter(it->second),
-                   [&](const Candidate& candidate) { return !policy_.ruled_out(owner, candidate.rule->requires_opsets); });
+      const ImportMap imports = import_map(imports_of(model_.proto, owner));  // as Scope::opset reads them
+      auto imported = [&](const VersionRange& range) {
+        auto found = imports.find(range.domain);
+        return range.contains(found == imports.end() ? 0 : static_cast<int>(found->second));
+      };
+      std::copy_if(candidates.begin(), candidates.end(), std::back_inserter(it->second), [&](const Candidate& candidate) {
+        const auto& opsets = candidate.pattern->opsets;
+        return std::all_of(opsets.begin(), opsets.end(), imported) && !policy_.ruled_out(owner, candidate.rule->requires_opsets);
+      });
     }
     return it->second;
   }
