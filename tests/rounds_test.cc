@@ -183,6 +183,23 @@ TEST(Rounds, ARuleForAnImportTheModelLacksIsNotTried) {
   EXPECT_GT(rewritten.result.rules.at("double-negation").matches, 0);
 }
 
+TEST(Rounds, ARoundThatChangedHalfTheGraphIsFollowedByAFullOne) {
+  // 300 Negs, then 100 Relus: round 1 makes every Neg a Sub, and round 2 (add-relu, anchored at
+  // Relu, keeps it going) tries every node, the Relus far down included, instead of searching
+  // near what changed (which would reach only the Subs and the first two Relus).
+  std::string body;
+  std::string last = "x";
+  for (int i = 0; i < 400; ++i) {
+    const std::string next = "v" + std::to_string(i);
+    body += "  " + next + (i < 300 ? " = Neg (" : " = Relu (") + last + ")\n";
+    last = next;
+  }
+  const std::string model = "<ir_version: 8, opset_import: [\"\": 17]>\ng (float[2] x) => (float[2] " + last + ") {\n" + body + "}";
+  const auto rewritten = rewrite_text(model, rules_from_text(std::string(kNegToSub) + kTwoStepRules));
+  EXPECT_EQ(rewritten.result.rules.at("neg-to-sub").matches, 300);
+  EXPECT_EQ(rewritten.result.nodes_tried, (std::vector<int>{400, 400}));
+}
+
 TEST(Rounds, ExplainTriesEveryNodeInEveryRound) {
   RewriteOptions options;
   options.explain = {"Relu"};

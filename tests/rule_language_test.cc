@@ -697,27 +697,6 @@ g (float[2] a, bool c) => (float[2] v, float[2] w) {
   EXPECT_EQ(branch.node(1).input(0), "u");
 }
 
-// A rule whose replacement brings a new constant.
-const char* kNegToSub = R"(
-rule neg-to-sub
-  description: test
-  targets: onnx
-  pattern (v) => (a) { a = Neg (v) }
-  replace (v) => (a) {
-    z = Constant <value = float {0}> ()
-    a = Sub (z, v)
-  }
-  example {
-    <ir_version: 8, opset_import: ["": 17]>
-    g (float[2] v) => (float[2] a) { a = Neg (v) }
-  }
-  expect {
-    z = Constant <value = float {0}> ()
-    a = Sub (z, v)
-  }
-end
-)";
-
 TEST(Engine, ANodeListInAnyOrderComesOutInOrderWhereARuleFired) {
   // ONNX Runtime loads nodes in any order, so such input is accepted; a round that fires sorts
   // the whole list (stably), since its own changes can't be told from the order it came in.

@@ -24,6 +24,8 @@ Worklist::Worklist(const std::vector<const Rule*>& rules) {
 
 std::optional<NodeSet> Worklist::nodes_to_visit(const Scope& main, const NodeSet& touched, const NodeSet& retried) {
   if (std::exchange(all_, false)) return std::nullopt;
+  // What lies within reach of half the graph is about all of it: not worth a search.
+  if (touched.size() * 2 >= static_cast<size_t>(main.nodes().size())) return std::nullopt;
 
   NodeSet near;
   std::vector<const onnx::NodeProto*> frontier;

@@ -64,6 +64,27 @@ rule one
 end
 )";
 
+// A rule whose replacement brings a new constant.
+inline constexpr const char* kNegToSub = R"(
+rule neg-to-sub
+  description: test
+  targets: onnx
+  pattern (v) => (a) { a = Neg (v) }
+  replace (v) => (a) {
+    z = Constant <value = float {0}> ()
+    a = Sub (z, v)
+  }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] v) => (float[2] a) { a = Neg (v) }
+  }
+  expect {
+    z = Constant <value = float {0}> ()
+    a = Sub (z, v)
+  }
+end
+)";
+
 // A model whose one custom op the built-in rule customop-one-to-add rewrites to Add.
 inline constexpr const char* kCustomOpModel = R"(<ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
 g (float[2, 3] x, float[2, 3] y) => (float[2, 3] z) {
