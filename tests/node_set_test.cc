@@ -17,13 +17,9 @@ namespace {
 // real nodes are, and close together, as nodes the same round built are).
 NodeSet::Node address(uint64_t n) { return reinterpret_cast<NodeSet::Node>(0x10000 + n * 16); }
 
-std::vector<NodeSet::Node> sorted(const NodeSet& set) {
-  std::vector<NodeSet::Node> nodes(set.begin(), set.end());
-  std::sort(nodes.begin(), nodes.end());
-  return nodes;
-}
-
-std::vector<NodeSet::Node> sorted(const std::unordered_set<NodeSet::Node>& set) {
+// The nodes of a NodeSet or of the standard set it is checked against, in address order.
+template <typename Set>
+std::vector<NodeSet::Node> sorted(const Set& set) {
   std::vector<NodeSet::Node> nodes(set.begin(), set.end());
   std::sort(nodes.begin(), nodes.end());
   return nodes;
