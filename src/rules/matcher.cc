@@ -2,7 +2,7 @@
 #include "onnx_rewrite/toolkit.h"
 
 #include <algorithm>
-#include <array>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -217,7 +217,10 @@ std::string_view input_at(const onnx::NodeProto& node, size_t index) {
 // (nothing changes before the commit), and this saves hashing and comparing them again.
 class Matcher::Lookups {
  public:
-  explicit Lookups(const Scope& scope) : scope_(scope) {}
+  // Up to 256 entries, fewer for a small scope (models can hold thousands of subgraphs).
+  explicit Lookups(const Scope& scope)
+      : scope_(scope), bits_(std::clamp(static_cast<int>(std::bit_width(static_cast<unsigned>(scope.nodes().size()))), 4, 8)),
+        entries_(size_t{1} << bits_) {}
 
   const Scope::Producer* producer(std::string_view value) {
     Entry& entry = entry_for(value);
@@ -255,11 +258,10 @@ class Matcher::Lookups {
     const Scope::Producer* producer = nullptr;
     std::span<const Use> uses;
   };
-  static constexpr int kBits = 8;
 
   Entry& entry_for(std::string_view value) {
     const uint64_t spread = reinterpret_cast<uintptr_t>(value.data()) * 0x9E3779B97F4A7C15ull;
-    Entry& entry = entries_[spread >> (64 - kBits)];
+    Entry& entry = entries_[spread >> (64 - bits_)];
     if (entry.data != value.data() || entry.size != value.size()) {
       entry = Entry{};
       entry.data = value.data();
@@ -269,7 +271,8 @@ class Matcher::Lookups {
   }
 
   const Scope& scope_;
-  std::array<Entry, size_t{1} << kBits> entries_{};
+  int bits_;
+  std::vector<Entry> entries_;
 };
 
 namespace {
