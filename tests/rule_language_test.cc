@@ -18,13 +18,6 @@ namespace {
 
 using namespace testing;
 
-// The op types of a graph's nodes, in node order.
-std::vector<std::string> op_types(const onnx::GraphProto& graph) {
-  std::vector<std::string> types;
-  for (const auto& node : graph.node()) types.push_back(node.op_type());
-  return types;
-}
-
 // A GELU fusion written once, exercising n-ary Mul, alternatives and approximate constants.
 const char* kGeluRule = R"(
 rule gelu

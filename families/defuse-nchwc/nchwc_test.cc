@@ -365,6 +365,24 @@ g (float[1, 3, 4, 4] x) => (float[1, 12, 4, 4] y) <float[12, 3, 1, 1] w = {1, 2,
   EXPECT_NE(defused.explain.find("no NCHWc block size fits the graph (not 8: Conv"), std::string::npos) << defused.explain;
 }
 
+// NCHWc nodes in a model that does not import their domain (invalid; ONNX Runtime refuses it):
+// the rule is for models importing it, so the region stays whole, Reshape and all.
+TEST(NchwcRegion, StaysWhereTheModelDoesNotImportTheDomain) {
+  const std::string text = R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[1, 16, 4, 4] x) => (float[1, 16, 4, 4] y) {
+  b = com.microsoft.nchwc.ReorderInput (x)
+  p = com.microsoft.nchwc.MaxPool <kernel_shape = [3, 3], pads = [1, 1, 1, 1]> (b)
+  y = com.microsoft.nchwc.ReorderOutput <channels = 16> (p)
+})";
+  auto imported = text;
+  const std::string onnx_import = "\"\": 17";
+  imported.replace(imported.find(onnx_import), onnx_import.size(), onnx_import + ", \"com.microsoft.nchwc\": 1");
+  EXPECT_EQ(nchwc_ops(defuse(imported).model), 0);
+  const auto defused = defuse(text, "MaxPool");
+  EXPECT_EQ(nchwc_ops(defused.model), 3);
+  EXPECT_NE(defused.explain.find("the model imports com.microsoft.nchwc 0"), std::string::npos) << defused.explain;
+}
+
 // ---- The ONNX model zoo's light models, optimized by ORT at level all ---------------------------
 
 class OptimizedLightModel : public ::testing::TestWithParam<std::string> {};

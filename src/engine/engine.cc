@@ -144,7 +144,7 @@ class Run {
 
   // Returns why the requested opset can't be reached, if it can't.
   std::optional<std::string> execute() {
-    if (!any_candidate()) return policy_.apply(rewriter_.created(), domains_before_);
+    if (!any_anchor()) return policy_.apply(rewriter_.created(), domains_before_);
     if (canonicalizing_) remove_unused_nodes();
     // A model that was already inconsistent can't tell our mistakes from its own.
     verify_ = ordered_ ? *ordered_ : !structural_problem(model_.proto);
@@ -166,7 +166,7 @@ class Run {
       policy_.new_round();
       viable_.clear();
       if (canonicalizing_) bypass_identities();
-      if (round > 1 && !any_candidate()) {
+      if (!any_candidate()) {
         result_.nodes_tried.push_back(0);
         break;
       }
@@ -246,8 +246,18 @@ class Run {
     return found;
   }
 
+  // Whether any node anywhere has an op an active rule is anchored at (or is explained): if none
+  // has, the model stays as it is (even canonicalization would be undone).
+  bool any_anchor() {
+    bool found = !options_.explain.empty();
+    for_each_node(std::as_const(model_.proto), [&](const onnx::NodeProto& node, const Place&) {
+      found = found || candidates_.count(OpView::of(node));
+    });
+    return found;
+  }
+
   // Whether any node anywhere has an op that a rule which may still fire is anchored at (or is
-  // explained): if none has, no round can change anything, and the graph is not worth indexing.
+  // explained): if none has, the round can't change anything, and the graph is not worth indexing.
   bool any_candidate() {
     if (!options_.explain.empty()) return true;
     bool found = false;

@@ -139,6 +139,7 @@ std::optional<std::string> OpsetPolicy::lasting_blocker(const VersionRange& rang
 
 bool OpsetPolicy::ruled_out(Owner owner, const std::vector<VersionRange>& requires_opsets) const {
   return std::any_of(requires_opsets.begin(), requires_opsets.end(), [&](const VersionRange& range) {
+    if (!owner.is_model() && effective(Owner{}, range.domain) == 0) return false;
     const auto version = current_version(owner, range.domain);
     const int* current = std::get_if<int>(&version);  // an ambiguous version may be settled later
     return current && lasting_blocker(range, *current).has_value();

@@ -41,8 +41,9 @@ class OpsetPolicy {
   std::variant<Plan, std::string> plan(const Scope& scope, const std::vector<VersionRange>& requires_opsets, Raise raise) const;
   void commit(const Scope& scope, const Plan& plan);
   // Whether plan() refuses such a replacement in the graphs whose imports `owner` holds for the
-  // rest of the run: imports only rise during a run, and --opset stays (a rule lowering the
-  // opset, run without --opset).
+  // rest of the run (a rule lowering the opset, run without --opset): the versions replacements
+  // are built for only rise during a run, and --opset stays. A function's follows the model's
+  // once the model imports the domain, which may be lower: until then its own decides nothing.
   bool ruled_out(ImportOwner owner, const std::vector<VersionRange>& requires_opsets) const;
   // Whose imports apply in `scope`.
   static ImportOwner owner_of(const Scope& scope);

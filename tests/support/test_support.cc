@@ -57,6 +57,12 @@ std::string serialize(const onnx::ModelProto& model) {
   return bytes;
 }
 
+std::vector<std::string> op_types(const onnx::GraphProto& graph) {
+  std::vector<std::string> types;
+  for (const auto& node : graph.node()) types.push_back(node.op_type());
+  return types;
+}
+
 Model model_from_text(const std::string& text) { return parse_model(serialize(parse_model_text(text)), "test.onnx"); }
 
 void write_file(const fs::path& path, const std::string& bytes) {

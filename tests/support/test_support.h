@@ -33,6 +33,8 @@ onnx::ModelProto parse_model_text(const std::string& text);
 // Our Model from ONNX text (as if loaded from a file).
 Model model_from_text(const std::string& text);
 std::string serialize(const onnx::ModelProto& model);
+// The op types of a graph's nodes, in node order.
+std::vector<std::string> op_types(const onnx::GraphProto& graph);
 void write_file(const fs::path& path, const std::string& bytes);
 std::string read_file(const fs::path& path);
 
