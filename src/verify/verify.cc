@@ -55,24 +55,28 @@ class Verifier {
     if (!problem_) problem_ = place.text() + ": " + what;
   }
 
+  // What the outermost graph defines is its frame's own table; visible_ counts only what the
+  // graphs nested in it define (most reads are the outermost graph's: one lookup each).
   bool visible(std::string_view name) const {
+    if (root_->local.contains(name)) return true;
     const int* count = visible_.find(name);
     return count && *count > 0;
   }
 
   void define(Frame& frame, std::string_view name) {
     bool& defined = frame.local[name];
-    if (!defined) ++visible_[name];
+    if (!defined && &frame != root_) ++visible_[name];
     defined = true;
   }
 
   void open(std::deque<Frame>& stack, Place place, const NodeList* nodes, const onnx::GraphProto* graph,
             const onnx::FunctionProto* function) {
     Frame& frame = stack.emplace_back(Frame{std::move(place), nodes, graph, function, {}, 0, false, {}, 0});
+    if (stack.size() == 1) root_ = &frame;
     // About one value per node: no rehashing on the way (a large part of the cost on big graphs).
     const size_t expected = static_cast<size_t>(nodes->size()) + (graph ? static_cast<size_t>(graph->input_size() + graph->initializer_size()) : 0);
     frame.local.reserve(expected);
-    visible_.reserve(visible_.size() + expected);
+    if (&frame != root_) visible_.reserve(visible_.size() + expected);
     if (graph) {
       for (const auto& input : graph->input()) define(frame, input.name());
       for (const auto& tensor : graph->initializer()) define(frame, tensor.name());
@@ -107,6 +111,7 @@ class Verifier {
     if (!ordered_ && !problem_) find_cycle(*frame.nodes, frame.place);
     if (stack.size() == 1) {
       visible_ = {};  // nothing encloses this graph: all that is visible is its own
+      root_ = nullptr;
     } else {
       frame.local.for_each([&](std::string_view name, bool) { --visible_[name]; });  // 0: not visible
     }
@@ -189,7 +194,8 @@ class Verifier {
 
   bool ordered_;
   FreeNameCache free_names_;
-  FlatMap<std::string_view, int> visible_;  // names visible from the graph being read: count > 0
+  const Frame* root_ = nullptr;             // the outermost graph's frame, while one is read
+  FlatMap<std::string_view, int> visible_;  // names the graphs nested in it define: count > 0
   std::optional<std::string> problem_;
 };
 
