@@ -249,22 +249,24 @@ class Run {
   // Whether any node anywhere has an op an active rule is anchored at (or is explained): if none
   // has, the model stays as it is (even canonicalization would be undone).
   bool any_anchor() {
-    bool found = !options_.explain.empty();
-    for_each_node(std::as_const(model_.proto), [&](const onnx::NodeProto& node, const Place&) {
-      found = found || candidates_.count(OpView::of(node));
-    });
-    return found;
+    return any_node_with([](ImportOwner, const std::vector<Candidate>&) { return true; });
   }
 
   // Whether any node anywhere has an op that a rule which may still fire is anchored at (or is
   // explained): if none has, the round can't change anything, and the graph is not worth indexing.
   bool any_candidate() {
+    return any_node_with([&](ImportOwner owner, const std::vector<Candidate>& candidates) { return !viable(owner, candidates).empty(); });
+  }
+
+  // Whether --explain asks about nodes, or some node's op has candidates `keep` says yes to.
+  template <typename Keep>
+  bool any_node_with(Keep&& keep) {
     if (!options_.explain.empty()) return true;
     bool found = false;
     for_each_node(std::as_const(model_.proto), [&](const onnx::NodeProto& node, const Place& place) {
       if (found) return;
       auto it = candidates_.find(OpView::of(node));
-      found = it != candidates_.end() && !viable(ImportOwner::of(place), it->second).empty();
+      found = it != candidates_.end() && keep(ImportOwner::of(place), it->second);
     });
     return found;
   }

@@ -223,41 +223,29 @@ class Matcher::Lookups {
         entries_(size_t{1} << bits_) {}
 
   const Scope::Producer* producer(std::string_view value) {
-    Entry& entry = entry_for(value);
-    if (!entry.producer_known) {
-      entry.producer = scope_.producer(value);
-      entry.producer_known = true;
-    }
-    return entry.producer;
+    return remembered(entry_for(value).producer, [&] { return scope_.producer(value); });
   }
   std::span<const Use> uses(std::string_view value) {
-    Entry& entry = entry_for(value);
-    if (!entry.uses_known) {
-      entry.uses = scope_.uses(value);
-      entry.uses_known = true;
-    }
-    return entry.uses;
+    return remembered(entry_for(value).uses, [&] { return scope_.uses(value); });
   }
   bool is_constant(std::string_view value) {
-    Entry& entry = entry_for(value);
-    if (!entry.constant_known) {
-      entry.constant = scope_.is_constant(value);
-      entry.constant_known = true;
-    }
-    return entry.constant;
+    return remembered(entry_for(value).constant, [&] { return scope_.is_constant(value); });
   }
 
  private:
-  struct Entry {
+  struct Entry {  // the answers about one name, once asked
     const char* data = nullptr;
     size_t size = 0;
-    bool producer_known = false;
-    bool uses_known = false;
-    bool constant_known = false;
-    bool constant = false;
-    const Scope::Producer* producer = nullptr;
-    std::span<const Use> uses;
+    std::optional<const Scope::Producer*> producer;
+    std::optional<std::span<const Use>> uses;
+    std::optional<bool> constant;
   };
+
+  template <typename Answer, typename Ask>
+  static Answer remembered(std::optional<Answer>& answer, Ask&& ask) {
+    if (!answer) answer = ask();
+    return *answer;
+  }
 
   Entry& entry_for(std::string_view value) {
     const uint64_t spread = reinterpret_cast<uintptr_t>(value.data()) * 0x9E3779B97F4A7C15ull;

@@ -110,7 +110,7 @@ class Verifier {
     }
     if (!ordered_ && !problem_) find_cycle(*frame.nodes, frame.place);
     if (stack.size() == 1) {
-      visible_ = {};  // nothing encloses this graph: all that is visible is its own
+      visible_ = {};  // the next outermost graph starts with nothing nested in it
       root_ = nullptr;
     } else {
       frame.local.for_each([&](std::string_view name, bool) { --visible_[name]; });  // 0: not visible
