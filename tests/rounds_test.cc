@@ -230,6 +230,25 @@ TEST(Rounds, ARoundThatChangedHalfTheGraphIsFollowedByAFullOne) {
   EXPECT_EQ(rewritten.result.nodes_tried, (std::vector<int>{400, 400}));
 }
 
+TEST(Rounds, ASearchThatReachesHalfTheGraphStopsAndVisitsAll) {
+  // 25 custom ops, one every 8 nodes, and a Relu at the end (add-relu has an anchor): round 1
+  // touches 75 of the 200 nodes (each new Add, the Neg before it and the one after), and what
+  // lies within add-relu's reach of them is 125.
+  std::string body;
+  std::string last = "x";
+  for (int i = 0; i < 200; ++i) {
+    const std::string next = "v" + std::to_string(i);
+    const std::string op = i % 8 == 4 ? "test.customop.CustomOpOne (" + last + ", y)" : (i == 199 ? "Relu (" : "Neg (") + last + ")";
+    body += "  " + next + " = " + op + "\n";
+    last = next;
+  }
+  const std::string model = "<ir_version: 8, opset_import: [\"\": 17, \"test.customop\": 1]>\ng (float[2] x, float[2] y) => (float[2] " +
+                            last + ") {\n" + body + "}";
+  const auto rewritten = rewrite_text(model, rules_from_text(kTwoStepRules));
+  EXPECT_EQ(rewritten.result.rules.at("one").matches, 25);
+  EXPECT_EQ(rewritten.result.nodes_tried, (std::vector<int>{200, 200}));
+}
+
 TEST(Rounds, ExplainTriesEveryNodeInEveryRound) {
   RewriteOptions options;
   options.explain = {"Relu"};

@@ -24,15 +24,18 @@ Worklist::Worklist(const std::vector<const Rule*>& rules) {
 
 std::optional<NodeSet> Worklist::nodes_to_visit(const Scope& main, const NodeSet& touched, const NodeSet& retried) {
   if (std::exchange(all_, false)) return std::nullopt;
-  // What lies within reach of half the graph is about all of it: not worth a search.
-  if (touched.size() * 2 >= static_cast<size_t>(main.nodes().size())) return std::nullopt;
-
+  // What lies within reach of half the graph is about all of it, and searching costs about what
+  // visiting does: a search that has found half (touched nodes spread along a long chain reach
+  // all of it) stops there.
+  const size_t nodes = static_cast<size_t>(main.nodes().size());
   NodeSet near;
   std::vector<const onnx::NodeProto*> frontier;
   for (const auto* node : touched) {
     if (main.holds(node) && near.insert(node)) frontier.push_back(node);
   }
-  for (size_t hop = 0; hop < reach_ && !frontier.empty(); ++hop) {
+  for (size_t hop = 0;; ++hop) {
+    if (near.size() * 2 >= nodes) return std::nullopt;
+    if (hop == reach_ || frontier.empty()) break;
     std::vector<const onnx::NodeProto*> next;
     auto add = [&](const onnx::NodeProto* node) {
       if (near.insert(node)) next.push_back(node);

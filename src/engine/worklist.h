@@ -27,7 +27,7 @@ class Worklist {
   void visit_all() { all_ = true; }
 
   // For a new round's main graph: the nodes to visit, or nullopt for all of them (also when
-  // `touched` is half the graph or more: what lies near it is about everything). `touched`: the
+  // what lies near `touched` is half the graph or more: that is about everything). `touched`: the
   // nodes the last round created, rewired or left with fewer readers (Rewriter::take_touched),
   // visited with what lies within reach; `retried`: anchors to try again as they are
   // (Rewriter::take_retried).
