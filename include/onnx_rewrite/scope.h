@@ -24,6 +24,7 @@ using NodeList = google::protobuf::RepeatedPtrField<onnx::NodeProto>;
 struct Use {
   onnx::NodeProto* node = nullptr;
   int input = 0;  // index into node->input(), or -1 when a subgraph of `node` refers to the value
+  int position = 0;  // the node's, Scope::position (it fits in what alignment leaves over)
 };
 
 class ShapeInference;
@@ -53,6 +54,7 @@ class Scope {
   struct Producer {
     onnx::NodeProto* node = nullptr;
     int output = 0;
+    int position = 0;  // the node's
   };
   const Producer* producer(std::string_view value) const;
   std::span<const Use> uses(std::string_view value) const;

@@ -259,12 +259,12 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   // The nodes that go, flagged by their place in the round's index.
   std::vector<const onnx::NodeProto*> gone;
   std::vector<char> gone_at(static_cast<size_t>(scope.nodes().size()), 0);
-  auto is_gone = [&](const onnx::NodeProto* node) { return gone_at[static_cast<size_t>(scope.position(node))] != 0; };
-  auto remove = [&](const onnx::NodeProto* node) {
-    gone_at[static_cast<size_t>(scope.position(node))] = 1;
+  auto is_gone = [&](int position) { return gone_at[static_cast<size_t>(position)] != 0; };
+  auto remove = [&](const onnx::NodeProto* node, int position) {
+    gone_at[static_cast<size_t>(position)] = 1;
     gone.push_back(node);
   };
-  for (const auto* node : pending.removed) remove(node);
+  for (const auto* node : pending.removed) remove(node, scope.position(node));
 
   // Producers and initializers the removals leave without any use (and only those), found with
   // the round's index before anything changes.
@@ -285,7 +285,7 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
     }
     const auto uses = scope.uses(name);
     size_t& known = uses_gone[name];
-    while (known < uses.size() && is_gone(uses[known].node)) ++known;
+    while (known < uses.size() && is_gone(uses[known].position)) ++known;
     return known == uses.size();
   };
   std::unordered_set<std::string> dead_initializers;
@@ -294,7 +294,7 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
     maybe_dead.pop_back();
     const auto* produced = scope.producer(name);
     if (produced) {
-      if (is_gone(produced->node)) continue;  // most: values between two nodes of one match
+      if (is_gone(produced->position)) continue;  // most: values between two nodes of one match
       touched_.insert(produced->node);  // it loses a reader (and leaves touched_ again if it goes too)
     }
     if (!unused(name)) continue;
@@ -305,7 +305,7 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
           })) {
         continue;
       }
-      remove(node);
+      remove(node, produced->position);
       inputs_maybe_dead(*node);
     } else if (scope.owns_initializer(name) && !scope.is_graph_input_here(name)) {
       dead_initializers.emplace(name);
@@ -317,7 +317,7 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   for (const auto* node : gone) {
     for (const auto& output : node->output()) {
       for (const auto& use : scope.uses(output)) {
-        if (!is_gone(use.node)) touched_.insert(use.node);
+        if (!is_gone(use.position)) touched_.insert(use.node);
       }
     }
   }
@@ -345,6 +345,7 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   for (const auto& rewire : pending.rewired) rewire.node->set_input(rewire.input, rewire.source);
 
   NodeList& nodes = scope.nodes();
+  int position = 0;  // the index's
   for (auto* node : take_all(nodes)) {
     if (auto it = pending.insert_before.find(node); it != pending.insert_before.end()) {
       for (auto& built : it->second) {
@@ -354,7 +355,7 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
         touched_.insert(added);
       }
     }
-    if (is_gone(node)) {
+    if (is_gone(position++)) {
       created_.erase(node);
       touched_.erase(node);
       retried_.erase(node);
@@ -384,8 +385,8 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
 // anchor in the order built, the anchor itself (which goes) after them.
 bool Rewriter::breaks_order(const Scope& scope, const Pending& pending, const std::vector<char>& gone_at) const {
   using Place = std::pair<int, size_t>;
-  auto kept_at = [&](const onnx::NodeProto* node) { return Place{scope.position(node), std::numeric_limits<size_t>::max()}; };
-  auto is_gone = [&](const onnx::NodeProto* node) { return gone_at[static_cast<size_t>(scope.position(node))] != 0; };
+  auto kept_at = [](int position) { return Place{position, std::numeric_limits<size_t>::max()}; };
+  auto is_gone = [&](int position) { return gone_at[static_cast<size_t>(position)] != 0; };
   FlatMap<std::string_view, Place> built_at;  // a new node's output -> the new node's place
   for (const auto& [anchor, built] : pending.insert_before) {
     for (size_t rank = 0; rank < built.size(); ++rank) {
@@ -397,7 +398,7 @@ bool Rewriter::breaks_order(const Scope& scope, const Pending& pending, const st
   auto computed_at = [&](std::string_view value) -> std::optional<Place> {  // nullopt: not in this scope
     if (const Place* found = built_at.find(value)) return *found;
     const auto* produced = scope.producer(value);
-    if (produced && !is_gone(produced->node)) return kept_at(produced->node);
+    if (produced && !is_gone(produced->position)) return kept_at(produced->position);
     return std::nullopt;
   };
   for (const auto& [anchor, built] : pending.insert_before) {
@@ -412,14 +413,15 @@ bool Rewriter::breaks_order(const Scope& scope, const Pending& pending, const st
       for (const auto& output : built[rank].output()) {
         if (output.empty()) continue;
         for (const auto& use : scope.uses(output)) {
-          if (!is_gone(use.node) && kept_at(use.node) <= place) return true;
+          if (!is_gone(use.position) && kept_at(use.position) <= place) return true;
         }
       }
     }
   }
   return std::any_of(pending.rewired.begin(), pending.rewired.end(), [&](const Pending::Rewire& rewire) {
     const auto at = computed_at(rewire.source);
-    return !is_gone(rewire.node) && at && *at >= kept_at(rewire.node);
+    const int position = scope.position(rewire.node);
+    return !is_gone(position) && at && *at >= kept_at(position);
   });
 }
 

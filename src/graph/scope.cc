@@ -14,12 +14,14 @@ namespace onnx_rewrite {
 // Keys view names owned by the model's protos, which don't change while a scope is in use.
 struct Scope::Index {
   std::shared_ptr<FreeNameCache> free_name_cache;  // shared with the scopes nested in this one
-  FlatMap<std::string_view, Producer> producers;
-  struct UseRange {
-    uint32_t begin = 0;
-    uint32_t count = 0;
+  // One entry per value a node computes or reads: the questions come in pairs (who computes
+  // it, who reads it), and each name is hashed once.
+  struct Value {
+    Producer producer;  // node null: computed elsewhere
+    uint32_t uses_begin = 0;  // into uses, in node order
+    uint32_t uses_count = 0;
   };
-  FlatMap<std::string_view, UseRange> use_ranges;  // into uses, in node order
+  FlatMap<std::string_view, Value> values;
   // Keys of values only subgraphs read, copied: a commit replaces a subgraph's nodes before
   // those of the graph holding it, whose index still looks these values up.
   std::deque<std::string> read_by_subgraphs;
@@ -130,51 +132,52 @@ void Scope::Index::build(const Scope& scope) {
     for (const auto& output : scope.function_->output()) outputs.insert(output);
   }
 
-  // Uses are stored flat, grouped by value: count, place, then fill in node order.
+  // Producers first, so that a value computed here is keyed by its producer's output. Uses are
+  // stored flat, grouped by value: count, place, then fill in node order.
   NodeList& nodes = scope.nodes();
   const size_t count = static_cast<size_t>(nodes.size());
   // About one value per node (a model with more grows these once): tables twice as large would
   // be a fifth of the peak memory on a graph of a million nodes.
   positions.reserve(count);
-  producers.reserve(count);
-  use_ranges.reserve(count);
+  values.reserve(count);
+  int position = 0;
+  for (auto& node : nodes) {
+    for (int i = 0; i < node.output_size(); ++i) {
+      if (!node.output(i).empty()) values[node.output(i)].producer = {&node, i, position};
+    }
+    positions[&node] = position++;
+  }
   auto for_each_use = [&](auto&& visit) {
+    int position = 0;
     for (auto& node : nodes) {
       for (int i = 0; i < node.input_size(); ++i) {
-        if (!node.input(i).empty()) visit(std::string_view(node.input(i)), Use{&node, i});
+        if (!node.input(i).empty()) visit(std::string_view(node.input(i)), Use{&node, i, position});
       }
-      for (const auto name : implicit_inputs(node, free_name_cache.get())) visit(name, Use{&node, -1});
+      for (const auto name : implicit_inputs(node, free_name_cache.get())) visit(name, Use{&node, -1, position});
+      ++position;
     }
   };
-  // Each use's value is looked up once: where its range is, in use order, for the second pass.
-  std::vector<uint32_t> range_of_use;
-  range_of_use.reserve(count * 2);
+  // Each use's value is looked up once: where its entry is, in use order, for the second pass.
+  std::vector<uint32_t> value_of_use;
+  value_of_use.reserve(count * 2);
   for_each_use([&](std::string_view name, const Use& use) {
-    const bool implicit_first = use.input < 0 && !use_ranges.contains(name);
-    const uint32_t range = use_ranges.index_of(implicit_first ? std::string_view(read_by_subgraphs.emplace_back(name)) : name);
-    ++use_ranges.at(range).count;
-    range_of_use.push_back(range);
+    const bool implicit_first = use.input < 0 && !values.contains(name);
+    const uint32_t entry = values.index_of(implicit_first ? std::string_view(read_by_subgraphs.emplace_back(name)) : name);
+    ++values.at(entry).uses_count;
+    value_of_use.push_back(entry);
   });
   uint32_t next = 0;
-  use_ranges.for_each([&](std::string_view, UseRange& range) {
-    range.begin = next;
-    next += range.count;
-    range.count = 0;
+  values.for_each([&](std::string_view, Value& value) {
+    value.uses_begin = next;
+    next += value.uses_count;
+    value.uses_count = 0;
   });
   uses.resize(next);
   size_t at = 0;
   for_each_use([&](std::string_view, const Use& use) {
-    UseRange& range = use_ranges.at(range_of_use[at++]);
-    uses[range.begin + range.count++] = use;
+    Value& value = values.at(value_of_use[at++]);
+    uses[value.uses_begin + value.uses_count++] = use;
   });
-
-  int position = 0;
-  for (auto& node : nodes) {
-    positions[&node] = position++;
-    for (int i = 0; i < node.output_size(); ++i) {
-      if (!node.output(i).empty()) producers[node.output(i)] = {&node, i};
-    }
-  }
 }
 
 int Scope::opset(std::string_view domain) const {
@@ -183,12 +186,15 @@ int Scope::opset(std::string_view domain) const {
   return it == index_->opsets.end() ? 0 : it->second;
 }
 
-const Scope::Producer* Scope::producer(std::string_view value) const { return index_->producers.find(value); }
+const Scope::Producer* Scope::producer(std::string_view value) const {
+  const Index::Value* found = index_->values.find(value);
+  return found && found->producer.node ? &found->producer : nullptr;
+}
 
 std::span<const Use> Scope::uses(std::string_view value) const {
-  const Index::UseRange* range = index_->use_ranges.find(value);
-  if (!range) return {};
-  return std::span<const Use>(index_->uses).subspan(range->begin, range->count);
+  const Index::Value* found = index_->values.find(value);
+  if (!found) return {};
+  return std::span<const Use>(index_->uses).subspan(found->uses_begin, found->uses_count);
 }
 
 bool Scope::is_output(std::string_view value) const { return index_->outputs.count(value) != 0; }
@@ -200,7 +206,7 @@ bool Scope::holds(const onnx::NodeProto* node) const { return index_->positions.
 
 bool Scope::is_graph_input(std::string_view value) const {
   if (index_->graph_inputs.count(value) || index_->initializers.contains(value)) return true;
-  if (index_->producers.contains(value)) return false;
+  if (producer(value)) return false;
   return parent_ && parent_->is_graph_input(value);
 }
 
