@@ -71,12 +71,16 @@ class Matcher {
   std::optional<Match> match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node,
                              std::string* why_not = nullptr, bool* on_facts = nullptr) const;
 
-  class Lookups;  // the index's last answers, which the search asks for (matcher.cc)
+  class Lookups;    // the index's last answers, which the search asks for (matcher.cc)
+  struct Bindings;  // what a search has bound so far (matcher.cc)
 
  private:
   const Scope& scope_;
   const NodeSet& claimed_;
   std::unique_ptr<Lookups> lookups_;  // a cache: filled by const matches
+  // Each search's trail, emptied by the next: most attempts fail within a step or two, and fresh
+  // vectors cost an allocation each (tens of millions on a big graph).
+  std::unique_ptr<Bindings> trail_;
 };
 
 // Whether two attribute values are the same (ints, floats within 1e-6 relative, strings, lists).

@@ -165,10 +165,25 @@ double storage_step(int32_t data_type, double number) {
 }
 
 
-// Everything a partial match has bound, kept as a trail: backtracking truncates it to a mark, so
-// a failed attempt allocates nothing per step. Names view the pattern; graph values view the
-// nodes' protos, which nothing changes while a match is sought.
-struct Bindings {
+
+// A reason is worked out only when someone asked for it: most attempts fail, and --explain is rare.
+template <typename Text>
+std::string text_of(Text&& text) {
+  if constexpr (std::is_invocable_v<Text>) return text();
+  else return std::string(text);
+}
+
+std::string_view input_at(const onnx::NodeProto& node, size_t index) {
+  return index < static_cast<size_t>(node.input_size()) ? std::string_view(node.input(static_cast<int>(index))) : std::string_view();
+}
+
+}  // namespace
+
+// Everything a partial match has bound, kept as a trail: backtracking truncates it to a mark, and
+// each search empties the last one's (Matcher::trail_), so a failed attempt allocates nothing.
+// Names view the pattern; graph values view the nodes' protos, which nothing changes while a
+// match is sought.
+struct Matcher::Bindings {
   std::vector<std::pair<std::string_view, std::string_view>> values;  // pattern value -> graph value ("" when absent)
   std::vector<std::pair<std::string_view, onnx::AttributeProto>> attributes;
   std::vector<onnx::NodeProto*> nodes;
@@ -177,6 +192,7 @@ struct Bindings {
     size_t values, attributes, nodes;
   };
   Mark mark() const { return {values.size(), attributes.size(), nodes.size()}; }
+  void clear() { undo({}); }
   void undo(const Mark& to) {
     values.resize(to.values);
     attributes.erase(attributes.begin() + static_cast<std::ptrdiff_t>(to.attributes), attributes.end());
@@ -197,20 +213,8 @@ struct Bindings {
   bool covers(const onnx::NodeProto* node) const { return std::find(nodes.begin(), nodes.end(), node) != nodes.end(); }
 };
 
-// A reason is worked out only when someone asked for it: most attempts fail, and --explain is rare.
-template <typename Text>
-std::string text_of(Text&& text) {
-  if constexpr (std::is_invocable_v<Text>) return text();
-  else return std::string(text);
-}
-
-std::string_view input_at(const onnx::NodeProto& node, size_t index) {
-  return index < static_cast<size_t>(node.input_size()) ? std::string_view(node.input(static_cast<int>(index))) : std::string_view();
-}
-
-}  // namespace
-
-// The round's index as the search asks it: producers, readers, whether a value is a constant.
+// The round's index as the search asks it: producers, readers, whether a value is a constant and
+// what a small one holds.
 // Every candidate pattern of a node starts from the same few values (the node's inputs and
 // outputs, and theirs), so the last answers are kept, found by where the name's characters are:
 // the search asks with views of the graph's names, which stay put while a round matches
@@ -231,6 +235,12 @@ class Matcher::Lookups {
   bool is_constant(std::string_view value) {
     return remembered(entry_for(value).constant, [&] { return scope_.is_constant(value); });
   }
+  // Scope::constant_values with its default size limit; valid until the next question.
+  const std::optional<TensorValues>& constant_values(std::string_view value) {
+    Entry& entry = entry_for(value);
+    if (!entry.values) entry.values = scope_.constant_values(value);
+    return *entry.values;
+  }
 
  private:
   struct Entry {  // the answers about one name, once asked
@@ -239,6 +249,7 @@ class Matcher::Lookups {
     std::optional<const Scope::Producer*> producer;
     std::optional<std::span<const Use>> uses;
     std::optional<bool> constant;
+    std::optional<std::optional<TensorValues>> values;
   };
 
   template <typename Answer, typename Ask>
@@ -267,9 +278,11 @@ namespace {
 
 class Search {
  public:
-  Search(const Scope& scope, Matcher::Lookups& lookups, const Rule& rule, const Pattern& pattern,
+  Search(const Scope& scope, Matcher::Lookups& lookups, Matcher::Bindings& trail, const Rule& rule, const Pattern& pattern,
          const NodeSet& claimed, bool explaining)
-      : scope_(scope), lookups_(lookups), rule_(rule), pattern_(pattern), claimed_(claimed), explaining_(explaining) {}
+      : scope_(scope), lookups_(lookups), rule_(rule), pattern_(pattern), claimed_(claimed), explaining_(explaining), state_(trail) {
+    state_.clear();
+  }
 
   std::optional<Match> run(onnx::NodeProto* anchor) {
     for (const auto& range : pattern_.opsets) {
@@ -363,7 +376,7 @@ class Search {
         return values && values->numbers.size() == 1 ? true : reject("is not a constant scalar");
       }
       case K::kApprox: {
-        auto values = scope_.constant_values(value);
+        const auto& values = lookups_.constant_values(value);
         if (!values || values->numbers.empty()) return reject("is not a small numeric constant");
         const double tolerance = std::max(constraint.tolerance, storage_step(values->data_type, constraint.number));
         for (double number : values->numbers) {
@@ -376,7 +389,7 @@ class Search {
       case K::kEquals:
       case K::kIn: {
         // Every element of a small constant (numbers or strings) is one of the values.
-        auto values = scope_.constant_values(value);
+        const auto& values = lookups_.constant_values(value);
         if (!values || (values->numbers.empty() && values->strings.empty())) return reject("is not a small constant");
         auto allowed = [&](const onnx::AttributeProto& actual) {
           return std::any_of(constraint.values.begin(), constraint.values.end(),
@@ -732,8 +745,8 @@ class Search {
   const Pattern& pattern_;
   const NodeSet& claimed_;
   const bool explaining_;
-  Bindings state_;
-  Bindings found_;
+  Matcher::Bindings& state_;
+  Matcher::Bindings found_;
   std::string best_reason_;
   bool rejected_on_facts_ = false;
   size_t best_depth_ = 0;
@@ -742,13 +755,13 @@ class Search {
 }  // namespace
 
 Matcher::Matcher(const Scope& scope, const NodeSet& claimed)
-    : scope_(scope), claimed_(claimed), lookups_(std::make_unique<Lookups>(scope)) {}
+    : scope_(scope), claimed_(claimed), lookups_(std::make_unique<Lookups>(scope)), trail_(std::make_unique<Bindings>()) {}
 
 Matcher::~Matcher() = default;
 
 std::optional<Match> Matcher::match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node,
                                     std::string* why_not, bool* on_facts) const {
-  Search search(scope_, *lookups_, rule, pattern, claimed_, why_not != nullptr);
+  Search search(scope_, *lookups_, *trail_, rule, pattern, claimed_, why_not != nullptr);
   auto match = search.run(node);
   if (!match && why_not) *why_not = search.reason();
   if (on_facts) *on_facts = !match && search.rejected_on_facts();
