@@ -92,6 +92,8 @@ class Scope {
   };
   // What the graph itself says of a value, here or in an enclosing graph.
   Declared declared(std::string_view value) const;
+  // What this graph's inputs, outputs, value_info and initializers say of it.
+  Declared declared_here(std::string_view value) const;
 
   struct Index;  // producers, uses, positions, declared types: flat tables built once (scope.cc)
   Kind kind_;

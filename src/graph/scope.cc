@@ -261,6 +261,11 @@ const ShapeFacts& Scope::facts(std::string_view value) const {
 
 void Scope::forget_facts() const { inference_.reset(); }
 
+Scope::Declared Scope::declared_here(std::string_view value) const {
+  const Declared* type = index_->types.find(value);
+  return type ? *type : Declared{};
+}
+
 Scope::Declared Scope::declared(std::string_view value) const {
   if (const Declared* type = index_->types.find(value)) return *type;
   if (const Producer* produced = producer(value)) {

@@ -6,13 +6,12 @@
 #include <deque>
 #include <set>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "graph/flat_map.h"
+#include "onnx_rewrite/node_set.h"
 #include "onnx_rewrite/opset.h"
 #include "onnx_rewrite/scope.h"
 #include "onnx_rewrite/shapes.h"
@@ -38,14 +37,10 @@ class ShapeInference::Worker {
     if (const ShapeFacts* known = cached(value)) return *known;
     // Most queries come in node order, the producer's inputs known already: no walk back.
     if (const auto* produced = scope_.producer(value)) {
-      const auto& inputs = produced->node->input();
-      if (std::all_of(inputs.begin(), inputs.end(), [&](const std::string& input) { return input.empty() || cached(input); })) {
-        visit(*produced->node);
-        return *cached(value);
-      }
+      if (gather_inputs(*produced->node)) return visit(*produced->node, produced->output);
     }
     std::vector<std::string_view> pending{value};  // the caller's name, then names the protos own
-    std::unordered_set<const onnx::NodeProto*> waiting;  // nodes whose inputs are being worked out
+    NodeSet waiting;  // nodes whose inputs are being worked out
     while (!pending.empty()) {
       const std::string_view current = pending.back();
       if (cached(current)) {
@@ -60,22 +55,19 @@ class ShapeInference::Worker {
         continue;
       }
       const onnx::NodeProto& node = *produced->node;
-      const bool seen = !waiting.insert(&node).second;
-      bool ready = true;
-      for (const auto& input : node.input()) {
-        if (!input.empty() && !cached(input)) {
-          if (!seen) pending.push_back(input);
-          ready = false;
-        }
-      }
-      if (ready) {
-        visit(node);
+      const bool seen = !waiting.insert(&node);
+      if (gather_inputs(node)) {
+        visit(node, produced->output);
         pending.pop_back();
       } else if (seen) {  // its inputs wait for it: a cycle (invalid input); it gets no facts
         for (const auto& output : node.output()) {
           if (!output.empty()) store(output, ShapeFacts{});
         }
         pending.pop_back();
+      } else {
+        for (const auto& input : node.input()) {
+          if (!input.empty() && !cached(input)) pending.push_back(input);
+        }
       }
     }
     return *cached(value);
@@ -83,6 +75,7 @@ class ShapeInference::Worker {
 
  private:
   static constexpr size_t kMaxValues = 64;  // larger integer tensors are data, not shapes
+  inline static const ShapeFacts kNothing;  // an absent input's
 
   const ShapeFacts* cached(std::string_view value) const {
     const size_t* at = entries_.find(value);
@@ -90,7 +83,7 @@ class ShapeInference::Worker {
   }
 
   // `name` must stay valid for the scope's lifetime (a proto's string, or owned_names_).
-  void store(std::string_view name, ShapeFacts facts) {
+  const ShapeFacts& store(std::string_view name, ShapeFacts facts) {
     size_t& at = entries_[name];
     if (at == 0) {
       facts_.push_back(std::move(facts));
@@ -98,6 +91,21 @@ class ShapeInference::Worker {
     } else {
       facts_[at - 1] = std::move(facts);
     }
+    return facts_[at - 1];
+  }
+
+  // Whether every input of `node` is known; if so, it is the node being visited and its inputs'
+  // facts are at hand (infer asks for each several times: each ask would hash its name).
+  bool gather_inputs(const onnx::NodeProto& node) {
+    visiting_ = nullptr;
+    visiting_inputs_.clear();
+    for (const auto& input : node.input()) {
+      const ShapeFacts* known = input.empty() ? &kNothing : cached(input);
+      if (!known) return false;
+      visiting_inputs_.push_back(known);
+    }
+    visiting_ = &node;
+    return true;
   }
 
   // Graph inputs (with their dim_params), initializers, values of enclosing graphs.
@@ -204,8 +212,8 @@ class ShapeInference::Worker {
   }
 
   const ShapeFacts& input(const onnx::NodeProto& node, int index) {
-    static const ShapeFacts kNothing;
     if (index >= node.input_size() || node.input(index).empty()) return kNothing;
+    if (&node == visiting_) return *visiting_inputs_[static_cast<size_t>(index)];
     return (*this)(node.input(index));
   }
 
@@ -216,21 +224,29 @@ class ShapeInference::Worker {
     return std::vector<int64_t>{};
   }
 
-  void visit(const onnx::NodeProto& node) {
+  // Works out the facts of the outputs of the node gather_inputs has just accepted; returns those
+  // of output `wanted`.
+  const ShapeFacts& visit(const onnx::NodeProto& node, int wanted) {
     std::vector<ShapeFacts> outputs(static_cast<size_t>(node.output_size()));
     if (!outputs.empty()) infer(node, outputs);
+    visiting_ = nullptr;
+    const ShapeFacts* result = nullptr;
     for (int i = 0; i < node.output_size(); ++i) {
       const std::string& name = node.output(i);
       if (name.empty()) continue;
       ShapeFacts& facts = outputs[static_cast<size_t>(i)];
       merge_declared(name, facts);
-      store(name, std::move(facts));
+      const ShapeFacts& stored = store(name, std::move(facts));
+      if (i == wanted) result = &stored;
     }
+    return result ? *result : kNothing;
   }
 
   // A declared type (value_info) fills what inference left open; its numbers win over symbols.
+  // Only the graph's own table can declare a node's output (a Constant's tensor, which Scope's
+  // declared also gives, is what infer started from).
   void merge_declared(const std::string& name, ShapeFacts& facts) const {
-    const auto type = ShapeInference::declared(scope_, name);
+    const auto type = ShapeInference::declared_here(scope_, name);
     if (!facts.elem_type) facts.elem_type = type.elem_type;
     if (!type.dims) return;
     if (!facts.shape) {
@@ -816,6 +832,8 @@ class ShapeInference::Worker {
   const Scope& scope_;
   // For the scope's lifetime (one round). Facts live in a deque, which never moves them: callers
   // hold references while asking for more.
+  const onnx::NodeProto* visiting_ = nullptr;  // the node gather_inputs accepted, until visited
+  std::vector<const ShapeFacts*> visiting_inputs_;
   FlatMap<std::string_view, size_t> entries_;  // value -> 1 + its index in facts_
   std::deque<ShapeFacts> facts_;
   std::deque<std::string> owned_names_;  // values asked for that no node of the scope computes

@@ -21,6 +21,7 @@ class ShapeInference {
   class Worker;
   // What the graph declares of a value (Scope keeps it private to everyone else).
   static Scope::Declared declared(const Scope& scope, std::string_view value) { return scope.declared(value); }
+  static Scope::Declared declared_here(const Scope& scope, std::string_view value) { return scope.declared_here(value); }
   std::unique_ptr<Worker> worker_;
 };
 
