@@ -133,8 +133,7 @@ void NameRegistry::collect() {
 
 size_t NameRegistry::top(size_t hash) const { return top_bits_ == 0 ? 0 : hash >> (sizeof(size_t) * 8 - top_bits_); }
 
-bool NameRegistry::taken(const std::string& name) const {
-  const size_t hash = std::hash<std::string_view>()(name);
+bool NameRegistry::taken(size_t hash) const {
   if (handed_out_.contains(hash)) return true;
   const size_t run = top(hash);
   const auto begin = existing_.begin() + run_starts_[run], end = existing_.begin() + run_starts_[run + 1];
@@ -143,10 +142,17 @@ bool NameRegistry::taken(const std::string& name) const {
 
 std::string NameRegistry::fresh(const std::string& hint) {
   if (!collected_) collect();
+  const std::hash<std::string_view> hash;
+  const size_t hint_hash = hash(hint);
   std::string candidate = hint;
-  int& suffix = next_suffix_[std::hash<std::string_view>()(hint)];
-  while (taken(candidate)) candidate = hint + "_" + std::to_string(++suffix);
-  handed_out_[std::hash<std::string_view>()(candidate)] = true;
+  size_t candidate_hash = hint_hash;
+  int* suffix = nullptr;  // most hints are free: their suffixes are not kept
+  while (taken(candidate_hash)) {
+    if (!suffix) suffix = &next_suffix_[hint_hash];
+    candidate = hint + "_" + std::to_string(++*suffix);
+    candidate_hash = hash(candidate);
+  }
+  handed_out_[candidate_hash] = true;
   return candidate;
 }
 

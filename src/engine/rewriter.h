@@ -39,7 +39,7 @@ class NameRegistry {
 
  private:
   void collect();
-  bool taken(const std::string& name) const;
+  bool taken(size_t hash) const;  // of a name
 
   onnx::ModelProto& model_;
   bool reads_defined_ = false;
