@@ -25,8 +25,8 @@ Worklist::Worklist(const std::vector<const Rule*>& rules) {
 std::optional<NodeSet> Worklist::nodes_to_visit(const Scope& main, const NodeSet& touched, const NodeSet& retried) {
   if (std::exchange(all_, false)) return std::nullopt;
   // What lies within reach of half the graph is about all of it, and searching costs about what
-  // visiting does: a search that has found half (touched nodes spread along a long chain reach
-  // all of it) stops there.
+  // visiting does: a search stops once it would find half if each hop to come found as many new
+  // nodes as the last (touched nodes spread along a long chain reach all of it).
   const size_t nodes = static_cast<size_t>(main.nodes().size());
   NodeSet near;
   std::vector<const onnx::NodeProto*> frontier;
@@ -34,8 +34,9 @@ std::optional<NodeSet> Worklist::nodes_to_visit(const Scope& main, const NodeSet
     if (main.holds(node) && near.insert(node)) frontier.push_back(node);
   }
   for (size_t hop = 0;; ++hop) {
-    if (near.size() * 2 >= nodes) return std::nullopt;
-    if (hop == reach_ || frontier.empty()) break;
+    const size_t hops_left = frontier.empty() ? 0 : reach_ - hop;
+    if ((near.size() + frontier.size() * hops_left) * 2 >= nodes) return std::nullopt;
+    if (hops_left == 0) break;
     std::vector<const onnx::NodeProto*> next;
     auto add = [&](const onnx::NodeProto* node) {
       if (near.insert(node)) next.push_back(node);

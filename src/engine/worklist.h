@@ -27,10 +27,10 @@ class Worklist {
   void visit_all() { all_ = true; }
 
   // For a new round's main graph: the nodes to visit, or nullopt for all of them (also when
-  // what lies near `touched` is half the graph or more: that is about everything). `touched`: the
-  // nodes the last round created, rewired or left with fewer readers (Rewriter::take_touched),
-  // visited with what lies within reach; `retried`: anchors to try again as they are
-  // (Rewriter::take_retried).
+  // what lies near `touched` looks to be half the graph or more: that is about everything).
+  // `touched`: the nodes the last round created, rewired or left with fewer readers
+  // (Rewriter::take_touched), visited with what lies within reach; `retried`: anchors to try
+  // again as they are (Rewriter::take_retried).
   std::optional<NodeSet> nodes_to_visit(const Scope& main, const NodeSet& touched, const NodeSet& retried);
 
  private:
