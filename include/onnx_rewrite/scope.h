@@ -69,6 +69,21 @@ class Scope {
   // Whether the node is one of this scope's.
   bool holds(const onnx::NodeProto* node) const;
 
+  // The same index by value ids, for walks over many nodes that would otherwise hash each name
+  // again (a commit): what the node at a position reads (its present inputs in order, then what
+  // its subgraphs read) and writes (its present outputs).
+  struct ValueId {
+    uint32_t index = 0;  // below value_count()
+  };
+  size_t value_count() const;
+  std::optional<ValueId> value_id(std::string_view value) const;
+  std::string_view name(ValueId value) const;
+  std::span<const ValueId> reads_at(int position) const;
+  std::span<const ValueId> writes_at(int position) const;
+  const Producer* producer(ValueId value) const;
+  std::span<const Use> uses(ValueId value) const;
+  bool is_output(ValueId value) const;
+
   // The tensor a value is bound to when it is constant: an initializer (header; payload may be
   // deferred) or a Constant node's tensor, here or in an enclosing graph.
   const onnx::TensorProto* constant_tensor(std::string_view value) const;

@@ -252,77 +252,76 @@ size_t Rewriter::bypass_identities(const std::vector<std::unique_ptr<Scope>>& sc
 }
 
 void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
-  // What the new nodes read and compute (views into the pending nodes, which stay put until
-  // the rebuild below). Flat tables: a round on a big graph rewrites hundreds of thousands.
-  FlatMap<std::string_view, bool> read_by_new, computed_by_new;
+  // The walks below go by the index's value ids, not names: a round on a big graph removes
+  // hundreds of thousands of nodes, and hashing each name they read and write again was most of
+  // a commit.
+  using ValueId = Scope::ValueId;
+  // Values of the index that new nodes read (the only names a removal can leave unread).
+  std::vector<char> read_by_new(scope.value_count(), 0);
   for (const auto& [anchor, built] : pending.insert_before) {
     for (const auto& node : built) {
-      for_each_read(node, [&](std::string_view name) { read_by_new[name] = true; });
-      for (const auto& output : node.output()) computed_by_new[output] = true;
+      for_each_read(node, [&](std::string_view name) {
+        if (const auto id = scope.value_id(name)) read_by_new[id->index] = 1;
+      });
     }
   }
 
-  // The nodes that go, flagged by their place in the round's index.
-  std::vector<const onnx::NodeProto*> gone;
+  // The nodes that go, by their place in the round's index.
+  std::vector<int> gone;
   std::vector<char> gone_at(static_cast<size_t>(scope.nodes().size()), 0);
   auto is_gone = [&](int position) { return gone_at[static_cast<size_t>(position)] != 0; };
-  auto remove = [&](const onnx::NodeProto* node, int position) {
+  auto remove = [&](int position) {
     gone_at[static_cast<size_t>(position)] = 1;
-    gone.push_back(node);
+    gone.push_back(position);
   };
-  for (const auto* node : pending.removed) remove(node, scope.position(node));
+  for (const auto* node : pending.removed) remove(scope.position(node));
 
   // Producers and initializers the removals leave without any use (and only those), found with
   // the round's index before anything changes.
-  std::vector<std::string_view> maybe_dead;
-  auto inputs_maybe_dead = [&](const onnx::NodeProto& node) {
-    for_each_read(node, [&](std::string_view name) {
-      if (!name.empty()) maybe_dead.push_back(name);
-    });
+  std::vector<ValueId> maybe_dead;
+  auto inputs_maybe_dead = [&](int position) {
+    const auto reads = scope.reads_at(position);
+    maybe_dead.insert(maybe_dead.end(), reads.begin(), reads.end());
   };
-  for (const auto* node : gone) inputs_maybe_dead(*node);
+  for (int position : gone) inputs_maybe_dead(position);
   // Nodes only go, so each value keeps how many of its uses are known to be gone: a constant
   // read by every block of a long chain is scanned once, not once per removed reader.
-  FlatMap<std::string_view, size_t> uses_gone;
-  auto unused = [&](std::string_view name) {
-    if (scope.is_output(name) || read_by_new.contains(name) ||
-        (!pending.read_anew.empty() && pending.read_anew.count(std::string(name)))) {
+  std::vector<uint32_t> uses_gone(scope.value_count(), 0);
+  auto unused = [&](ValueId value) {
+    if (scope.is_output(value) || read_by_new[value.index] ||
+        (!pending.read_anew.empty() && pending.read_anew.count(std::string(scope.name(value))))) {
       return false;
     }
-    const auto uses = scope.uses(name);
-    size_t& known = uses_gone[name];
+    const auto uses = scope.uses(value);
+    uint32_t& known = uses_gone[value.index];
     while (known < uses.size() && is_gone(uses[known].position)) ++known;
     return known == uses.size();
   };
   std::unordered_set<std::string> dead_initializers;
   while (!maybe_dead.empty()) {
-    const std::string_view name = maybe_dead.back();
+    const ValueId value = maybe_dead.back();
     maybe_dead.pop_back();
-    const auto* produced = scope.producer(name);
+    const auto* produced = scope.producer(value);
     if (produced) {
       if (is_gone(produced->position)) continue;  // most: values between two nodes of one match
       touched_.insert(produced->node);  // it loses a reader (and leaves touched_ again if it goes too)
     }
-    if (!unused(name)) continue;
+    if (!unused(value)) continue;
     if (produced) {
-      onnx::NodeProto* node = produced->node;
-      if (!std::all_of(node->output().begin(), node->output().end(), [&](const std::string& output) {
-            return output.empty() || unused(output);
-          })) {
-        continue;
-      }
-      remove(node, produced->position);
-      inputs_maybe_dead(*node);
-    } else if (scope.owns_initializer(name) && !scope.is_graph_input_here(name)) {
+      const auto outputs = scope.writes_at(produced->position);
+      if (!std::all_of(outputs.begin(), outputs.end(), unused)) continue;
+      remove(produced->position);
+      inputs_maybe_dead(produced->position);
+    } else if (const std::string_view name = scope.name(value); scope.owns_initializer(name) && !scope.is_graph_input_here(name)) {
       dead_initializers.emplace(name);
     }
   }
 
   // Readers whose values something else computes now (a new node, or an initializer a folded
   // constant became) may match differently, as may the producers that lost readers (above).
-  for (const auto* node : gone) {
-    for (const auto& output : node->output()) {
-      for (const auto& use : scope.uses(output)) {
+  for (int position : gone) {
+    for (const ValueId value : scope.writes_at(position)) {
+      for (const auto& use : scope.uses(value)) {
         if (!is_gone(use.position)) touched_.insert(use.node);
       }
     }
@@ -330,10 +329,16 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
 
   // value_info of values that no longer exist.
   if (scope.graph() && scope.graph()->value_info_size() > 0) {
+    FlatMap<std::string_view, bool> computed_by_new;
+    for (const auto& [anchor, built] : pending.insert_before) {
+      for (const auto& node : built) {
+        for (const auto& output : node.output()) computed_by_new[output] = true;
+      }
+    }
     std::unordered_set<std::string> vanished;
-    for (const auto* node : gone) {
-      for (const auto& output : node->output()) {
-        if (!computed_by_new.contains(output)) vanished.insert(output);
+    for (int position : gone) {
+      for (const ValueId value : scope.writes_at(position)) {
+        if (!computed_by_new.contains(scope.name(value))) vanished.emplace(scope.name(value));
       }
     }
     vanished.insert(dead_initializers.begin(), dead_initializers.end());

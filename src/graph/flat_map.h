@@ -45,16 +45,25 @@ class FlatMap {
     }
   }
   Value& at(uint32_t entry) { return entries_[entry].value; }
+  const Value& at(uint32_t entry) const { return entries_[entry].value; }
+  const Key& key_at(uint32_t entry) const { return entries_[entry].key; }
 
-  const Value* find(const Key& key) const {
-    if (slots_.empty()) return nullptr;
+  static constexpr uint32_t npos = std::numeric_limits<uint32_t>::max();
+  // Where `key`'s entry is, or npos.
+  uint32_t entry_of(const Key& key) const {
+    if (slots_.empty()) return npos;
     const uint32_t tag = tag_of(key);
     const size_t mask = slots_.size() - 1;
     for (size_t i = tag & mask;; i = (i + 1) & mask) {
       const Slot& slot = slots_[i];
-      if (slot.entry == kEmpty) return nullptr;
-      if (slot.tag == tag && entries_[slot.entry].key == key) return &entries_[slot.entry].value;
+      if (slot.entry == kEmpty) return npos;
+      if (slot.tag == tag && entries_[slot.entry].key == key) return slot.entry;
     }
+  }
+
+  const Value* find(const Key& key) const {
+    const uint32_t entry = entry_of(key);
+    return entry == npos ? nullptr : &entries_[entry].value;
   }
   bool contains(const Key& key) const { return find(key) != nullptr; }
   size_t size() const { return entries_.size(); }

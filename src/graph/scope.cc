@@ -21,7 +21,10 @@ struct Scope::Index {
     uint32_t uses_begin = 0;  // into uses, in node order
     uint32_t uses_count = 0;
   };
-  FlatMap<std::string_view, Value> values;
+  FlatMap<std::string_view, Value> values;  // entry indexes are the ValueIds
+  std::vector<ValueId> read, written;           // by node, in node order
+  std::vector<uint32_t> reads_begin, writes_begin;  // per position (and one past the last)
+  std::vector<bool> output_values;
   // Keys of values only subgraphs read, copied: a commit replaces a subgraph's nodes before
   // those of the graph holding it, whose index still looks these values up.
   std::deque<std::string> read_by_subgraphs;
@@ -141,12 +144,19 @@ void Scope::Index::build(const Scope& scope) {
   positions.reserve(count);
   values.reserve(count);
   int position = 0;
+  written.reserve(count);
+  writes_begin.reserve(count + 1);
   for (auto& node : nodes) {
+    writes_begin.push_back(static_cast<uint32_t>(written.size()));
     for (int i = 0; i < node.output_size(); ++i) {
-      if (!node.output(i).empty()) values[node.output(i)].producer = {&node, i, position};
+      if (node.output(i).empty()) continue;
+      const uint32_t entry = values.index_of(node.output(i));
+      values.at(entry).producer = {&node, i, position};
+      written.push_back({entry});
     }
     positions[&node] = position++;
   }
+  writes_begin.push_back(static_cast<uint32_t>(written.size()));
   auto for_each_use = [&](auto&& visit) {
     int position = 0;
     for (auto& node : nodes) {
@@ -157,15 +167,18 @@ void Scope::Index::build(const Scope& scope) {
       ++position;
     }
   };
-  // Each use's value is looked up once: where its entry is, in use order, for the second pass.
-  std::vector<uint32_t> value_of_use;
-  value_of_use.reserve(count * 2);
+  // Each use's value is looked up once: where its entry is, in use order, for the second pass
+  // and for reads_at.
+  read.reserve(count * 2);
+  reads_begin.reserve(count + 1);
   for_each_use([&](std::string_view name, const Use& use) {
     const bool implicit_first = use.input < 0 && !values.contains(name);
     const uint32_t entry = values.index_of(implicit_first ? std::string_view(read_by_subgraphs.emplace_back(name)) : name);
     ++values.at(entry).uses_count;
-    value_of_use.push_back(entry);
+    while (reads_begin.size() <= static_cast<size_t>(use.position)) reads_begin.push_back(static_cast<uint32_t>(read.size()));
+    read.push_back({entry});
   });
+  while (reads_begin.size() <= count) reads_begin.push_back(static_cast<uint32_t>(read.size()));
   uint32_t next = 0;
   values.for_each([&](std::string_view, Value& value) {
     value.uses_begin = next;
@@ -175,9 +188,14 @@ void Scope::Index::build(const Scope& scope) {
   uses.resize(next);
   size_t at = 0;
   for_each_use([&](std::string_view, const Use& use) {
-    Value& value = values.at(value_of_use[at++]);
+    Value& value = values.at(read[at++].index);
     uses[value.uses_begin + value.uses_count++] = use;
   });
+
+  output_values.resize(values.size());
+  for (const auto name : outputs) {
+    if (const uint32_t entry = values.entry_of(name); entry != values.npos) output_values[entry] = true;
+  }
 }
 
 int Scope::opset(std::string_view domain) const {
@@ -198,6 +216,37 @@ std::span<const Use> Scope::uses(std::string_view value) const {
 }
 
 bool Scope::is_output(std::string_view value) const { return index_->outputs.count(value) != 0; }
+
+size_t Scope::value_count() const { return index_->values.size(); }
+
+std::optional<Scope::ValueId> Scope::value_id(std::string_view value) const {
+  const uint32_t entry = index_->values.entry_of(value);
+  return entry == index_->values.npos ? std::nullopt : std::optional<ValueId>(ValueId{entry});
+}
+
+std::string_view Scope::name(ValueId value) const { return index_->values.key_at(value.index); }
+
+std::span<const Scope::ValueId> Scope::reads_at(int position) const {
+  const auto at = static_cast<size_t>(position);
+  return std::span<const ValueId>(index_->read).subspan(index_->reads_begin[at], index_->reads_begin[at + 1] - index_->reads_begin[at]);
+}
+
+std::span<const Scope::ValueId> Scope::writes_at(int position) const {
+  const auto at = static_cast<size_t>(position);
+  return std::span<const ValueId>(index_->written).subspan(index_->writes_begin[at], index_->writes_begin[at + 1] - index_->writes_begin[at]);
+}
+
+const Scope::Producer* Scope::producer(ValueId value) const {
+  const Index::Value& found = index_->values.at(value.index);
+  return found.producer.node ? &found.producer : nullptr;
+}
+
+std::span<const Use> Scope::uses(ValueId value) const {
+  const Index::Value& found = index_->values.at(value.index);
+  return std::span<const Use>(index_->uses).subspan(found.uses_begin, found.uses_count);
+}
+
+bool Scope::is_output(ValueId value) const { return index_->output_values[value.index]; }
 bool Scope::owns_initializer(std::string_view value) const { return index_->initializers.contains(value); }
 bool Scope::is_graph_input_here(std::string_view value) const { return index_->graph_inputs.count(value) != 0; }
 int Scope::position(const onnx::NodeProto* node) const { return *index_->positions.find(node); }
