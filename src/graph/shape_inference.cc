@@ -27,17 +27,16 @@ class ShapeInference::Worker {
         if (!inputs_.find(info.name())) inputs_[info.name()] = &info;  // the innermost graph's input wins
       }
     }
-    // Made on the first query: most rounds ask about most values, and growing the table step by
-    // step on a big graph costs more than the table.
-    entries_.reserve(static_cast<size_t>(scope.nodes().size()));
+    fact_of_value_.resize(scope.value_count());
   }
 
   // What is known about `value`, working back through its producers as far as needed.
   const ShapeFacts& operator()(std::string_view value) {
-    if (const ShapeFacts* known = cached(value)) return *known;
+    const auto id = scope_.value_id(value);
+    if (const ShapeFacts* known = id ? cached(*id) : cached(value)) return *known;
     // Most queries come in node order, the producer's inputs known already: no walk back.
-    if (const auto* produced = scope_.producer(value)) {
-      if (gather_inputs(*produced->node)) return visit(*produced->node, produced->output);
+    if (const auto* produced = id ? scope_.producer(*id) : nullptr) {
+      if (gather_inputs(*produced)) return visit(*produced);
     }
     std::vector<std::string_view> pending{value};  // the caller's name, then names the protos own
     NodeSet waiting;  // nodes whose inputs are being worked out
@@ -49,20 +48,18 @@ class ShapeInference::Worker {
       }
       const auto* produced = scope_.producer(current);
       if (!produced) {
-        // No node of this scope computes it: the key must outlive the caller's string.
-        store(owned_names_.emplace_back(current), declared(current));
+        if (const auto known = scope_.value_id(current)) store(*known, declared(current));
+        else store(owned_names_.emplace_back(current), declared(current));  // the key must outlive the caller's string
         pending.pop_back();
         continue;
       }
       const onnx::NodeProto& node = *produced->node;
       const bool seen = !waiting.insert(&node);
-      if (gather_inputs(node)) {
-        visit(node, produced->output);
+      if (gather_inputs(*produced)) {
+        visit(*produced);
         pending.pop_back();
       } else if (seen) {  // its inputs wait for it: a cycle (invalid input); it gets no facts
-        for (const auto& output : node.output()) {
-          if (!output.empty()) store(output, ShapeFacts{});
-        }
+        for (const auto output : scope_.writes_at(produced->position)) store(output, ShapeFacts{});
         pending.pop_back();
       } else {
         for (const auto& input : node.input()) {
@@ -77,34 +74,47 @@ class ShapeInference::Worker {
   static constexpr size_t kMaxValues = 64;  // larger integer tensors are data, not shapes
   inline static const ShapeFacts kNothing;  // an absent input's
 
+  // Facts are kept by the scope's value ids, and by name for what its index doesn't know (a
+  // value of an enclosing graph asked about directly).
+  const ShapeFacts* cached(Scope::ValueId value) const {
+    const uint32_t at = fact_of_value_[value.index];
+    return at ? &facts_[at - 1] : nullptr;
+  }
   const ShapeFacts* cached(std::string_view value) const {
-    const size_t* at = entries_.find(value);
+    if (const auto id = scope_.value_id(value)) return cached(*id);
+    const size_t* at = by_name_.find(value);
     return at ? &facts_[*at - 1] : nullptr;
   }
 
-  // `name` must stay valid for the scope's lifetime (a proto's string, or owned_names_).
-  const ShapeFacts& store(std::string_view name, ShapeFacts facts) {
-    size_t& at = entries_[name];
+  const ShapeFacts& store(Scope::ValueId value, ShapeFacts facts) {
+    uint32_t& at = fact_of_value_[value.index];
     if (at == 0) {
       facts_.push_back(std::move(facts));
-      at = facts_.size();  // 1-based: 0 is a new slot
+      at = static_cast<uint32_t>(facts_.size());  // 1-based: 0 is unknown
     } else {
       facts_[at - 1] = std::move(facts);
     }
     return facts_[at - 1];
   }
+  // `name` must stay valid for the scope's lifetime (owned_names_).
+  void store(std::string_view name, ShapeFacts facts) {
+    facts_.push_back(std::move(facts));
+    by_name_[name] = facts_.size();
+  }
 
-  // Whether every input of `node` is known; if so, it is the node being visited and its inputs'
-  // facts are at hand (infer asks for each several times: each ask would hash its name).
-  bool gather_inputs(const onnx::NodeProto& node) {
+  // Whether every input of the node is known; if so, it is the node being visited and its
+  // inputs' facts are at hand (infer asks for each several times: each ask would hash its name).
+  bool gather_inputs(const Scope::Producer& produced) {
     visiting_ = nullptr;
     visiting_inputs_.clear();
-    for (const auto& input : node.input()) {
-      const ShapeFacts* known = input.empty() ? &kNothing : cached(input);
+    const auto reads = scope_.reads_at(produced.position);  // the present inputs first, in order
+    size_t next = 0;
+    for (const auto& input : produced.node->input()) {
+      const ShapeFacts* known = input.empty() ? &kNothing : cached(reads[next++]);
       if (!known) return false;
       visiting_inputs_.push_back(known);
     }
-    visiting_ = &node;
+    visiting_ = produced.node;
     return true;
   }
 
@@ -225,19 +235,22 @@ class ShapeInference::Worker {
   }
 
   // Works out the facts of the outputs of the node gather_inputs has just accepted; returns those
-  // of output `wanted`.
-  const ShapeFacts& visit(const onnx::NodeProto& node, int wanted) {
+  // of the output asked about.
+  const ShapeFacts& visit(const Scope::Producer& produced) {
+    const onnx::NodeProto& node = *produced.node;
     std::vector<ShapeFacts> outputs(static_cast<size_t>(node.output_size()));
     if (!outputs.empty()) infer(node, outputs);
     visiting_ = nullptr;
     const ShapeFacts* result = nullptr;
+    const auto written = scope_.writes_at(produced.position);  // the present outputs, in order
+    size_t next = 0;
     for (int i = 0; i < node.output_size(); ++i) {
       const std::string& name = node.output(i);
       if (name.empty()) continue;
       ShapeFacts& facts = outputs[static_cast<size_t>(i)];
       merge_declared(name, facts);
-      const ShapeFacts& stored = store(name, std::move(facts));
-      if (i == wanted) result = &stored;
+      const ShapeFacts& stored = store(written[next++], std::move(facts));
+      if (i == produced.output) result = &stored;
     }
     return result ? *result : kNothing;
   }
@@ -834,7 +847,8 @@ class ShapeInference::Worker {
   // hold references while asking for more.
   const onnx::NodeProto* visiting_ = nullptr;  // the node gather_inputs accepted, until visited
   std::vector<const ShapeFacts*> visiting_inputs_;
-  FlatMap<std::string_view, size_t> entries_;  // value -> 1 + its index in facts_
+  std::vector<uint32_t> fact_of_value_;        // by value id: 1 + its index in facts_, 0 if unknown
+  FlatMap<std::string_view, size_t> by_name_;  // the same for names the index doesn't know
   std::deque<ShapeFacts> facts_;
   std::deque<std::string> owned_names_;  // values asked for that no node of the scope computes
   mutable std::deque<std::string> symbol_names_;
