@@ -253,10 +253,10 @@ size_t Rewriter::bypass_identities(const std::vector<std::unique_ptr<Scope>>& sc
 
 void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   // The walks below go by the index's value ids, not names: a round on a big graph removes
-  // hundreds of thousands of nodes, and hashing each name they read and write again was most of
+  // hundreds of thousands of nodes, and hashing each name they read and write again was much of
   // a commit.
   using ValueId = Scope::ValueId;
-  // Values of the index that new nodes read (the only names a removal can leave unread).
+  // Values of the index that new nodes read: whatever goes, they stay in use.
   std::vector<char> read_by_new(scope.value_count(), 0);
   for (const auto& [anchor, built] : pending.insert_before) {
     for (const auto& node : built) {

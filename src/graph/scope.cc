@@ -21,10 +21,12 @@ struct Scope::Index {
     uint32_t uses_begin = 0;  // into uses, in node order
     uint32_t uses_count = 0;
   };
-  FlatMap<std::string_view, Value> values;  // entry indexes are the ValueIds
-  std::vector<ValueId> read, written;           // by node, in node order
-  std::vector<uint32_t> reads_begin, writes_begin;  // per position (and one past the last)
-  std::vector<bool> output_values;
+  FlatMap<std::string_view, Value> values;  // its entries' indexes are the ValueIds
+  // What each node reads and writes, node after node (reads_at, writes_at), and where each
+  // node's part begins, by position (one more for the end).
+  std::vector<ValueId> read, written;
+  std::vector<uint32_t> reads_begin, writes_begin;
+  std::vector<bool> output_values;  // by ValueId: is_output
   // Keys of values only subgraphs read, copied: a commit replaces a subgraph's nodes before
   // those of the graph holding it, whose index still looks these values up.
   std::deque<std::string> read_by_subgraphs;
