@@ -386,6 +386,18 @@ TEST(UnusedNodes, GoFirstSoThatAFusionTheyBlockedFires) {
   EXPECT_EQ(count(kept.model, "ReduceSum"), 1);
 }
 
+// What only a removed node's subgraph read goes too: the If nothing reads goes, and with it the
+// Relu only its then-branch read (that branch's own dead Neg went first, in the same sweep).
+TEST(UnusedNodes, WhatOnlyARemovedNodesSubgraphReadGoesToo) {
+  const std::string text = gelu_with(", bool cond|", "e = Identity (erf_raw)", R"(c = Relu (x)
+  unused = If (cond) <then_branch = t () => (float[2, 8] o) { n = Neg (c)  o = Abs (x) }, else_branch = f () => (float[2, 8] o) { o = Abs (x) }>)");
+  const auto fused = rewrite_for_ort(text);
+  ASSERT_EQ(fused.model.graph().node_size(), 1) << canonical_nodes(fused.model, interface_names(fused.model));
+  EXPECT_EQ(count(fused.model, "Gelu", "com.microsoft"), 1);
+  EXPECT_EQ(fused.result.rules.at("canonicalize-unused-nodes").nodes_removed, 3);  // Neg, If, Relu
+  expect_same_in_ort(text, fused, "canonicalize unused nodes under a subgraph");
+}
+
 // Dead nodes alone are a model's own business: removed only when something else fires too, and
 // never a custom op (it may do something nobody sees) or what a subgraph reads.
 TEST(UnusedNodes, AloneTheyAreLeftAsTheyAreAndCustomOpsStay) {
