@@ -207,14 +207,13 @@ int Scope::opset(std::string_view domain) const {
 }
 
 const Scope::Producer* Scope::producer(std::string_view value) const {
-  const Index::Value* found = index_->values.find(value);
-  return found && found->producer.node ? &found->producer : nullptr;
+  const auto id = value_id(value);
+  return id ? producer(*id) : nullptr;
 }
 
 std::span<const Use> Scope::uses(std::string_view value) const {
-  const Index::Value* found = index_->values.find(value);
-  if (!found) return {};
-  return std::span<const Use>(index_->uses).subspan(found->uses_begin, found->uses_count);
+  const auto id = value_id(value);
+  return id ? uses(*id) : std::span<const Use>();
 }
 
 bool Scope::is_output(std::string_view value) const { return index_->outputs.count(value) != 0; }
@@ -228,15 +227,16 @@ std::optional<Scope::ValueId> Scope::value_id(std::string_view value) const {
 
 std::string_view Scope::name(ValueId value) const { return index_->values.key_at(value.index); }
 
-std::span<const Scope::ValueId> Scope::reads_at(int position) const {
+namespace {
+// The part of `ids` that belongs to the node at `position` (`begins`: where each node's starts).
+std::span<const Scope::ValueId> part_at(const std::vector<Scope::ValueId>& ids, const std::vector<uint32_t>& begins, int position) {
   const auto at = static_cast<size_t>(position);
-  return std::span<const ValueId>(index_->read).subspan(index_->reads_begin[at], index_->reads_begin[at + 1] - index_->reads_begin[at]);
+  return std::span<const Scope::ValueId>(ids).subspan(begins[at], begins[at + 1] - begins[at]);
 }
+}  // namespace
 
-std::span<const Scope::ValueId> Scope::writes_at(int position) const {
-  const auto at = static_cast<size_t>(position);
-  return std::span<const ValueId>(index_->written).subspan(index_->writes_begin[at], index_->writes_begin[at + 1] - index_->writes_begin[at]);
-}
+std::span<const Scope::ValueId> Scope::reads_at(int position) const { return part_at(index_->read, index_->reads_begin, position); }
+std::span<const Scope::ValueId> Scope::writes_at(int position) const { return part_at(index_->written, index_->writes_begin, position); }
 
 const Scope::Producer* Scope::producer(ValueId value) const {
   const Index::Value& found = index_->values.at(value.index);

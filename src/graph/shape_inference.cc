@@ -33,7 +33,7 @@ class ShapeInference::Worker {
   // What is known about `value`, working back through its producers as far as needed.
   const ShapeFacts& operator()(std::string_view value) {
     const auto id = scope_.value_id(value);
-    if (const ShapeFacts* known = id ? cached(*id) : cached(value)) return *known;
+    if (const ShapeFacts* known = id ? cached(*id) : cached_by_name(value)) return *known;
     // Most queries come in node order, the producer's inputs known already: no walk back.
     if (const auto* produced = id ? scope_.producer(*id) : nullptr) {
       if (gather_inputs(*produced)) return visit(*produced);
@@ -80,10 +80,13 @@ class ShapeInference::Worker {
     const uint32_t at = fact_of_value_[value.index];
     return at ? &facts_[at - 1] : nullptr;
   }
-  const ShapeFacts* cached(std::string_view value) const {
-    if (const auto id = scope_.value_id(value)) return cached(*id);
+  const ShapeFacts* cached_by_name(std::string_view value) const {
     const size_t* at = by_name_.find(value);
     return at ? &facts_[*at - 1] : nullptr;
+  }
+  const ShapeFacts* cached(std::string_view value) const {
+    const auto id = scope_.value_id(value);
+    return id ? cached(*id) : cached_by_name(value);
   }
 
   const ShapeFacts& store(Scope::ValueId value, ShapeFacts facts) {

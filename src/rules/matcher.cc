@@ -164,8 +164,6 @@ double storage_step(int32_t data_type, double number) {
   return std::ldexp(1.0, std::max(exponent - 1, min_exponent) - (significand_bits - 1));
 }
 
-
-
 // A reason is worked out only when someone asked for it: most attempts fail, and --explain is rare.
 template <typename Text>
 std::string text_of(Text&& text) {
@@ -237,9 +235,7 @@ class Matcher::Lookups {
   }
   // Scope::constant_values with its default size limit; valid until the next question.
   const std::optional<TensorValues>& constant_values(std::string_view value) {
-    Entry& entry = entry_for(value);
-    if (!entry.values) entry.values = scope_.constant_values(value);
-    return *entry.values;
+    return remembered(entry_for(value).values, [&] { return scope_.constant_values(value); });
   }
 
  private:
@@ -253,7 +249,7 @@ class Matcher::Lookups {
   };
 
   template <typename Answer, typename Ask>
-  static Answer remembered(std::optional<Answer>& answer, Ask&& ask) {
+  static const Answer& remembered(std::optional<Answer>& answer, Ask&& ask) {
     if (!answer) answer = ask();
     return *answer;
   }
