@@ -103,10 +103,10 @@ Value standardized(GraphBuilder& b, Value grouped, float epsilon, int32_t data_t
   return b.Div(centered, b.Sqrt(b.Add(variance, b.scalar(epsilon, data_type))));
 }
 
-// y * scale + bias, with scale and bias reshaped to broadcast per channel.
-Value scale_and_shift(GraphBuilder& b, Value y, Value scale, Value bias, Value channel_shape) {
-  const Value scaled = b.Mul(y, b.Reshape(scale, channel_shape));
-  return b.Add(scaled, b.Reshape(bias, channel_shape));
+// y * scale + bias, with scale and bias reshaped to `channel_shape` to broadcast per channel.
+Value scale_and_shift(const Match& match, GraphBuilder& b, Value y, const std::vector<int64_t>& channel_shape) {
+  const Value scaled = b.Mul(y, reshaped(match, b, "scale", channel_shape));
+  return b.Add(scaled, reshaped(match, b, "bias", channel_shape));
 }
 
 bool is_half(int32_t data_type) {
@@ -155,7 +155,7 @@ std::string build_group_norm(const Match& match, GraphBuilder& b, Affine affine)
   if (spelled_out) {
     // Per group (GroupNormalization-18: stash type = x's type): scale and bias [G] against the view.
     normalized = standardized(b, grouped, epsilon, stash_type);
-    if (per_group) normalized = scale_and_shift(b, normalized, scale, bias, b.ints({-1, 1}));
+    if (per_group) normalized = scale_and_shift(match, b, normalized, {-1, 1});
   } else {
     // Per group: scale and bias are InstanceNormalization's own; per channel they come after.
     const Value group_scale = per_group ? scale : filled(b, groups, 1.0, stash_type, x);
@@ -175,11 +175,11 @@ std::string build_group_norm(const Match& match, GraphBuilder& b, Affine affine)
   if (auto rank = x_rank; rank && *rank >= 2) {
     std::vector<int64_t> per_channel(*rank - 1, 1);
     per_channel.front() = -1;
-    b.output(match.value("y"), scale_and_shift(b, restored, scale, bias, b.ints(per_channel)));
+    b.output(match.value("y"), scale_and_shift(match, b, restored, per_channel));
     return {};
   }
   const Value channels_view = b.Reshape(restored, b.ints({0, 0, -1}));
-  const Value affined = scale_and_shift(b, channels_view, scale, bias, b.ints({-1, 1}));
+  const Value affined = scale_and_shift(match, b, channels_view, {-1, 1});
   b.output(match.value("y"), b.Reshape(affined, x_shape));
   return {};
 }

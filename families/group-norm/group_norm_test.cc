@@ -239,6 +239,45 @@ TEST(MyGroupNormSanity, DeclinesGroupCountsItCantDecompose) {
   }
 }
 
+// ---- constant scale and bias come already reshaped (toolkit's reshaped()) ----------------------
+
+TEST(MyGroupNormAffine, ConstantScaleAndBiasComeReshapedUnlessThatCopiesASharedWeight) {
+  struct Case {
+    int channels;
+    int nodes;          // mygroupnorm nodes reading the same scale and bias
+    bool graph_inputs;  // scale and bias are graph inputs, not constants
+    int reshapes;       // each node keeps 2 (x into groups and back), plus 2 unless folded
+  };
+  for (const auto& c : {Case{32, 1, false, 2},    // read only by the node: folded, the original goes
+                        Case{4, 2, false, 4},     // shared but 16 bytes: copied
+                        Case{32, 2, false, 8},    // shared and 128 bytes: left to Reshape
+                        Case{4, 1, true, 4}}) {   // not a constant
+    auto filled = [&](int number) { return fmt::format("{}", fmt::join(std::vector<int>(static_cast<size_t>(c.channels), number), ", ")); };
+    const std::string weights =
+        c.graph_inputs ? "" : fmt::format(", float[{0}] scale = {{{1}}}, float[{0}] bias = {{{2}}}", c.channels, filled(2), filled(1));
+    const std::string inputs = c.graph_inputs ? fmt::format(", float[{0}] scale, float[{0}] bias", c.channels) : "";
+    std::string nodes, outputs;
+    for (int i = 0; i < c.nodes; ++i) {
+      nodes += fmt::format("  y{} = mydomain.mygroupnorm (x, num_groups, scale, bias)\n", i);
+      outputs += fmt::format("{}float[2, {}, 3] y{}", i ? ", " : "", c.channels, i);
+    }
+    const auto rewritten = rewrite_text(fmt::format("<ir_version: 8, opset_import: [\"\": 17, \"mydomain\": 1]>\n"
+                                                    "g (float[2, {}, 3] x{}) => ({}) <int64[1] num_groups = {{2}}{}> {{\n{}}}\n",
+                                                    c.channels, inputs, outputs, weights, nodes),
+                                        builtin_rules());
+    const std::string name = fmt::format("{} channels, {} node(s){}", c.channels, c.nodes, c.graph_inputs ? ", graph inputs" : "");
+    EXPECT_EQ(op_count(rewritten.result.after, {"", "Reshape"}), c.reshapes) << name;
+    int per_channel = 0, originals = 0;
+    for (const auto& initializer : rewritten.model.graph().initializer()) {
+      if (initializer.dims_size() == 2 && initializer.dims(0) == c.channels && initializer.dims(1) == 1) ++per_channel;
+      if (initializer.name() == "scale" || initializer.name() == "bias") ++originals;
+    }
+    const bool folded = c.reshapes == 2 * c.nodes;
+    EXPECT_EQ(per_channel, folded ? 2 : 0) << name;  // a round makes equal constants once
+    EXPECT_EQ(originals, c.graph_inputs || folded ? 0 : 2) << name;
+  }
+}
+
 // ---- the README example: testdata/mygroupnorm-opset9 (Conv -> mygroupnorm -> Relu) --------
 
 TEST(MyGroupNormTestdata, ModelIsGeneratedFromItsText) {

@@ -63,6 +63,15 @@ BuildFunction with_attribute_types_checked(const AttributeTypes& types, BuildFun
 // Describes a node for messages: its name if it has one, else its op and first output.
 std::string describe_node(const onnx::NodeProto& node);
 
+// ---- Building ------------------------------------------------------------------------------------
+
+// Pattern value `name` reshaped to `dims` (a -1 takes what the others leave). When it is a constant
+// of at most 1 MiB whose bytes the model holds (not external data), and nothing outside the match
+// reads it (or it is at most 64 bytes: copying it costs nothing), a new constant with those dims:
+// a Reshape of a constant is the same bytes under new dims, and left as a node it would take the
+// runtime, or a round of canonicalize-fold-layout, to fold. Else a Reshape node.
+Value reshaped(const Match& match, GraphBuilder& b, const std::string& name, std::vector<int64_t> dims);
+
 // ---- Activations ONNX Runtime fuses into Conv and Gemm ------------------------------------------
 
 // An activation applied to the output of a fused op, named as the ONNX op computing it (or

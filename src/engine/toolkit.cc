@@ -126,6 +126,45 @@ std::string describe_node(const onnx::NodeProto& node) {
   return node.op_type();
 }
 
+Value reshaped(const Match& match, GraphBuilder& b, const std::string& name, std::vector<int64_t> dims) {
+  const std::string& value = match.value(name);
+  auto as_node = [&] { return b.Reshape(Value{value}, b.ints(dims)); };
+  const onnx::TensorProto* header = match.scope->constant_tensor(value);
+  if (!header || header->data_location() == onnx::TensorProto::EXTERNAL) return as_node();
+  constexpr int64_t kMaxElements = int64_t{1} << 18;  // 1 MiB of float
+  int64_t count = 1;
+  for (int64_t dim : header->dims()) {
+    if (dim < 0 || (dim > 0 && count > kMaxElements / dim)) return as_node();
+    count *= dim;
+  }
+  // Reshape's 0 (copy the input's dim) is left to Reshape; so is a shape that doesn't fit.
+  int64_t known = 1;
+  std::optional<size_t> inferred;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == -1 && !inferred) {
+      inferred = i;
+    } else if (dims[i] <= 0 || dims[i] > kMaxElements || known * dims[i] > kMaxElements) {
+      return as_node();
+    } else {
+      known *= dims[i];
+    }
+  }
+  if (inferred) {
+    if (count % known != 0) return as_node();
+    dims[*inferred] = count / known;
+  } else if (known != count) {
+    return as_node();
+  }
+  onnx::TensorProto tensor = match.scope->model().tensor_with_data(*header);
+  tensor.clear_name();
+  tensor.clear_dims();
+  constexpr size_t kCopiedForFree = 64;  // bytes
+  const bool only_here = match.scope->owns_initializer(value) || match.scope->producer(value);
+  if ((!only_here || used_outside(match, value)) && tensor.ByteSizeLong() > kCopiedForFree) return as_node();
+  for (int64_t dim : dims) tensor.add_dims(dim);
+  return b.constant(std::move(tensor));
+}
+
 std::optional<Activation> mlas_activation(const onnx::NodeProto& node, std::string& why) {
   Activation activation;
   const auto* kind = find_attribute(node, "activation");
