@@ -22,14 +22,21 @@ std::vector<T*> take_all(google::protobuf::RepeatedPtrField<T>& field) {
   return elements;
 }
 
-void collect_graph_names(const onnx::GraphProto& graph, std::vector<size_t>& hashes) {
-  const std::hash<std::string_view> hash;
-  hashes.push_back(hash(graph.name()));
-  for (const auto& info : graph.input()) hashes.push_back(hash(info.name()));
-  for (const auto& info : graph.output()) hashes.push_back(hash(info.name()));
-  for (const auto& info : graph.value_info()) hashes.push_back(hash(info.name()));
-  for (const auto& tensor : graph.initializer()) hashes.push_back(hash(tensor.name()));
-  for (const auto& sparse : graph.sparse_initializer()) hashes.push_back(hash(sparse.values().name()));
+template <typename Visit>
+void for_each_graph_name(const onnx::GraphProto& graph, Visit&& visit) {
+  visit(graph.name());
+  for (const auto& info : graph.input()) visit(info.name());
+  for (const auto& info : graph.output()) visit(info.name());
+  for (const auto& info : graph.value_info()) visit(info.name());
+  for (const auto& tensor : graph.initializer()) visit(tensor.name());
+  for (const auto& sparse : graph.sparse_initializer()) visit(sparse.values().name());
+}
+
+// A hash as the name registry keeps it: the one value that marks an empty slot moves aside.
+constexpr size_t kEmptySlot = 0;
+size_t stored_hash(std::string_view name) {
+  const size_t hash = std::hash<std::string_view>()(name);
+  return hash == kEmptySlot ? 1 : hash;
 }
 
 // Calls `visit` with every value a node reads, explicit and through its subgraphs (views into
@@ -100,59 +107,73 @@ void repair_order(NodeList& nodes, const std::string& where) {
 
 void NameRegistry::collect() {
   collected_ = true;
-  const std::hash<std::string_view> hash;
-  for_each_graph(std::as_const(model_), [&](const GraphView<true>& view) {
-    if (view.graph) collect_graph_names(*view.graph, existing_);
-    if (view.function) {
-      for (const auto& name : view.function->input()) existing_.push_back(hash(name));
-      for (const auto& name : view.function->output()) existing_.push_back(hash(name));
-    }
-    const Place::Kind root = view.place->root().kind();
-    const bool checked = root != Place::Kind::kTrainingInitialization && root != Place::Kind::kTrainingAlgorithm;
-    const bool collect_reads = !(reads_defined_ && checked);
-    for (const auto& node : *view.nodes) {
-      existing_.push_back(hash(node.name()));
-      if (collect_reads) {
-        for (const auto& name : node.input()) existing_.push_back(hash(name));
+  // Two passes, counting first: the set is sized once (at most half full), not grown hash by hash.
+  const auto names = [&](auto&& visit) {
+    for_each_graph(std::as_const(model_), [&](const GraphView<true>& view) {
+      if (view.graph) for_each_graph_name(*view.graph, visit);
+      if (view.function) {
+        for (const auto& name : view.function->input()) visit(name);
+        for (const auto& name : view.function->output()) visit(name);
       }
-      for (const auto& name : node.output()) existing_.push_back(hash(name));
-    }
-  });
-  std::sort(existing_.begin(), existing_.end());
-  existing_.erase(std::unique(existing_.begin(), existing_.end()), existing_.end());
-  existing_.shrink_to_fit();  // each value was counted once per use: the unique hashes are about half
-  // Hashes are spread evenly: where each run of equal top bits starts, about one hash per run.
-  while ((size_t{1} << top_bits_) < existing_.size() && top_bits_ < 32) ++top_bits_;
-  run_starts_.assign((size_t{1} << top_bits_) + 1, 0);
-  size_t at = 0;
-  for (size_t run = 0; run < run_starts_.size(); ++run) {
-    while (at < existing_.size() && top(existing_[at]) < run) ++at;
-    run_starts_[run] = static_cast<uint32_t>(at);
+      const Place::Kind root = view.place->root().kind();
+      const bool checked = root != Place::Kind::kTrainingInitialization && root != Place::Kind::kTrainingAlgorithm;
+      const bool collect_reads = !(reads_defined_ && checked);
+      for (const auto& node : *view.nodes) {
+        visit(node.name());
+        if (collect_reads) {
+          for (const auto& name : node.input()) visit(name);
+        }
+        for (const auto& name : node.output()) visit(name);
+      }
+    });
+  };
+  size_t visits = 0;
+  names([&](const std::string&) { ++visits; });
+  size_t size = 16;
+  while (size < visits * 2) size *= 2;
+  slots_.assign(size, kEmptySlot);
+  names([&](const std::string& name) { add(stored_hash(name)); });
+}
+
+bool NameRegistry::taken(size_t hash) const {
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    if (slots_[i] == hash) return true;
+    if (slots_[i] == kEmptySlot) return false;
   }
 }
 
-size_t NameRegistry::top(size_t hash) const { return top_bits_ == 0 ? 0 : hash >> (sizeof(size_t) * 8 - top_bits_); }
-
-bool NameRegistry::taken(size_t hash) const {
-  if (handed_out_.contains(hash)) return true;
-  const size_t run = top(hash);
-  const auto begin = existing_.begin() + run_starts_[run], end = existing_.begin() + run_starts_[run + 1];
-  return std::binary_search(begin, end, hash);
+void NameRegistry::add(size_t hash) {
+  if ((count_ + 1) * 4 > slots_.size() * 3) {
+    std::vector<size_t> old = std::exchange(slots_, std::vector<size_t>(std::max<size_t>(16, slots_.size() * 2), kEmptySlot));
+    count_ = 0;
+    for (size_t kept : old) {
+      if (kept != kEmptySlot) add(kept);
+    }
+  }
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    if (slots_[i] == hash) return;
+    if (slots_[i] == kEmptySlot) {
+      slots_[i] = hash;
+      ++count_;
+      return;
+    }
+  }
 }
 
 std::string NameRegistry::fresh(const std::string& hint) {
   if (!collected_) collect();
-  const std::hash<std::string_view> hash;
-  const size_t hint_hash = hash(hint);
+  const size_t hint_hash = stored_hash(hint);
   std::string candidate = hint;
   size_t candidate_hash = hint_hash;
   int* suffix = nullptr;  // most hints are free: their suffixes are not kept
   while (taken(candidate_hash)) {
     if (!suffix) suffix = &next_suffix_[hint_hash];
     candidate = hint + "_" + std::to_string(++*suffix);
-    candidate_hash = hash(candidate);
+    candidate_hash = stored_hash(candidate);
   }
-  handed_out_[candidate_hash] = true;
+  add(candidate_hash);
   return candidate;
 }
 

@@ -24,9 +24,10 @@
 namespace onnx_rewrite {
 
 // Every value and node name of a model, at any depth; hands out names nobody uses. The model's
-// names are collected on first use (a run where no rule fires never pays for it) as sorted
-// hashes, and names handed out as hashes too: a hash collision only makes a free name look taken
-// (or a hint's suffixes start higher).
+// names are collected on first use (a run where no rule fires never pays for it) as hashes in one
+// open-addressing set, which the names handed out join: asking whether a name is taken reads
+// about one cache line. A hash collision only makes a free name look taken (or a hint's suffixes
+// start higher).
 class NameRegistry {
  public:
   explicit NameRegistry(onnx::ModelProto& model) : model_(model) {}
@@ -34,23 +35,20 @@ class NameRegistry {
   std::string fresh(const std::string& hint);
   // Says that every value a node of the main graph, its subgraphs or a function reads is defined
   // there (structural_problem found nothing): the names they read are then among those collected
-  // anyway, and are not collected again (half the names to sort on a big graph).
+  // anyway, and are not collected again (half the names to hash on a big graph).
   void reads_are_defined() { reads_defined_ = true; }
 
  private:
   void collect();
   bool taken(size_t hash) const;  // of a name
+  void add(size_t hash);          // grows the set to keep it at most three quarters full
 
   onnx::ModelProto& model_;
   bool reads_defined_ = false;
   bool collected_ = false;
-  size_t top(size_t hash) const;  // the hash's top_bits_ highest bits
-
-  std::vector<size_t> existing_;       // sorted
-  size_t top_bits_ = 0;
-  std::vector<uint32_t> run_starts_;   // where the hashes starting with each top_bits_ prefix begin
-  FlatMap<size_t, bool> handed_out_;   // hashes of names handed out (a set: the value is unused)
-  FlatMap<size_t, int> next_suffix_;   // by the hint's hash: the last suffix tried
+  std::vector<size_t> slots_;         // hashes, kEmptySlot where none; a size that is a power of two
+  size_t count_ = 0;
+  FlatMap<size_t, int> next_suffix_;  // by the hint's hash: the last suffix tried
 };
 
 class Rewriter {
