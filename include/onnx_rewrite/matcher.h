@@ -73,6 +73,7 @@ class Matcher {
 
   class Lookups;    // the index's last answers, which the search asks for (matcher.cc)
   struct Bindings;  // what a search has bound so far (matcher.cc)
+  class Prefilter;  // which patterns can't match at a node, seen from what computes its inputs (matcher.cc)
 
  private:
   const Scope& scope_;
@@ -81,6 +82,7 @@ class Matcher {
   // Each search's trail, emptied by the next: most attempts fail within a step or two, and fresh
   // vectors cost an allocation each (tens of millions on a big graph).
   std::unique_ptr<Bindings> trail_;
+  std::unique_ptr<Prefilter> prefilter_;
 };
 
 // Whether two attribute values are the same (ints, floats within 1e-6 relative, strings, lists).

@@ -9,6 +9,7 @@
 #include <span>
 #include <string_view>
 #include <type_traits>
+#include <unordered_map>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -268,6 +269,62 @@ class Matcher::Lookups {
   const Scope& scope_;
   int bits_;
   std::vector<Entry> entries_;
+};
+
+// Most attempts fail at once, on what computes the anchor's inputs: 25 patterns end in a Mul, and
+// a chain of GELU blocks has two Muls in each. Before a search (unless explaining why not), the ops
+// computing the node's inputs (looked up once per node) must include every op the pattern wants
+// there: necessary in whatever order the inputs bind. Not checked where the anchor is a tree of
+// Mul or Add, whose operands may lie deeper.
+class Matcher::Prefilter {
+ public:
+  explicit Prefilter(Lookups& lookups) : lookups_(lookups) {}
+
+  bool may_match(const Pattern& pattern, const onnx::NodeProto& node) {
+    const auto& wanted = wanted_by(pattern);
+    if (wanted.empty()) return true;
+    if (&node != anchor_) {
+      anchor_ = &node;
+      computing_.clear();
+      for (const auto& input : node.input()) {
+        if (input.empty()) continue;
+        if (const auto* produced = lookups_.producer(input)) {
+          computing_.push_back({produced->node->op_type(), normalize_domain(produced->node->domain())});
+        }
+      }
+    }
+    return std::all_of(wanted.begin(), wanted.end(), [&](const PatternNode* producer) {
+      return std::any_of(computing_.begin(), computing_.end(), [&](const Op& op) {
+        return op.op_type == producer->op_type && op.domain == producer->domain;
+      });
+    });
+  }
+
+ private:
+  struct Op {
+    std::string_view op_type;
+    std::string domain;  // normalized
+  };
+
+  // The pattern nodes that compute the anchor's inputs.
+  const std::vector<const PatternNode*>& wanted_by(const Pattern& pattern) {
+    auto [it, fresh] = wanted_.try_emplace(&pattern);
+    if (!fresh) return it->second;
+    const PatternNode& anchor = pattern.anchor();
+    if (anchor.associative) return it->second;
+    for (const auto& input : anchor.inputs) {
+      if (input.empty() || input == "_") continue;
+      for (const auto& node : pattern.nodes) {
+        if (std::find(node.outputs.begin(), node.outputs.end(), input) != node.outputs.end()) it->second.push_back(&node);
+      }
+    }
+    return it->second;
+  }
+
+  Lookups& lookups_;
+  std::unordered_map<const Pattern*, std::vector<const PatternNode*>> wanted_;
+  const onnx::NodeProto* anchor_ = nullptr;
+  std::vector<Op> computing_;  // by anchor_'s inputs
 };
 
 namespace {
@@ -751,12 +808,20 @@ class Search {
 }  // namespace
 
 Matcher::Matcher(const Scope& scope, const NodeSet& claimed)
-    : scope_(scope), claimed_(claimed), lookups_(std::make_unique<Lookups>(scope)), trail_(std::make_unique<Bindings>()) {}
+    : scope_(scope),
+      claimed_(claimed),
+      lookups_(std::make_unique<Lookups>(scope)),
+      trail_(std::make_unique<Bindings>()),
+      prefilter_(std::make_unique<Prefilter>(*lookups_)) {}
 
 Matcher::~Matcher() = default;
 
 std::optional<Match> Matcher::match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node,
                                     std::string* why_not, bool* on_facts) const {
+  if (!why_not && !prefilter_->may_match(pattern, *node)) {
+    if (on_facts) *on_facts = false;
+    return std::nullopt;
+  }
   Search search(scope_, *lookups_, *trail_, rule, pattern, claimed_, why_not != nullptr);
   auto match = search.run(node);
   if (!match && why_not) *why_not = search.reason();
