@@ -2,6 +2,7 @@
 #include "onnx_rewrite/toolkit.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <numeric>
@@ -272,59 +273,83 @@ class Matcher::Lookups {
 };
 
 // Most attempts fail at once, on what computes the anchor's inputs: 25 patterns end in a Mul, and
-// a chain of GELU blocks has two Muls in each. Before a search (unless explaining why not), the ops
-// computing the node's inputs (looked up once per node) must include every op the pattern wants
-// there: necessary in whatever order the inputs bind. Not checked where the anchor is a tree of
-// Mul or Add, whose operands may lie deeper.
+// a chain of GELU blocks has two Muls in each. Before a search (unless explaining why not), a
+// necessary condition is checked, looking upwards from the anchor a few levels: each pattern node
+// computing an input of a matched node needs a node of its op among those computing the graph
+// node's inputs, in whatever order the inputs bind. A Mul or Add tree's operands lie deeper when
+// a node of its op computes one of its inputs: the check then stops at its root.
 class Matcher::Prefilter {
  public:
   explicit Prefilter(Lookups& lookups) : lookups_(lookups) {}
 
   bool may_match(const Pattern& pattern, const onnx::NodeProto& node) {
-    const auto& wanted = wanted_by(pattern);
-    if (wanted.empty()) return true;
-    if (&node != anchor_) {
-      anchor_ = &node;
-      computing_.clear();
-      for (const auto& input : node.input()) {
-        if (input.empty()) continue;
-        if (const auto* produced = lookups_.producer(input)) {
-          computing_.push_back({produced->node->op_type(), normalize_domain(produced->node->domain())});
+    const Plan& plan = plan_of(pattern);
+    return plan.any_wanted ? may_be(pattern, plan, pattern.order.front(), node, 0) : true;
+  }
+
+ private:
+  static constexpr int kLevels = 3;  // the anchor and two levels of producers
+
+  struct Plan {
+    std::vector<std::vector<size_t>> producers;  // by pattern node: the pattern nodes computing its inputs
+    bool any_wanted = false;
+  };
+
+  const Plan& plan_of(const Pattern& pattern) {
+    auto [it, fresh] = plans_.try_emplace(&pattern);
+    Plan& plan = it->second;
+    if (!fresh) return plan;
+    plan.producers.resize(pattern.nodes.size());
+    for (size_t i = 0; i < pattern.nodes.size(); ++i) {
+      for (const auto& input : pattern.nodes[i].inputs) {
+        if (input.empty() || input == "_") continue;
+        for (size_t j = 0; j < pattern.nodes.size(); ++j) {
+          const auto& outputs = pattern.nodes[j].outputs;
+          if (std::find(outputs.begin(), outputs.end(), input) != outputs.end()) plan.producers[i].push_back(j);
         }
       }
     }
-    return std::all_of(wanted.begin(), wanted.end(), [&](const PatternNode* producer) {
-      return std::any_of(computing_.begin(), computing_.end(), [&](const Op& op) {
-        return op.op_type == producer->op_type && op.domain == producer->domain;
+    plan.any_wanted = !plan.producers[pattern.order.front()].empty();
+    return plan;
+  }
+
+  // Whether `node` (of the op of pattern node `index`) may be where that pattern node matches.
+  bool may_be(const Pattern& pattern, const Plan& plan, size_t index, const onnx::NodeProto& node, int level) {
+    const auto& wanted = plan.producers[index];
+    if (wanted.empty() || level + 1 == kLevels) return true;
+    const auto& computing = computing_inputs(node, level);
+    const PatternNode& here = pattern.nodes[index];
+    if (here.associative && std::any_of(computing.begin(), computing.end(), [&](const onnx::NodeProto* candidate) {
+          return candidate->op_type() == here.op_type && normalize_domain(candidate->domain()) == here.domain;
+        })) {
+      return true;
+    }
+    return std::all_of(wanted.begin(), wanted.end(), [&](size_t producer) {
+      const PatternNode& pattern_node = pattern.nodes[producer];
+      return std::any_of(computing.begin(), computing.end(), [&](const onnx::NodeProto* candidate) {
+        return candidate->op_type() == pattern_node.op_type && normalize_domain(candidate->domain()) == pattern_node.domain &&
+               may_be(pattern, plan, producer, *candidate, level + 1);
       });
     });
   }
 
- private:
-  struct Op {
-    std::string_view op_type;
-    std::string domain;  // normalized
-  };
-
-  // The pattern nodes that compute the anchor's inputs.
-  const std::vector<const PatternNode*>& wanted_by(const Pattern& pattern) {
-    auto [it, fresh] = wanted_.try_emplace(&pattern);
-    if (!fresh) return it->second;
-    const PatternNode& anchor = pattern.anchor();
-    if (anchor.associative) return it->second;
-    for (const auto& input : anchor.inputs) {
-      if (input.empty() || input == "_") continue;
-      for (const auto& node : pattern.nodes) {
-        if (std::find(node.outputs.begin(), node.outputs.end(), input) != node.outputs.end()) it->second.push_back(&node);
-      }
+  // The nodes computing `node`'s inputs; the anchor's are kept while the next patterns are tried.
+  const std::vector<const onnx::NodeProto*>& computing_inputs(const onnx::NodeProto& node, int level) {
+    if (level == 0 && &node == anchor_) return by_level_[0];
+    if (level == 0) anchor_ = &node;
+    auto& computing = by_level_[static_cast<size_t>(level)];
+    computing.clear();
+    for (const auto& input : node.input()) {
+      if (input.empty()) continue;
+      if (const auto* produced = lookups_.producer(input)) computing.push_back(produced->node);
     }
-    return it->second;
+    return computing;
   }
 
   Lookups& lookups_;
-  std::unordered_map<const Pattern*, std::vector<const PatternNode*>> wanted_;
+  std::unordered_map<const Pattern*, Plan> plans_;
   const onnx::NodeProto* anchor_ = nullptr;
-  std::vector<Op> computing_;  // by anchor_'s inputs
+  std::array<std::vector<const onnx::NodeProto*>, kLevels> by_level_;
 };
 
 namespace {
