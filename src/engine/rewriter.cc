@@ -180,10 +180,10 @@ std::string NameRegistry::fresh(const std::string& hint) {
 void Rewriter::replace(const Match& match, GraphBuilder&& builder) {
   const Scope& scope = *match.scope;
   Pending& pending = pending_[&scope];
-  const onnx::NodeProto* last = match.nodes.front();
+  int last = -1;  // the position of the match's last node
   for (const auto* node : match.nodes) {
     pending.removed.insert(node);
-    if (scope.position(node) > scope.position(last)) last = node;
+    last = std::max(last, scope.position(node));
   }
   std::vector<onnx::NodeProto> nodes = std::move(builder.nodes());
   std::vector<onnx::NodeProto> constant_nodes;
@@ -213,8 +213,7 @@ void Rewriter::replace(const Match& match, GraphBuilder&& builder) {
       if (auto it = renamed.find(input); it != renamed.end()) input = it->second;
     }
   }
-  auto& inserted = pending.insert_before[last];
-  inserted.insert(inserted.end(), std::make_move_iterator(constant_nodes.begin()), std::make_move_iterator(constant_nodes.end()));
+  auto& inserted = pending.inserted.emplace_back(Pending::Insertion{last, std::move(constant_nodes)}).nodes;
   inserted.insert(inserted.end(), std::make_move_iterator(nodes.begin()), std::make_move_iterator(nodes.end()));
 }
 
@@ -277,12 +276,19 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   // hundreds of thousands of nodes, and hashing each name they read and write again was much of
   // a commit.
   using ValueId = Scope::ValueId;
-  // Values of the index that new nodes read: whatever goes, they stay in use.
+  // In node order (matches are found mostly in it: this sort has little to do).
+  std::stable_sort(pending.inserted.begin(), pending.inserted.end(),
+                   [](const Pending::Insertion& a, const Pending::Insertion& b) { return a.before < b.before; });
+  // Values of the index that new nodes read: whatever goes, they stay in use. Their ids, in
+  // the order read, serve breaks_order too.
   std::vector<char> read_by_new(scope.value_count(), 0);
-  for (const auto& [anchor, built] : pending.insert_before) {
-    for (const auto& node : built) {
+  std::vector<std::optional<ValueId>> read_ids;
+  for (const auto& insertion : pending.inserted) {
+    for (const auto& node : insertion.nodes) {
       for_each_read(node, [&](std::string_view name) {
-        if (const auto id = scope.value_id(name)) read_by_new[id->index] = 1;
+        const auto id = scope.value_id(name);
+        if (id) read_by_new[id->index] = 1;
+        read_ids.push_back(id);
       });
     }
   }
@@ -351,8 +357,8 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   // value_info of values that no longer exist.
   if (scope.graph() && scope.graph()->value_info_size() > 0) {
     FlatMap<std::string_view, bool> computed_by_new;
-    for (const auto& [anchor, built] : pending.insert_before) {
-      for (const auto& node : built) {
+    for (const auto& insertion : pending.inserted) {
+      for (const auto& node : insertion.nodes) {
         for (const auto& output : node.output()) computed_by_new[output] = true;
       }
     }
@@ -370,7 +376,7 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
     }
   }
 
-  const bool reorder = !ordered_ || breaks_order(scope, pending, gone_at);
+  const bool reorder = !ordered_ || breaks_order(scope, pending, read_ids, gone_at);
 
   // Readers of bypassed Identities read their inputs from now on: only after the last use of the
   // round's index, whose keys view the names as they were.
@@ -378,9 +384,10 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
 
   NodeList& nodes = scope.nodes();
   int position = 0;  // the index's
+  auto insertion = pending.inserted.begin();
   for (auto* node : take_all(nodes)) {
-    if (auto it = pending.insert_before.find(node); it != pending.insert_before.end()) {
-      for (auto& built : it->second) {
+    for (; insertion != pending.inserted.end() && insertion->before == position; ++insertion) {
+      for (auto& built : insertion->nodes) {
         auto* added = new onnx::NodeProto(std::move(built));
         nodes.AddAllocated(added);
         created_.insert(added);
@@ -415,43 +422,59 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
 // round may have put it further down) or a rewired reader can. A node's place is the position
 // of the old node it stands before, or is, and its rank there: new nodes stand before their
 // anchor in the order built, the anchor itself (which goes) after them.
-bool Rewriter::breaks_order(const Scope& scope, const Pending& pending, const std::vector<char>& gone_at) const {
+bool Rewriter::breaks_order(const Scope& scope, const Pending& pending, const std::vector<std::optional<Scope::ValueId>>& read_ids,
+                            const std::vector<char>& gone_at) const {
   using Place = std::pair<int, size_t>;
   auto kept_at = [](int position) { return Place{position, std::numeric_limits<size_t>::max()}; };
   auto is_gone = [&](int position) { return gone_at[static_cast<size_t>(position)] != 0; };
-  FlatMap<std::string_view, Place> built_at;  // a new node's output -> the new node's place
-  for (const auto& [anchor, built] : pending.insert_before) {
-    for (size_t rank = 0; rank < built.size(); ++rank) {
-      for (const auto& output : built[rank].output()) {
-        if (!output.empty()) built_at[output] = Place{scope.position(anchor), rank};
+  // Where new nodes compute values: by id for the index's values (a match's outputs keep their
+  // names), by name for the values new nodes bring.
+  FlatMap<uint32_t, Place> built_by_id;
+  FlatMap<std::string_view, Place> built_by_name;
+  std::vector<std::optional<Scope::ValueId>> write_ids;  // of the new nodes' present outputs, in order
+  for (const auto& insertion : pending.inserted) {
+    for (size_t rank = 0; rank < insertion.nodes.size(); ++rank) {
+      for (const auto& output : insertion.nodes[rank].output()) {
+        if (output.empty()) continue;
+        const auto id = scope.value_id(output);
+        if (id) built_by_id[id->index] = Place{insertion.before, rank};
+        else built_by_name[output] = Place{insertion.before, rank};
+        write_ids.push_back(id);
       }
     }
   }
-  auto computed_at = [&](std::string_view value) -> std::optional<Place> {  // nullopt: not in this scope
-    if (const Place* found = built_at.find(value)) return *found;
-    const auto* produced = scope.producer(value);
+  auto computed_at = [&](std::string_view name, std::optional<Scope::ValueId> id) -> std::optional<Place> {  // nullopt: not in this scope
+    if (!id) {
+      if (const Place* found = built_by_name.find(name)) return *found;
+      return std::nullopt;
+    }
+    if (const Place* found = built_by_id.find(id->index)) return *found;
+    const auto* produced = scope.producer(*id);
     if (produced && !is_gone(produced->position)) return kept_at(produced->position);
     return std::nullopt;
   };
-  for (const auto& [anchor, built] : pending.insert_before) {
-    for (size_t rank = 0; rank < built.size(); ++rank) {
-      const Place place{scope.position(anchor), rank};
+  size_t next_read = 0, next_write = 0;
+  for (const auto& insertion : pending.inserted) {
+    for (size_t rank = 0; rank < insertion.nodes.size(); ++rank) {
+      const Place place{insertion.before, rank};
       bool early = false;
-      for_each_read(built[rank], [&](std::string_view value) {
-        const auto at = computed_at(value);
+      for_each_read(insertion.nodes[rank], [&](std::string_view value) {
+        const auto at = computed_at(value, read_ids[next_read++]);
         early = early || (at && *at >= place);
       });
       if (early) return true;
-      for (const auto& output : built[rank].output()) {
+      for (const auto& output : insertion.nodes[rank].output()) {
         if (output.empty()) continue;
-        for (const auto& use : scope.uses(output)) {
+        const auto id = write_ids[next_write++];
+        if (!id) continue;  // a new value: only new nodes read it
+        for (const auto& use : scope.uses(*id)) {
           if (!is_gone(use.position) && kept_at(use.position) <= place) return true;
         }
       }
     }
   }
   return std::any_of(pending.rewired.begin(), pending.rewired.end(), [&](const Pending::Rewire& rewire) {
-    const auto at = computed_at(rewire.source);
+    const auto at = computed_at(rewire.source, scope.value_id(rewire.source));
     const int position = scope.position(rewire.node);
     return !is_gone(position) && at && *at >= kept_at(position);
   });

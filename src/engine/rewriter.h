@@ -100,7 +100,11 @@ class Rewriter {
  private:
   struct Pending {
     NodeSet removed;  // every change removes a node: empty, nothing was recorded
-    std::unordered_map<const onnx::NodeProto*, std::vector<onnx::NodeProto>> insert_before;
+    struct Insertion {
+      int before;  // the index position of the node they stand before (the match's last)
+      std::vector<onnx::NodeProto> nodes;
+    };
+    std::vector<Insertion> inserted;  // sorted by `before` at commit
     std::vector<onnx::TensorProto> initializers;
     std::map<std::string, std::string> constant_names;  // serialized tensor -> initializer name
     std::unordered_set<std::string> read_anew;  // values nodes read now that the round's index doesn't know
@@ -113,7 +117,8 @@ class Rewriter {
   };
 
   void commit_scope(const Scope& scope, Pending& pending);
-  bool breaks_order(const Scope& scope, const Pending& pending, const std::vector<char>& gone_at) const;
+  bool breaks_order(const Scope& scope, const Pending& pending, const std::vector<std::optional<Scope::ValueId>>& read_ids,
+                    const std::vector<char>& gone_at) const;
 
   Model& model_;
   std::map<const Scope*, Pending> pending_;
