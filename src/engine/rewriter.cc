@@ -228,11 +228,14 @@ void Rewriter::commit(const std::vector<std::unique_ptr<Scope>>& scopes) {
 size_t Rewriter::remove_unused(const std::vector<std::unique_ptr<Scope>>& scopes) {
   const size_t before = nodes_removed_;
   for (const auto& scope : scopes) {
+    int position = -1;  // the index's: what a node writes is found by id, without hashing names
     for (auto& node : scope->nodes()) {
+      ++position;
       const std::string domain = normalize_domain(node.domain());
       if ((!domain.empty() && domain != "ai.onnx.ml") || node.output_size() == 0) continue;
-      const bool unused = std::all_of(node.output().begin(), node.output().end(), [&](const std::string& output) {
-        return output.empty() || (!scope->is_output(output) && scope->uses(output).empty());
+      const auto writes = scope->writes_at(position);  // the present outputs
+      const bool unused = std::all_of(writes.begin(), writes.end(), [&](Scope::ValueId output) {
+        return !scope->is_output(output) && scope->uses(output).empty();
       });
       if (unused) pending_[scope.get()].removed.insert(&node);
     }
