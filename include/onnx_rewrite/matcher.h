@@ -64,11 +64,12 @@ class Matcher {
   Matcher(const Matcher&) = delete;
   Matcher& operator=(const Matcher&) = delete;
 
-  // Tries `pattern` with its anchor at `node`. On failure returns nullopt and, if `why_not` is
+  // Tries `pattern` with its anchor at `node`, at `position` in the scope's index. On failure
+  // returns nullopt and, if `why_not` is
   // given, the reason from the attempt that got furthest; `on_facts`, if given, says whether a
   // type or rank condition rejected a binding on the way because the shape facts don't know it
   // (the same place may match once they do).
-  std::optional<Match> match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node,
+  std::optional<Match> match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node, int position,
                              std::string* why_not = nullptr, bool* on_facts = nullptr) const;
 
   class Lookups;    // the index's last answers, which the search asks for (matcher.cc)

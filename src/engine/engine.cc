@@ -281,7 +281,9 @@ class Run {
     const NodeSet& claimed = rewriter_.replaced_in(scope);
     Matcher matcher(scope, claimed);
     const ImportOwner owner = OpsetPolicy::owner_of(scope);
+    int position = -1;  // the index's
     for (auto& node : scope.nodes()) {
+      ++position;
       progress_.update(round, matches_);
       if (claimed.contains(&node) || (only && !only->contains(&node))) continue;
       ++result_.nodes_tried.back();
@@ -298,7 +300,7 @@ class Run {
       if (local_function) continue;
       if (found == candidates_.end()) continue;
       const auto& tried = explain ? found->second : viable(owner, found->second);
-      if (const Rule* fired = rewrite_at(scope, matcher, node, tried, explain)) firing.insert(fired->id);
+      if (const Rule* fired = rewrite_at(scope, matcher, node, position, tried, explain)) firing.insert(fired->id);
     }
   }
 
@@ -326,7 +328,7 @@ class Run {
 
   // Tries the rules anchored at this op, best first; those needing a raised opset import only
   // when no other fits. Returns the rule that rewrote the node.
-  const Rule* rewrite_at(const Scope& scope, const Matcher& matcher, onnx::NodeProto& node,
+  const Rule* rewrite_at(const Scope& scope, const Matcher& matcher, onnx::NodeProto& node, int position,
                          const std::vector<Candidate>& candidates, bool explain) {
     std::vector<std::pair<Candidate, Match>> need_raise;
     std::vector<std::string> refused_raises;  // notes, if no rule rewrites the node
@@ -341,7 +343,7 @@ class Run {
       }
       std::string why;
       bool on_facts = false;
-      auto match = matcher.match(*candidate.rule, *candidate.pattern, &node, explain ? &why : nullptr, &on_facts);
+      auto match = matcher.match(*candidate.rule, *candidate.pattern, &node, position, explain ? &why : nullptr, &on_facts);
       if (!match) {
         if (on_facts) rewriter_.retry(&node);
         if (explain) say(candidate, "no: " + why);

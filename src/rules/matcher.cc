@@ -280,11 +280,11 @@ class Matcher::Lookups {
 // a node of its op computes one of its inputs: the check then stops at its root.
 class Matcher::Prefilter {
  public:
-  explicit Prefilter(Lookups& lookups) : lookups_(lookups) {}
+  explicit Prefilter(const Scope& scope) : scope_(scope) {}
 
-  bool may_match(const Pattern& pattern, const onnx::NodeProto& node) {
+  bool may_match(const Pattern& pattern, const onnx::NodeProto& node, int position) {
     const Plan& plan = plan_of(pattern);
-    return plan.any_wanted ? may_be(pattern, plan, pattern.order.front(), node, 0) : true;
+    return plan.any_wanted ? may_be(pattern, plan, pattern.order.front(), node, position, 0) : true;
   }
 
  private:
@@ -314,42 +314,44 @@ class Matcher::Prefilter {
   }
 
   // Whether `node` (of the op of pattern node `index`) may be where that pattern node matches.
-  bool may_be(const Pattern& pattern, const Plan& plan, size_t index, const onnx::NodeProto& node, int level) {
+  bool may_be(const Pattern& pattern, const Plan& plan, size_t index, const onnx::NodeProto& node, int position, int level) {
     const auto& wanted = plan.producers[index];
     if (wanted.empty() || level + 1 == kLevels) return true;
-    const auto& computing = computing_inputs(node, level);
+    const auto& computing = computing_inputs(node, position, level);
     const PatternNode& here = pattern.nodes[index];
-    if (here.associative && std::any_of(computing.begin(), computing.end(), [&](const onnx::NodeProto* candidate) {
-          return candidate->op_type() == here.op_type && normalize_domain(candidate->domain()) == here.domain;
+    if (here.associative && std::any_of(computing.begin(), computing.end(), [&](const Scope::Producer* candidate) {
+          return candidate->node->op_type() == here.op_type && normalize_domain(candidate->node->domain()) == here.domain;
         })) {
       return true;
     }
     return std::all_of(wanted.begin(), wanted.end(), [&](size_t producer) {
       const PatternNode& pattern_node = pattern.nodes[producer];
-      return std::any_of(computing.begin(), computing.end(), [&](const onnx::NodeProto* candidate) {
-        return candidate->op_type() == pattern_node.op_type && normalize_domain(candidate->domain()) == pattern_node.domain &&
-               may_be(pattern, plan, producer, *candidate, level + 1);
+      return std::any_of(computing.begin(), computing.end(), [&](const Scope::Producer* candidate) {
+        const onnx::NodeProto& node = *candidate->node;
+        return node.op_type() == pattern_node.op_type && normalize_domain(node.domain()) == pattern_node.domain &&
+               may_be(pattern, plan, producer, node, candidate->position, level + 1);
       });
     });
   }
 
-  // The nodes computing `node`'s inputs; the anchor's are kept while the next patterns are tried.
-  const std::vector<const onnx::NodeProto*>& computing_inputs(const onnx::NodeProto& node, int level) {
+  // The nodes computing what `node` (at `position` in the index) reads, found by value id: its
+  // inputs, and what its subgraphs read (which only makes the check let more through). The
+  // anchor's are kept while the next patterns are tried.
+  const std::vector<const Scope::Producer*>& computing_inputs(const onnx::NodeProto& node, int position, int level) {
     if (level == 0 && &node == anchor_) return by_level_[0];
     if (level == 0) anchor_ = &node;
     auto& computing = by_level_[static_cast<size_t>(level)];
     computing.clear();
-    for (const auto& input : node.input()) {
-      if (input.empty()) continue;
-      if (const auto* produced = lookups_.producer(input)) computing.push_back(produced->node);
+    for (const Scope::ValueId value : scope_.reads_at(position)) {
+      if (const auto* produced = scope_.producer(value)) computing.push_back(produced);
     }
     return computing;
   }
 
-  Lookups& lookups_;
+  const Scope& scope_;
   std::unordered_map<const Pattern*, Plan> plans_;
   const onnx::NodeProto* anchor_ = nullptr;
-  std::array<std::vector<const onnx::NodeProto*>, kLevels> by_level_;
+  std::array<std::vector<const Scope::Producer*>, kLevels> by_level_;
 };
 
 namespace {
@@ -837,13 +839,13 @@ Matcher::Matcher(const Scope& scope, const NodeSet& claimed)
       claimed_(claimed),
       lookups_(std::make_unique<Lookups>(scope)),
       trail_(std::make_unique<Bindings>()),
-      prefilter_(std::make_unique<Prefilter>(*lookups_)) {}
+      prefilter_(std::make_unique<Prefilter>(scope)) {}
 
 Matcher::~Matcher() = default;
 
-std::optional<Match> Matcher::match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node,
+std::optional<Match> Matcher::match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node, int position,
                                     std::string* why_not, bool* on_facts) const {
-  if (!why_not && !prefilter_->may_match(pattern, *node)) {
+  if (!why_not && !prefilter_->may_match(pattern, *node, position)) {
     if (on_facts) *on_facts = false;
     return std::nullopt;
   }
