@@ -33,23 +33,28 @@ class ShapeInference::Worker {
   // What is known about `value`, working back through its producers as far as needed.
   const ShapeFacts& operator()(std::string_view value) {
     const auto id = scope_.value_id(value);
-    if (const ShapeFacts* known = id ? cached(*id) : cached_by_name(value)) return *known;
+    if (!id) {  // not read or written here: declared here or in an enclosing graph
+      if (const ShapeFacts* known = cached_by_name(value)) return *known;
+      store(owned_names_.emplace_back(value), declared(value));  // the key must outlive the caller's string
+      return *cached_by_name(value);
+    }
+    if (const ShapeFacts* known = cached(*id)) return *known;
     // Most queries come in node order, the producer's inputs known already: no walk back.
-    if (const auto* produced = id ? scope_.producer(*id) : nullptr) {
+    if (const auto* produced = scope_.producer(*id)) {
       if (gather_inputs(*produced)) return visit(*produced);
     }
-    std::vector<std::string_view> pending{value};  // the caller's name, then names the protos own
+    // The walk goes by value ids: every value a node reads is in the index.
+    std::vector<Scope::ValueId> pending{*id};
     NodeSet waiting;  // nodes whose inputs are being worked out
     while (!pending.empty()) {
-      const std::string_view current = pending.back();
+      const Scope::ValueId current = pending.back();
       if (cached(current)) {
         pending.pop_back();
         continue;
       }
       const auto* produced = scope_.producer(current);
       if (!produced) {
-        if (const auto known = scope_.value_id(current)) store(*known, declared(current));
-        else store(owned_names_.emplace_back(current), declared(current));  // the key must outlive the caller's string
+        store(current, declared(scope_.name(current)));
         pending.pop_back();
         continue;
       }
@@ -62,12 +67,16 @@ class ShapeInference::Worker {
         for (const auto output : scope_.writes_at(produced->position)) store(output, ShapeFacts{});
         pending.pop_back();
       } else {
-        for (const auto& input : node.input()) {
-          if (!input.empty() && !cached(input)) pending.push_back(input);
+        // reads_at lists the present inputs first, then what subgraphs read.
+        const auto reads = scope_.reads_at(produced->position);
+        const auto present = static_cast<size_t>(
+            std::count_if(node.input().begin(), node.input().end(), [](const std::string& input) { return !input.empty(); }));
+        for (size_t i = 0; i < present; ++i) {
+          if (!cached(reads[i])) pending.push_back(reads[i]);
         }
       }
     }
-    return *cached(value);
+    return *cached(*id);
   }
 
  private:
@@ -83,10 +92,6 @@ class ShapeInference::Worker {
   const ShapeFacts* cached_by_name(std::string_view value) const {
     const size_t* at = by_name_.find(value);
     return at ? &facts_[*at - 1] : nullptr;
-  }
-  const ShapeFacts* cached(std::string_view value) const {
-    const auto id = scope_.value_id(value);
-    return id ? cached(*id) : cached_by_name(value);
   }
 
   const ShapeFacts& store(Scope::ValueId value, ShapeFacts facts) {
