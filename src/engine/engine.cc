@@ -451,7 +451,7 @@ class Run {
       return false;
     }
     if (explain) say(candidate, "matched: rewritten");
-    lowering_declines_.erase(describe_node(*match.anchor));
+    if (!lowering_declines_.empty()) lowering_declines_.erase(describe_node(*match.anchor));  // most runs lower nothing
     const auto& decided = std::get<OpsetPolicy::Plan>(plan);
     if (decided.raises) worklist_.visit_all();  // rules may now fit where they did not
     policy_.commit(scope, decided);
