@@ -1226,6 +1226,51 @@ end
             std::string::npos);
 }
 
+// A value that may be absent links two pattern nodes only when present: absent, both ends bind
+// it as "", and the node that would compute it is found through another of its outputs. (The
+// matcher's prefilter, which looks for the ops computing a node's inputs before searching, once
+// required that producer there: the match was found only under --explain.)
+TEST(RuleLanguage, AnOptionalValueBetweenTwoPatternNodesMayBeAbsent) {
+  const char* rule = R"(
+rule absent-link
+  description: test
+  targets: onnx
+  where {
+    b is optional
+  }
+  pattern (x) => (y) {
+    c = mydomain.Neg (a)
+    a, b = mydomain.Two (x)
+    y = mydomain.Add2 (c, b)
+  }
+  replace (x) => (y) { y = Relu (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 17, "mydomain": 1]>
+    g (float[4] x) => (float[4] y) {
+      a, b = mydomain.Two (x)
+      c = mydomain.Neg (a)
+      y = mydomain.Add2 (c, b)
+    }
+  }
+  expect { y = Relu (x) }
+end
+)";
+  const char* absent = R"(<ir_version: 8, opset_import: ["": 17, "mydomain": 1]>
+g (float[4] x) => (float[4] y) {
+  t = mydomain.Two (x)
+  c = mydomain.Neg (t)
+  y = mydomain.Add2 (c)
+})";
+  RewriteOptions explain;
+  explain.explain = "Add2";
+  for (const auto& options : {RewriteOptions{}, explain}) {
+    const auto rewritten = rewrite_text(absent, rules_from_text(rule), options);
+    ASSERT_EQ(rewritten.result.rules.count("absent-link"), 1u) << options.explain;
+    EXPECT_EQ(rewritten.result.rules.at("absent-link").matches, 1) << options.explain;
+    EXPECT_EQ(op_count(rewritten.result.after, {"", "Relu"}), 1) << options.explain;
+  }
+}
+
 // `targets:` names target files that exist (compiled in, or read on this run).
 // The custom op as Neg then Add: the replacement names a value of its own.
 const char* kNegThenAdd = R"(

@@ -300,9 +300,17 @@ class Matcher::Prefilter {
     Plan& plan = it->second;
     if (!fresh) return plan;
     plan.producers.resize(pattern.nodes.size());
+    // A value that may be absent links nothing: both ends then bind "", and the search reaches
+    // its producer another way.
+    auto may_be_absent = [&](const std::string& name) {
+      return std::any_of(pattern.constraints.begin(), pattern.constraints.end(), [&](const Constraint& constraint) {
+        return !constraint.on_attribute && constraint.subject == name &&
+               (constraint.kind == Constraint::Kind::kOptional || constraint.kind == Constraint::Kind::kAbsent);
+      });
+    };
     for (size_t i = 0; i < pattern.nodes.size(); ++i) {
       for (const auto& input : pattern.nodes[i].inputs) {
-        if (input.empty() || input == "_") continue;
+        if (input.empty() || input == "_" || may_be_absent(input)) continue;
         for (size_t j = 0; j < pattern.nodes.size(); ++j) {
           const auto& outputs = pattern.nodes[j].outputs;
           if (std::find(outputs.begin(), outputs.end(), input) != outputs.end()) plan.producers[i].push_back(j);
