@@ -6,11 +6,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 #include <random>
 
 #include "onnx_rewrite/builder.h"
 #include "onnx_rewrite/engine.h"
+#include "onnx_rewrite/tensor.h"
 #include "test_support.h"
 
 namespace onnx_rewrite {
@@ -275,7 +277,47 @@ TEST(MyGroupNormAffine, ConstantScaleAndBiasComeReshapedUnlessThatCopiesASharedW
     const bool folded = c.reshapes == 2 * c.nodes;
     EXPECT_EQ(per_channel, folded ? 2 : 0) << name;  // a round makes equal constants once
     EXPECT_EQ(originals, c.graph_inputs || folded ? 0 : 2) << name;
+    // A Reshape left in place takes the shape as the decomposition wrote it.
+    const bool channel_shape = std::any_of(rewritten.model.graph().initializer().begin(), rewritten.model.graph().initializer().end(),
+                                           [](const onnx::TensorProto& tensor) {
+                                             const auto values = decode_tensor(tensor);
+                                             return values && values->integers == std::vector<int64_t>{-1, 1};
+                                           });
+    EXPECT_EQ(channel_shape, !folded) << name;
   }
+}
+
+TEST(MyGroupNormAffine, AWeightThatIsAlsoAGraphInputIsNotCopied) {
+  // Below IR 4 every initializer is also a graph input: it stays, so a reshaped copy would be a
+  // second one (128 bytes each here).
+  const auto rewritten = rewrite_text(R"(
+    <ir_version: 3, opset_import: ["": 8, "mydomain": 1]>
+    g (float[2, 32, 3] x, float[1] num_groups, float[32] scale, float[32] bias) => (float[2, 32, 3] y)
+      <float[1] num_groups = {2}, float[32] scale = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+       float[32] bias = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}> {
+      y = mydomain.mygroupnorm (x, num_groups, scale, bias)
+    })",
+                                      builtin_rules());
+  EXPECT_EQ(op_count(rewritten.result.after, {"mydomain", "mygroupnorm"}), 0);
+  EXPECT_EQ(op_count(rewritten.result.after, {"", "Reshape"}), 4);  // x into groups and back, scale, bias
+}
+
+TEST(MyGroupNormAffine, AScaleWhosePayloadDoesNotFitItsShapeStaysAReshape) {
+  // A malformed initializer (8 bytes for 4 floats) is not copied into a new constant: the
+  // Reshape reads it as it is, and the runtime says what is wrong with it.
+  onnx::ModelProto model = parse_model_text(R"(
+    <ir_version: 8, opset_import: ["": 17, "mydomain": 1]>
+    g (float[2, 4, 3] x) => (float[2, 4, 3] y) <int64[1] num_groups = {2}, float[4] scale = {1, 1, 1, 1}, float[4] bias = {0, 0, 0, 0}> {
+      y = mydomain.mygroupnorm (x, num_groups, scale, bias)
+    })");
+  for (auto& initializer : *model.mutable_graph()->mutable_initializer()) {
+    if (initializer.name() != "scale") continue;
+    initializer.clear_float_data();
+    initializer.set_raw_data(std::string(8, '\0'));
+  }
+  const auto rewritten = rewrite_proto(model, builtin_rules());
+  EXPECT_EQ(op_count(rewritten.result.after, {"", "Reshape"}), 3);  // x into groups and back, the scale
+  EXPECT_EQ(op_count(rewritten.result.after, {"mydomain", "mygroupnorm"}), 0);
 }
 
 // ---- the README example: testdata/mygroupnorm-opset9 (Conv -> mygroupnorm -> Relu) --------

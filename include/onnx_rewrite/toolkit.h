@@ -65,12 +65,13 @@ std::string describe_node(const onnx::NodeProto& node);
 
 // ---- Building ------------------------------------------------------------------------------------
 
-// Pattern value `name` reshaped to `dims` (a -1 takes what the others leave). When it is a constant
-// of at most 1 MiB whose bytes the model holds (not external data), and nothing outside the match
-// reads it (or it is at most 64 bytes: copying it costs nothing), a new constant with those dims:
-// a Reshape of a constant is the same bytes under new dims, and left as a node it would take the
-// runtime, or a round of canonicalize-fold-layout, to fold. Else a Reshape node.
-Value reshaped(const Match& match, GraphBuilder& b, const std::string& name, std::vector<int64_t> dims);
+// Pattern value `name` reshaped to `shape` (a -1 takes what the others leave). A Reshape of a
+// constant is the same bytes under new dims; left as a node, the runtime (or a round of
+// canonicalize-fold-layout) would have to fold it. So when the value is a constant of at most
+// 1 MiB whose bytes the model holds (not external data) and fit its type and shape, this is a new
+// constant with those dims, provided the original can go (nothing outside the match reads it, and
+// it is not a graph input) or is at most 64 bytes (copying it costs nothing). Else a Reshape node.
+Value reshaped(const Match& match, GraphBuilder& b, const std::string& name, const std::vector<int64_t>& shape);
 
 // ---- Activations ONNX Runtime fuses into Conv and Gemm ------------------------------------------
 

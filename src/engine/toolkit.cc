@@ -126,9 +126,9 @@ std::string describe_node(const onnx::NodeProto& node) {
   return node.op_type();
 }
 
-Value reshaped(const Match& match, GraphBuilder& b, const std::string& name, std::vector<int64_t> dims) {
+Value reshaped(const Match& match, GraphBuilder& b, const std::string& name, const std::vector<int64_t>& shape) {
   const std::string& value = match.value(name);
-  auto as_node = [&] { return b.Reshape(Value{value}, b.ints(dims)); };
+  auto as_node = [&] { return b.Reshape(Value{value}, b.ints(shape)); };
   const onnx::TensorProto* header = match.scope->constant_tensor(value);
   if (!header || header->data_location() == onnx::TensorProto::EXTERNAL) return as_node();
   constexpr int64_t kMaxElements = int64_t{1} << 18;  // 1 MiB of float
@@ -138,6 +138,7 @@ Value reshaped(const Match& match, GraphBuilder& b, const std::string& name, std
     count *= dim;
   }
   // Reshape's 0 (copy the input's dim) is left to Reshape; so is a shape that doesn't fit.
+  std::vector<int64_t> dims = shape;
   int64_t known = 1;
   std::optional<size_t> inferred;
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -159,9 +160,15 @@ Value reshaped(const Match& match, GraphBuilder& b, const std::string& name, std
   tensor.clear_name();
   tensor.clear_dims();
   constexpr size_t kCopiedForFree = 64;  // bytes
-  const bool only_here = match.scope->owns_initializer(value) || match.scope->producer(value);
+  // An initializer that is also a graph input (below IR 4 every one is) stays: a copy would be a
+  // second one.
+  const bool only_here = (match.scope->owns_initializer(value) && !match.scope->is_graph_input_here(value)) ||
+                         match.scope->producer(value);
   if ((!only_here || used_outside(match, value)) && tensor.ByteSizeLong() > kCopiedForFree) return as_node();
   for (int64_t dim : dims) tensor.add_dims(dim);
+  // A payload that doesn't fit its type and shape is the input's problem: left as it is, for the
+  // runtime to report.
+  if (tensor.data_type() == onnx::TensorProto::STRING || !decode_tensor(tensor)) return as_node();
   return b.constant(std::move(tensor));
 }
 
