@@ -65,10 +65,9 @@ class Matcher {
   Matcher& operator=(const Matcher&) = delete;
 
   // Tries `pattern` with its anchor at `node`, at `position` in the scope's index. On failure
-  // returns nullopt and, if `why_not` is
-  // given, the reason from the attempt that got furthest; `on_facts`, if given, says whether a
-  // type or rank condition rejected a binding on the way because the shape facts don't know it
-  // (the same place may match once they do).
+  // returns nullopt and, if `why_not` is given, the reason from the attempt that got furthest;
+  // `on_facts`, if given, says whether a type or rank condition rejected a binding on the way
+  // because the shape facts don't know it (the same place may match once they do).
   std::optional<Match> match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node, int position,
                              std::string* why_not = nullptr, bool* on_facts = nullptr) const;
 

@@ -284,16 +284,16 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
                    [](const Pending::Insertion& a, const Pending::Insertion& b) { return a.before < b.before; });
   // Insertions before one node are one run of new nodes, in the order recorded (their ranks
   // count on for breaks_order).
-  for (size_t i = 1; i < pending.inserted.size();) {
-    auto& earlier = pending.inserted[i - 1];
-    if (pending.inserted[i].before != earlier.before) {
-      ++i;
-      continue;
+  size_t runs = 0;
+  for (auto& insertion : pending.inserted) {
+    if (runs > 0 && pending.inserted[runs - 1].before == insertion.before) {
+      auto& run = pending.inserted[runs - 1].nodes;
+      run.insert(run.end(), std::make_move_iterator(insertion.nodes.begin()), std::make_move_iterator(insertion.nodes.end()));
+    } else if (&pending.inserted[runs++] != &insertion) {
+      pending.inserted[runs - 1] = std::move(insertion);
     }
-    auto& nodes = pending.inserted[i].nodes;
-    earlier.nodes.insert(earlier.nodes.end(), std::make_move_iterator(nodes.begin()), std::make_move_iterator(nodes.end()));
-    pending.inserted.erase(pending.inserted.begin() + static_cast<std::ptrdiff_t>(i));
   }
+  pending.inserted.resize(runs);
   // Values of the index that new nodes read: whatever goes, they stay in use. Their ids, in
   // the order read, serve breaks_order too.
   std::vector<char> read_by_new(scope.value_count(), 0);

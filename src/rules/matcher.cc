@@ -177,6 +177,19 @@ std::string_view input_at(const onnx::NodeProto& node, size_t index) {
   return index < static_cast<size_t>(node.input_size()) ? std::string_view(node.input(static_cast<int>(index))) : std::string_view();
 }
 
+// Whether the node is of the pattern node's op (in its domain).
+bool is_op(const onnx::NodeProto& node, const PatternNode& pattern_node) {
+  return node.op_type() == pattern_node.op_type && normalize_domain(node.domain()) == pattern_node.domain;
+}
+
+// Whether the pattern lets value `name` be absent (`is optional` or `is absent`).
+bool may_be_absent(const Pattern& pattern, std::string_view name) {
+  return std::any_of(pattern.constraints.begin(), pattern.constraints.end(), [&](const Constraint& constraint) {
+    return !constraint.on_attribute && constraint.subject == name &&
+           (constraint.kind == Constraint::Kind::kOptional || constraint.kind == Constraint::Kind::kAbsent);
+  });
+}
+
 }  // namespace
 
 // Everything a partial match has bound, kept as a trail: backtracking truncates it to a mark, and
@@ -302,15 +315,9 @@ class Matcher::Prefilter {
     plan.producers.resize(pattern.nodes.size());
     // A value that may be absent links nothing: both ends then bind "", and the search reaches
     // its producer another way.
-    auto may_be_absent = [&](const std::string& name) {
-      return std::any_of(pattern.constraints.begin(), pattern.constraints.end(), [&](const Constraint& constraint) {
-        return !constraint.on_attribute && constraint.subject == name &&
-               (constraint.kind == Constraint::Kind::kOptional || constraint.kind == Constraint::Kind::kAbsent);
-      });
-    };
     for (size_t i = 0; i < pattern.nodes.size(); ++i) {
       for (const auto& input : pattern.nodes[i].inputs) {
-        if (input.empty() || input == "_" || may_be_absent(input)) continue;
+        if (input.empty() || input == "_" || may_be_absent(pattern, input)) continue;
         for (size_t j = 0; j < pattern.nodes.size(); ++j) {
           const auto& outputs = pattern.nodes[j].outputs;
           if (std::find(outputs.begin(), outputs.end(), input) != outputs.end()) plan.producers[i].push_back(j);
@@ -327,17 +334,13 @@ class Matcher::Prefilter {
     if (wanted.empty() || level + 1 == kLevels) return true;
     const auto& computing = computing_inputs(node, position, level);
     const PatternNode& here = pattern.nodes[index];
-    if (here.associative && std::any_of(computing.begin(), computing.end(), [&](const Scope::Producer* candidate) {
-          return candidate->node->op_type() == here.op_type && normalize_domain(candidate->node->domain()) == here.domain;
-        })) {
+    if (here.associative &&
+        std::any_of(computing.begin(), computing.end(), [&](const Scope::Producer* candidate) { return is_op(*candidate->node, here); })) {
       return true;
     }
     return std::all_of(wanted.begin(), wanted.end(), [&](size_t producer) {
-      const PatternNode& pattern_node = pattern.nodes[producer];
       return std::any_of(computing.begin(), computing.end(), [&](const Scope::Producer* candidate) {
-        const onnx::NodeProto& node = *candidate->node;
-        return node.op_type() == pattern_node.op_type && normalize_domain(node.domain()) == pattern_node.domain &&
-               may_be(pattern, plan, producer, node, candidate->position, level + 1);
+        return is_op(*candidate->node, pattern.nodes[producer]) && may_be(pattern, plan, producer, *candidate->node, candidate->position, level + 1);
       });
     });
   }
@@ -410,13 +413,6 @@ class Search {
 
   std::string node_text(const onnx::NodeProto& node) const { return "'" + describe_node(node) + "'"; }
 
-  bool may_be_absent(std::string_view name) const {
-    return std::any_of(pattern_.constraints.begin(), pattern_.constraints.end(), [&](const Constraint& constraint) {
-      return !constraint.on_attribute && constraint.subject == name &&
-             (constraint.kind == Constraint::Kind::kOptional || constraint.kind == Constraint::Kind::kAbsent);
-    });
-  }
-
   // Binds a pattern value to a graph value, checking consistency and the value's constraints.
   bool bind(std::string_view name, std::string_view graph_value, size_t depth) {
     if (name.empty() || name == "_") return true;
@@ -429,7 +425,7 @@ class Search {
     for (const auto& constraint : pattern_.constraints) {
       if (!constraint.on_attribute && constraint.subject == name && !check(constraint, graph_value, depth)) return false;
     }
-    if (graph_value.empty() && !may_be_absent(name)) {
+    if (graph_value.empty() && !may_be_absent(pattern_, name)) {
       fail(depth, [&] { return fmt::format("'{}' is absent", name); });
       return false;
     }
@@ -557,7 +553,7 @@ class Search {
   // in every order the op allows, recursing into the rest of the pattern.
   bool try_node(size_t index, onnx::NodeProto* node, size_t depth) {
     const PatternNode& pattern_node = pattern_.nodes[index];
-    if (node->op_type() != pattern_node.op_type || normalize_domain(node->domain()) != pattern_node.domain) {
+    if (!is_op(*node, pattern_node)) {
       fail(depth, [&] {
         return fmt::format("node {} is {}.{}, the pattern wants {}.{}", node_text(*node), display_domain(node->domain()),
                            node->op_type(), display_domain(pattern_node.domain), pattern_node.op_type);
@@ -652,10 +648,10 @@ class Search {
       if (name.empty() || name == "_") continue;
       std::string_view graph_value = i < static_cast<size_t>(node.output_size()) ? std::string_view(node.output(static_cast<int>(i)))
                                                                                  : std::string_view();
-      if (may_be_absent(name) && lookups_.uses(graph_value).empty() && !scope_.is_output(graph_value)) {
+      if (may_be_absent(pattern_, name) && lookups_.uses(graph_value).empty() && !scope_.is_output(graph_value)) {
         graph_value = {};  // an optional output nothing reads is as good as absent
       }
-      if (graph_value.empty() && !may_be_absent(name)) {
+      if (graph_value.empty() && !may_be_absent(pattern_, name)) {
         fail(depth, [&] { return fmt::format("node {} does not produce output {}", node_text(node), i); });
         return false;
       }
@@ -701,7 +697,7 @@ class Search {
   };
 
   bool expandable(const onnx::NodeProto& node, const PatternNode& pattern_node, const Tree& tree) const {
-    if (normalize_domain(node.domain()) != pattern_node.domain || node.op_type() != pattern_node.op_type) return false;
+    if (!is_op(node, pattern_node)) return false;
     if (node.input_size() != 2 || node.output_size() != 1 || node.attribute_size() != 0) return false;
     if (claimed_.contains(&node) || state_.covers(&node)) return false;
     if (std::find(tree.interior.begin(), tree.interior.end(), &node) != tree.interior.end()) return false;
