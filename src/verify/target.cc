@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <tuple>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -51,27 +52,32 @@ class Checker {
   }
 
   void check_node(const onnx::NodeProto& node, const ImportMap& imports, const std::string& place) {
-    const std::string domain = normalize_domain(node.domain());
-    if (local_functions_.count({domain, node.op_type()})) {
-      if (!target_.local_functions) tally.add(node, place, "calls a model-local function, which this target does not run");
-      return;
-    }
-    auto import = imports.find(domain);
-    const bool loadable_domain = std::find(target_.domains.begin(), target_.domains.end(), domain) != target_.domains.end();
-    if (loadable_domain && import == imports.end()) {
-      tally.add(node, place, fmt::format("the model does not import domain {}", display_domain(domain)));
-      return;
-    }
-    if (auto reason = target_.refuses(domain, node.op_type(), import == imports.end() ? 0 : import->second)) {
-      tally.add(node, place, *reason);
-    }
+    // A verdict depends only on the op and the imports: worked out once per op, not per node (a
+    // graph of a million nodes has a few dozen ops).
+    auto [verdict, fresh] = verdicts_[&imports].try_emplace(OpView::of(node));
+    if (fresh) verdict->second = refusal(node, imports);
+    if (verdict->second) tally.add(node, place, *verdict->second);
   }
 
   Tally tally;
 
  private:
+  // Why the target refuses the node's op, or nullopt if it loads it.
+  std::optional<std::string> refusal(const onnx::NodeProto& node, const ImportMap& imports) const {
+    const std::string domain = normalize_domain(node.domain());
+    if (local_functions_.count({domain, node.op_type()})) {
+      if (target_.local_functions) return std::nullopt;
+      return "calls a model-local function, which this target does not run";
+    }
+    auto import = imports.find(domain);
+    const bool loadable_domain = std::find(target_.domains.begin(), target_.domains.end(), domain) != target_.domains.end();
+    if (loadable_domain && import == imports.end()) return fmt::format("the model does not import domain {}", display_domain(domain));
+    return target_.refuses(domain, node.op_type(), import == imports.end() ? 0 : import->second);
+  }
+
   const Target& target_;
   std::set<std::pair<std::string, std::string>> local_functions_;
+  std::map<const ImportMap*, std::unordered_map<OpView, std::optional<std::string>, OpViewHash>> verdicts_;
 };
 
 // Where a node is, for the tally: one line for all subgraphs of the main graph, the function
