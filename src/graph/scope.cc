@@ -20,6 +20,10 @@ struct Scope::Index {
     Producer producer;  // node null: computed elsewhere
     uint32_t uses_begin = 0;  // into uses, in node order
     uint32_t uses_count = 0;
+    // What constant_tensor asks of a value, answered by the one lookup of its entry: 1 + the
+    // index of the initializer of its name (0: none), and whether it is a graph input.
+    uint32_t initializer = 0;
+    bool graph_input = false;
   };
   FlatMap<std::string_view, Value> values;  // its entries' indexes are the ValueIds
   // What each node reads and writes, node after node (reads_at, writes_at), and where each
@@ -37,6 +41,13 @@ struct Scope::Index {
   FlatMap<std::string_view, Declared> types;
   FlatMap<const onnx::NodeProto*, int> positions;
   std::map<std::string, int, std::less<>> opsets;
+  // Small constants decoded so far, by tensor: a model's few shared constants are read by
+  // thousands of nodes, and each search would decode them again.
+  struct Decoded {
+    bool done = false;
+    std::optional<TensorValues> values;
+  };
+  FlatMap<const onnx::TensorProto*, Decoded> decoded;
 
   void add_type(const onnx::ValueInfoProto& info);
   void build(const Scope& scope);
@@ -198,6 +209,14 @@ void Scope::Index::build(const Scope& scope) {
   for (const auto name : outputs) {
     if (const uint32_t entry = values.entry_of(name); entry != values.npos) output_values[entry] = true;
   }
+  if (graph) {
+    for (int i = 0; i < graph->initializer_size(); ++i) {
+      if (const uint32_t entry = values.entry_of(graph->initializer(i).name()); entry != values.npos) values.at(entry).initializer = static_cast<uint32_t>(i) + 1;
+    }
+    for (const auto& input : graph->input()) {
+      if (const uint32_t entry = values.entry_of(input.name()); entry != values.npos) values.at(entry).graph_input = true;
+    }
+  }
 }
 
 int Scope::opset(std::string_view domain) const {
@@ -262,12 +281,33 @@ bool Scope::is_graph_input(std::string_view value) const {
 }
 
 const onnx::TensorProto* Scope::constant_tensor(std::string_view value) const {
-  if (const auto* initializer = index_->initializers.find(value)) {
-    // An initializer that is also a graph input can be overridden at run time (IR >= 4).
-    if (index_->graph_inputs.count(value) && model_.proto.ir_version() >= 4) return nullptr;
-    return *initializer;
+  const uint32_t entry = index_->values.entry_of(value);
+  auto from_table = [&]() -> const onnx::TensorProto* {
+    const auto* held = index_->initializers.find(value);
+    return held ? *held : nullptr;
+  };
+  // Values no node here computes or reads (rare questions) are looked up in the tables.
+  const onnx::TensorProto* initializer = nullptr;
+  bool graph_input = false;
+  const Producer* produced = nullptr;
+  if (entry != index_->values.npos) {
+    const Index::Value& found = index_->values.at(entry);
+    // Checked by name: a commit that removed initializers must not make this another one.
+    const int held = static_cast<int>(found.initializer) - 1;
+    if (held >= 0 && held < graph_->initializer_size() && graph_->initializer(held).name() == value) initializer = &graph_->initializer(held);
+    else if (held >= 0) initializer = from_table();
+    graph_input = found.graph_input;
+    produced = found.producer.node ? &found.producer : nullptr;
+  } else {
+    initializer = from_table();
+    graph_input = index_->graph_inputs.count(value) != 0;
   }
-  if (const Producer* produced = producer(value)) {
+  if (initializer) {
+    // An initializer that is also a graph input can be overridden at run time (IR >= 4).
+    if (graph_input && model_.proto.ir_version() >= 4) return nullptr;
+    return initializer;
+  }
+  if (produced) {
     const onnx::NodeProto& node = *produced->node;
     if (node.op_type() != "Constant" || !normalize_domain(node.domain()).empty()) return nullptr;
     for (const auto& attribute : node.attribute()) {
@@ -275,7 +315,7 @@ const onnx::TensorProto* Scope::constant_tensor(std::string_view value) const {
     }
     return nullptr;  // value_float & co are read by constant_values
   }
-  if (index_->graph_inputs.count(value)) return nullptr;
+  if (graph_input) return nullptr;
   return parent_ ? parent_->constant_tensor(value) : nullptr;
 }
 
@@ -300,7 +340,12 @@ std::optional<TensorValues> Scope::constant_values(std::string_view value, size_
     elements *= static_cast<size_t>(dim);
   }
   if (elements > max_elements) return std::nullopt;
-  return decode_tensor(model_.tensor_with_data(*tensor));
+  constexpr size_t kKeptElements = 64;  // what is kept decoded: scalars and short vectors
+  if (elements > kKeptElements) return decode_tensor(model_.tensor_with_data(*tensor));
+  const uint32_t entry = index_->decoded.index_of(tensor);
+  auto& kept = index_->decoded.at(entry);
+  if (!kept.done) kept = {true, decode_tensor(model_.tensor_with_data(*tensor))};
+  return kept.values;
 }
 
 Scope::~Scope() = default;
@@ -310,7 +355,10 @@ const ShapeFacts& Scope::facts(std::string_view value) const {
   return (*inference_)(value);
 }
 
-void Scope::forget_facts() const { inference_.reset(); }
+void Scope::forget_facts() const {
+  inference_.reset();
+  index_->decoded = {};  // a commit may change or free the tensors it is keyed by
+}
 
 Scope::Declared Scope::declared_here(std::string_view value) const {
   const Declared* type = index_->types.find(value);
