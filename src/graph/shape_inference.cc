@@ -4,8 +4,9 @@
 
 #include <algorithm>
 #include <deque>
-#include <set>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include <fmt/format.h>
@@ -17,6 +18,9 @@
 #include "onnx_rewrite/shapes.h"
 
 namespace onnx_rewrite {
+
+// Op sets asked about for every node inferred: one hash, not a walk of string comparisons.
+using OpNames = std::unordered_set<std::string_view>;
 
 class ShapeInference::Worker {
  public:
@@ -313,7 +317,7 @@ class ShapeInference::Worker {
       return;
     }
 
-    static const std::set<std::string> kSameShape = {
+    static const OpNames kSameShape = {
         "Identity", "Abs", "Neg", "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "Tanh",
         "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Softplus",
         "Softsign", "Softmax", "LogSoftmax", "Hardmax", "Dropout", "Clip", "Gelu", "Swish", "Mish", "HardSwish",
@@ -321,12 +325,12 @@ class ShapeInference::Worker {
         "BatchNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization",
         "MeanVarianceNormalization", "CumSum", "Cast", "CastLike", "Not", "IsNaN", "IsInf", "Trilu",
         "Scatter", "ScatterElements", "ScatterND"};
-    static const std::set<std::string> kBroadcast = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum",
-                                                     "Mean", "Mod", "PRelu", "And", "Or", "Xor", "Equal", "Less",
-                                                     "Greater", "LessOrEqual", "GreaterOrEqual", "Where",
-                                                     "BitwiseAnd", "BitwiseOr", "BitwiseXor"};
-    static const std::set<std::string> kBoolean = {"And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual",
-                                                   "GreaterOrEqual", "Not", "IsNaN", "IsInf"};
+    static const OpNames kBroadcast = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum",
+                                       "Mean", "Mod", "PRelu", "And", "Or", "Xor", "Equal", "Less",
+                                       "Greater", "LessOrEqual", "GreaterOrEqual", "Where",
+                                       "BitwiseAnd", "BitwiseOr", "BitwiseXor"};
+    static const OpNames kBoolean = {"And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual",
+                                     "GreaterOrEqual", "Not", "IsNaN", "IsInf"};
     const ShapeFacts& first = input(node, 0);
 
     if (op == "Constant") {
@@ -448,7 +452,7 @@ class ShapeInference::Worker {
 
   // Ops whose tensor inputs and first output share one element type: any typed input tells it
   // (ONNX Runtime saves graphs without value_info; a weight's type is often the only one known).
-  inline static const std::set<std::string> kSameType = {
+  inline static const OpNames kSameType = {
       "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "MatMul", "Gemm", "Conv", "ConvTranspose",
       "Concat", "PRelu", "BatchNormalization", "InstanceNormalization", "LayerNormalization", "GroupNormalization",
       "RMSNormalization", "SimplifiedLayerNormalization", "FusedMatMul", "TransposeMatMul", "FusedGemm", "FusedConv",
@@ -462,9 +466,9 @@ class ShapeInference::Worker {
   }
 
   // Ops whose output keeps the input's rank and batch: convolutions and pools (NCHWc ones too).
-  inline static const std::set<std::string> kSpatial = {"Conv", "ConvTranspose", "ConvInteger", "MaxPool", "AveragePool",
-                                                        "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool",
-                                                        "FusedConv", "ReorderInput", "ReorderOutput", "Upsample"};
+  inline static const OpNames kSpatial = {"Conv", "ConvTranspose", "ConvInteger", "MaxPool", "AveragePool",
+                                          "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool",
+                                          "FusedConv", "ReorderInput", "ReorderOutput", "Upsample"};
 
   static bool is_permutation_of_axes(const std::vector<int64_t>& perm, size_t rank) {
     if (perm.size() != rank) return false;
@@ -536,9 +540,9 @@ class ShapeInference::Worker {
     const std::string& out = node.output(0);
     ShapeFacts& result = outputs[0];
     const ShapeFacts& first = input(node, 0);
-    static const std::set<std::string> kSameShape = {"Gelu", "FastGelu", "BiasGelu", "QuickGelu", "BiasSoftmax",
-                                                     "SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
-                                                     "LayerNormalization", "SimplifiedLayerNormalization"};
+    static const OpNames kSameShape = {"Gelu", "FastGelu", "BiasGelu", "QuickGelu", "BiasSoftmax",
+                                       "SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
+                                       "LayerNormalization", "SimplifiedLayerNormalization"};
     if (kSameShape.count(op)) {
       result.elem_type = first.elem_type;
       result.shape = first.shape;
