@@ -1,6 +1,7 @@
 #include "engine/rewriter.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <optional>
 #include <queue>
@@ -132,7 +133,19 @@ void NameRegistry::collect() {
   size_t size = 16;
   while (size < visits * 2) size *= 2;
   slots_.assign(size, kEmptySlot);
-  names([&](const std::string& name) { add(stored_hash(name)); });
+  // Each insertion lands in a random slot of a table far larger than the caches: the slots of
+  // the next names are fetched while this one is placed.
+  constexpr size_t kAhead = 16;
+  std::array<size_t, kAhead> ahead{};
+  size_t seen = 0;
+  names([&](const std::string& name) {
+    const size_t hash = stored_hash(name);
+    __builtin_prefetch(&slots_[hash & (slots_.size() - 1)]);
+    size_t& oldest = ahead[seen++ % kAhead];
+    if (seen > kAhead) add(oldest);
+    oldest = hash;
+  });
+  for (size_t i = seen > kAhead ? seen - kAhead : 0; i < seen; ++i) add(ahead[i % kAhead]);
 }
 
 bool NameRegistry::taken(size_t hash) const {
