@@ -137,5 +137,36 @@ TEST(Shapes, SymbolsProveEqualSizesThroughShapeKeepingOps) {
   EXPECT_EQ(inferred(text, "y"), "[N, 8]");
 }
 
+// The constants a scope reads (constant_values): what they hold, read again once the round's
+// facts are forgotten (a commit may change them), and found after an earlier one is removed.
+TEST(ScopeConstants, AChangedConstantIsReadAgainOnceFactsAreForgotten) {
+  Model model = model_from_text("<ir_version: 8, opset_import: [\"\": 17]>\n"
+                                "g (float[2] x) => (float[2] y) {\n"
+                                "  c = Constant <value = float[2] {1, 2}> ()\n  y = Mul (x, c)\n}");
+  const auto scopes = collect_scopes(model);
+  const Scope& scope = *scopes.front();
+  ASSERT_EQ(scope.constant_values("c")->numbers, (std::vector<double>{1, 2}));
+  onnx::TensorProto& c = *model.proto.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_t();
+  c.clear_float_data();
+  c.clear_raw_data();
+  c.add_float_data(5);
+  c.add_float_data(7);
+  EXPECT_EQ(scope.constant_values("c")->numbers, (std::vector<double>{1, 2}));  // kept within a round
+  scope.forget_facts();
+  EXPECT_EQ(scope.constant_values("c")->numbers, (std::vector<double>{5, 7}));
+}
+
+TEST(ScopeConstants, AnInitializerIsFoundAfterAnEarlierOneIsRemoved) {
+  Model model = model_from_text("<ir_version: 8, opset_import: [\"\": 17]>\n"
+                                "g (float[1] x) => (float[1] y) <float[1] a = {3}, float[1] b = {4}> {\n"
+                                "  t = Mul (x, a)\n  y = Mul (t, b)\n}");
+  const auto scopes = collect_scopes(model);
+  const Scope& scope = *scopes.front();
+  model.proto.mutable_graph()->mutable_initializer()->DeleteSubrange(0, 1);  // b moves to a's place
+  const onnx::TensorProto* b = scope.constant_tensor("b");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->name(), "b");
+}
+
 }  // namespace
 }  // namespace onnx_rewrite
