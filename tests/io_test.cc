@@ -94,6 +94,29 @@ TEST(Writing, SplicingReproducesProtobufsOwnSerialization) {
   EXPECT_EQ(serialize_model(model), bytes);
 }
 
+TEST(Writing, ABigGraphWrittenOnASecondThreadIsWhatProtobufWouldWrite) {
+  // 60,000 more nodes (the writer thread starts at 50,000) of about 8 MB: the nodes go out in
+  // chunks of 4 MB, the weights are spliced in after them.
+  onnx::ModelProto proto = rich_model();
+  auto* graph = proto.mutable_graph();
+  for (int i = 0; i < 60000; ++i) {
+    auto* node = graph->add_node();
+    node->set_op_type("Relu");
+    node->add_input(i == 0 ? "z" : "r" + std::to_string(i - 1));
+    node->add_output("r" + std::to_string(i));
+    node->set_doc_string(std::string(100, static_cast<char>('a' + i % 26)));
+  }
+  TempDir dir;
+  const std::string bytes = serialize(proto);
+  ASSERT_GT(bytes.size(), size_t{8} << 20);
+  write_file(dir / "m.onnx", bytes);
+  Model model = load_model(dir / "m.onnx");
+  model.changed = true;
+  write_model(model, dir / "out.onnx");
+  EXPECT_EQ(read_file(dir / "out.onnx"), bytes);
+  EXPECT_EQ(serialize_model(model), bytes);
+}
+
 TEST(Writing, ARewriteKeepsEverythingItDidNotMeanToTouch) {
   TempDir dir;
   const onnx::ModelProto original = rich_model();

@@ -9,9 +9,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <exception>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <set>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -27,6 +32,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Serialized nodes go out in chunks of this size; from this many nodes on, on a second thread
+// (a smaller graph is written before a thread would have started).
+constexpr size_t kChunk = size_t{4} << 20;
+constexpr int kBackgroundNodes = 50000;
+
 // The output as pieces: bytes of our own, or a range of the source to copy verbatim.
 struct Piece {
   std::string bytes;
@@ -38,25 +48,18 @@ struct Piece {
   size_t size() const { return from_source ? source_range.size() : bytes.size(); }
 };
 
-void split_at(std::vector<Piece>& pieces, std::string serialized, uint32_t field_number,
-              std::vector<Piece>& inserted) {
-  const size_t at = wire::insertion_point(serialized, field_number);
-  // Only the tail is copied: the head (a graph's nodes, most of it) stays where it was serialized.
-  std::string tail = serialized.substr(at);
-  serialized.resize(at);
-  pieces.push_back(Piece::own(std::move(serialized)));
-  for (auto& piece : inserted) pieces.push_back(std::move(piece));
-  pieces.push_back(Piece::own(std::move(tail)));
-}
-
 // Protobuf writes fields in field-number order, so serializing the model without its graph and
-// the graph without its initializers, then inserting the missing pieces where their field number
-// belongs, reproduces what a full serialization would write, without copying weights.
-std::vector<Piece> serialize_pieces(const Model& model) {
+// the graph without its nodes and initializers, then putting the missing pieces where their
+// field number belongs, reproduces what a full serialization would write, without copying
+// weights. `emit` gets the pieces in file order. The nodes (GraphProto field 1, first) come in
+// chunks of about `chunk` bytes, each serialized when the one before has been emitted.
+template <typename Emit>
+void serialize_pieces(const Model& model, size_t chunk, Emit&& emit) {
   auto& proto = const_cast<onnx::ModelProto&>(model.proto);  // restored before returning
   auto& graph = *proto.mutable_graph();
 
   std::vector<Piece> initializers;
+  size_t initializers_size = 0;
   for (const auto& tensor : graph.initializer()) {
     if (const FileRange* range = model.deferred_field(tensor)) {
       initializers.push_back(Piece::copy_of(*range));
@@ -64,26 +67,132 @@ std::vector<Piece> serialize_pieces(const Model& model) {
       std::string bytes = tensor.SerializeAsString();
       initializers.push_back(Piece::own(wire::len_header(wire::kGraphInitializer, bytes.size()) + bytes));
     }
+    initializers_size += initializers.back().size();
   }
-  google::protobuf::RepeatedPtrField<onnx::TensorProto> held;
-  held.Swap(graph.mutable_initializer());
+  google::protobuf::RepeatedPtrField<onnx::TensorProto> held_initializers;
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> held_nodes;
+  held_initializers.Swap(graph.mutable_initializer());
+  held_nodes.Swap(graph.mutable_node());
   std::string graph_rest = graph.SerializeAsString();
-  held.Swap(graph.mutable_initializer());
+  held_nodes.Swap(graph.mutable_node());
+  held_initializers.Swap(graph.mutable_initializer());
 
-  std::vector<Piece> graph_pieces;
-  split_at(graph_pieces, std::move(graph_rest), wire::kGraphInitializer, initializers);
-  size_t graph_size = 0;
-  for (const auto& piece : graph_pieces) graph_size += piece.size();
-  graph_pieces.insert(graph_pieces.begin(), Piece::own(wire::len_header(wire::kModelGraph, graph_size)));
+  // Each node's size is worked out (and kept in it) before any is written: the graph's length
+  // comes first.
+  constexpr uint32_t kGraphNode = 1;
+  auto node_header = [&](size_t size) { return wire::len_header(kGraphNode, size); };
+  size_t nodes_size = 0;
+  for (const auto& node : graph.node()) {
+    const size_t size = node.ByteSizeLong();
+    nodes_size += node_header(size).size() + size;
+  }
 
   onnx::GraphProto* released = proto.release_graph();
   std::string model_rest = proto.SerializeAsString();
   proto.set_allocated_graph(released);
 
-  std::vector<Piece> pieces;
-  split_at(pieces, std::move(model_rest), wire::kModelGraph, graph_pieces);
-  return pieces;
+  const size_t graph_at = wire::insertion_point(model_rest, wire::kModelGraph);
+  emit(Piece::own(model_rest.substr(0, graph_at)));
+  emit(Piece::own(wire::len_header(wire::kModelGraph, nodes_size + graph_rest.size() + initializers_size)));
+  std::string bytes;
+  for (const auto& node : graph.node()) {
+    const size_t size = static_cast<size_t>(node.GetCachedSize());
+    const std::string header = node_header(size);
+    if (!bytes.empty() && bytes.size() + header.size() + size > chunk) emit(Piece::own(std::exchange(bytes, {})));
+    bytes += header;
+    const size_t at = bytes.size();
+    bytes.resize(at + size);
+    node.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(bytes.data() + at));
+  }
+  if (!bytes.empty()) emit(Piece::own(std::move(bytes)));
+  const size_t initializers_at = wire::insertion_point(graph_rest, wire::kGraphInitializer);
+  emit(Piece::own(graph_rest.substr(0, initializers_at)));
+  for (auto& piece : initializers) emit(std::move(piece));
+  emit(Piece::own(graph_rest.substr(initializers_at)));
+  emit(Piece::own(model_rest.substr(graph_at)));
 }
+
+// Writes the pieces of a model to its file, on a second thread for a big graph: there writing
+// (the kernel copying into the page cache) takes about as long as serializing, and the two
+// overlap. A failure to write comes back to the caller, at the next piece or at finish().
+class PieceWriter {
+ public:
+  PieceWriter(AtomicFile& file, const SourceBytes& source, bool background) : file_(file), source_(source) {
+    if (background) thread_ = std::thread([this] { drain(); });
+  }
+  ~PieceWriter() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard lock(mutex_);
+      closed_ = true;
+      queue_.clear();
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  PieceWriter(const PieceWriter&) = delete;
+  PieceWriter& operator=(const PieceWriter&) = delete;
+
+  void operator()(Piece piece) {
+    if (!thread_.joinable()) return write(piece);
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return queue_.size() < kQueued || failure_; });
+    if (failure_) std::rethrow_exception(failure_);
+    queue_.push_back(std::move(piece));
+    changed_.notify_all();
+  }
+
+  void finish() {
+    if (!thread_.joinable()) return;
+    {
+      std::unique_lock lock(mutex_);
+      closed_ = true;
+      changed_.notify_all();
+    }
+    thread_.join();
+    if (failure_) std::rethrow_exception(failure_);
+  }
+
+ private:
+  static constexpr size_t kQueued = 4;  // pieces waiting: a few chunks of memory at most
+
+  void write(const Piece& piece) {
+    if (piece.from_source) file_.copy_from(source_.fd(), source_.data(), piece.source_range);
+    else file_.write(piece.bytes.data(), piece.bytes.size());
+  }
+
+  void drain() {
+    for (;;) {
+      Piece piece;
+      {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [&] { return !queue_.empty() || closed_; });
+        if (queue_.empty()) return;
+        piece = std::move(queue_.front());
+        queue_.pop_front();
+        changed_.notify_all();
+      }
+      try {
+        write(piece);
+      } catch (...) {
+        std::lock_guard lock(mutex_);
+        failure_ = std::current_exception();
+        queue_.clear();
+        changed_.notify_all();
+        return;
+      }
+    }
+  }
+
+  AtomicFile& file_;
+  const SourceBytes& source_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Piece> queue_;
+  bool closed_ = false;
+  std::exception_ptr failure_;
+  std::thread thread_;
+};
 
 // A temporary copy of `from` beside `to`, with `from`'s permissions, not yet in place.
 std::unique_ptr<AtomicFile> copy_to_temporary(const fs::path& from, const fs::path& to, mode_t& mode) {
@@ -219,13 +328,13 @@ class DirectoryLocks {
 std::string serialize_model(const Model& model) {
   if (!model.changed) return std::string(reinterpret_cast<const char*>(model.source->data()), model.source->size());
   std::string out;
-  for (const auto& piece : serialize_pieces(model)) {
+  serialize_pieces(model, kChunk, [&](const Piece& piece) {
     if (piece.from_source) {
       out.append(reinterpret_cast<const char*>(model.source->data()) + piece.source_range.begin, piece.source_range.size());
     } else {
       out += piece.bytes;
     }
-  }
+  });
   return out;
 }
 
@@ -318,10 +427,9 @@ PendingModel::PendingModel(const Model& model, const fs::path& path, const Write
     if (!model.changed) {
       state.model->copy_from(source.fd(), source.data(), FileRange{0, source.size()});
     } else {
-      for (const auto& piece : serialize_pieces(model)) {
-        if (piece.from_source) state.model->copy_from(source.fd(), source.data(), piece.source_range);
-        else state.model->write(piece.bytes.data(), piece.bytes.size());
-      }
+      PieceWriter writer(*state.model, source, model.proto.graph().node_size() >= kBackgroundNodes);
+      serialize_pieces(model, kChunk, writer);
+      writer.finish();
     }
   } catch (...) {
     state_.reset();  // removes the temporary files
