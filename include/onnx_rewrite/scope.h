@@ -125,6 +125,8 @@ class Scope {
 // model's node lists change.
 std::vector<std::unique_ptr<Scope>> collect_scopes(Model& model);
 
+// A Constant node of the standard domain.
+bool is_constant_node(const onnx::NodeProto& node);
 // The constant a Constant node holds, as a tensor (value, value_float(s), value_int(s)).
 std::optional<onnx::TensorProto> constant_node_tensor(const onnx::NodeProto& node);
 

@@ -52,8 +52,10 @@ struct Scope::Index {
   void add_type(const onnx::ValueInfoProto& info);
   void build(const Scope& scope);
 };
+bool is_constant_node(const onnx::NodeProto& node) { return node.op_type() == "Constant" && normalize_domain(node.domain()).empty(); }
+
 std::optional<onnx::TensorProto> constant_node_tensor(const onnx::NodeProto& node) {
-  if (node.op_type() != "Constant" || !normalize_domain(node.domain()).empty()) return std::nullopt;
+  if (!is_constant_node(node)) return std::nullopt;
   for (const auto& attribute : node.attribute()) {
     const std::string& name = attribute.name();
     if (name == "value" && attribute.has_t()) return attribute.t();
@@ -309,7 +311,7 @@ const onnx::TensorProto* Scope::constant_tensor(std::string_view value) const {
   }
   if (produced) {
     const onnx::NodeProto& node = *produced->node;
-    if (node.op_type() != "Constant" || !normalize_domain(node.domain()).empty()) return nullptr;
+    if (!is_constant_node(node)) return nullptr;
     for (const auto& attribute : node.attribute()) {
       if (attribute.name() == "value" && attribute.has_t()) return &attribute.t();
     }
@@ -322,7 +324,7 @@ const onnx::TensorProto* Scope::constant_tensor(std::string_view value) const {
 bool Scope::is_constant(std::string_view value) const {
   if (constant_tensor(value)) return true;
   const Producer* produced = producer(value);
-  return produced && produced->node->op_type() == "Constant" && normalize_domain(produced->node->domain()).empty();
+  return produced && is_constant_node(*produced->node);
 }
 
 std::optional<TensorValues> Scope::constant_values(std::string_view value, size_t max_elements) const {
