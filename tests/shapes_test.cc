@@ -137,6 +137,21 @@ TEST(Shapes, SymbolsProveEqualSizesThroughShapeKeepingOps) {
   EXPECT_EQ(inferred(text, "y"), "[N, 8]");
 }
 
+TEST(Shapes, ACycleEndsTheWalkWithNoFactsForItsValues) {
+  // Invalid input (the CLI refuses it), but the library takes what it is given: the walk back
+  // from y must end, and the values on the cycle are unknown.
+  Model model = model_from_text(graph("float[2] x", R"(
+    a = Add (x, b)
+    b = Relu (a)
+    y = Mul (a, x))"));
+  const auto scopes = collect_scopes(model);
+  const Scope& scope = *scopes.front();
+  scope.facts("y");
+  EXPECT_EQ(scope.facts("b").elem_type, 0);
+  EXPECT_FALSE(scope.facts("b").shape.has_value());
+  EXPECT_EQ(scope.facts("x").elem_type, onnx::TensorProto::FLOAT);
+}
+
 // The constants a scope reads (constant_values): what they hold, read again once the round's
 // facts are forgotten (a commit may change them), and found after an earlier one is removed.
 TEST(ScopeConstants, AChangedConstantIsReadAgainOnceFactsAreForgotten) {

@@ -12,7 +12,6 @@
 #include <fmt/format.h>
 
 #include "graph/flat_map.h"
-#include "onnx_rewrite/node_set.h"
 #include "onnx_rewrite/opset.h"
 #include "onnx_rewrite/scope.h"
 #include "onnx_rewrite/shapes.h"
@@ -49,7 +48,10 @@ class ShapeInference::Worker {
     }
     // The walk goes by value ids: every value a node reads is in the index.
     std::vector<Scope::ValueId> pending{*id};
-    NodeSet waiting;  // nodes whose inputs are being worked out
+    // The nodes whose inputs this walk is working out, marked by position with the walk's number:
+    // a walk down a chain of a million nodes marks each once, in an array, not a hash set.
+    if (walked_at_.empty()) walked_at_.resize(static_cast<size_t>(scope_.nodes().size()), 0);
+    const uint32_t walk = ++walks_;
     while (!pending.empty()) {
       const Scope::ValueId current = pending.back();
       if (cached(current)) {
@@ -63,7 +65,9 @@ class ShapeInference::Worker {
         continue;
       }
       const onnx::NodeProto& node = *produced->node;
-      const bool seen = !waiting.insert(&node);
+      uint32_t& mark = walked_at_[static_cast<size_t>(produced->position)];
+      const bool seen = mark == walk;
+      mark = walk;
       if (gather_inputs(*produced)) {
         visit(*produced);
         pending.pop_back();
@@ -860,6 +864,8 @@ class ShapeInference::Worker {
   const onnx::NodeProto* visiting_ = nullptr;  // the node gather_inputs accepted, until visited
   std::vector<const ShapeFacts*> visiting_inputs_;
   std::vector<uint32_t> fact_of_value_;        // by value id: 1 + its index in facts_, 0 if unknown
+  std::vector<uint32_t> walked_at_;            // by node position: the last walk that waited for its inputs
+  uint32_t walks_ = 0;
   FlatMap<std::string_view, size_t> by_name_;  // the same for names the index doesn't know
   std::deque<ShapeFacts> facts_;
   std::deque<std::string> owned_names_;  // values asked for that no node of the scope computes
