@@ -110,6 +110,25 @@ void Scope::Index::add_type(const onnx::ValueInfoProto& info) {
   types[info.name()] = std::move(type);
 }
 
+namespace {
+
+// Reading a node's names chases pointers: the node, its list of names, each name, its
+// characters; on a graph far larger than the caches each is a miss. Each pass below brings in
+// one link of that chain for nodes a few places ahead, so that the misses overlap.
+void fetch_ahead(const NodeList& nodes, int position, bool inputs) {
+  const int count = nodes.size();
+  auto names = [&](int at) -> const google::protobuf::RepeatedPtrField<std::string>& {
+    return inputs ? nodes.Get(at).input() : nodes.Get(at).output();
+  };
+  if (position + 12 < count) __builtin_prefetch(&nodes.Get(position + 12));
+  if (position + 8 < count && !names(position + 8).empty()) __builtin_prefetch(&names(position + 8).Get(0));
+  if (position + 4 < count) {
+    for (const auto& name : names(position + 4)) __builtin_prefetch(name.data());
+  }
+}
+
+}  // namespace
+
 void Scope::Index::build(const Scope& scope) {
   onnx::GraphProto* graph = scope.graph_;
   free_name_cache = scope.parent_ ? scope.parent_->index_->free_name_cache : std::make_shared<FreeNameCache>();
@@ -162,6 +181,7 @@ void Scope::Index::build(const Scope& scope) {
   written.reserve(count);
   writes_begin.reserve(count + 1);
   for (auto& node : nodes) {
+    fetch_ahead(nodes, position, false);
     writes_begin.push_back(static_cast<uint32_t>(written.size()));
     for (int i = 0; i < node.output_size(); ++i) {
       if (node.output(i).empty()) continue;
@@ -175,6 +195,7 @@ void Scope::Index::build(const Scope& scope) {
   auto for_each_use = [&](auto&& visit) {
     int position = 0;
     for (auto& node : nodes) {
+      fetch_ahead(nodes, position, true);
       for (int i = 0; i < node.input_size(); ++i) {
         if (!node.input(i).empty()) visit(std::string_view(node.input(i)), Use{&node, i, position});
       }
