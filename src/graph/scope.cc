@@ -52,7 +52,9 @@ struct Scope::Index {
   void add_type(const onnx::ValueInfoProto& info);
   void build(const Scope& scope);
 };
-bool is_constant_node(const onnx::NodeProto& node) { return node.op_type() == "Constant" && normalize_domain(node.domain()).empty(); }
+bool is_constant_node(const onnx::NodeProto& node) {
+  return node.op_type() == "Constant" && normalize_domain(node.domain()).empty();
+}
 
 std::optional<onnx::TensorProto> constant_node_tensor(const onnx::NodeProto& node) {
   if (!is_constant_node(node)) return std::nullopt;
@@ -234,7 +236,8 @@ void Scope::Index::build(const Scope& scope) {
   }
   if (graph) {
     for (int i = 0; i < graph->initializer_size(); ++i) {
-      if (const uint32_t entry = values.entry_of(graph->initializer(i).name()); entry != values.npos) values.at(entry).initializer = static_cast<uint32_t>(i) + 1;
+      const uint32_t entry = values.entry_of(graph->initializer(i).name());
+      if (entry != values.npos) values.at(entry).initializer = static_cast<uint32_t>(i) + 1;
     }
     for (const auto& input : graph->input()) {
       if (const uint32_t entry = values.entry_of(input.name()); entry != values.npos) values.at(entry).graph_input = true;
@@ -317,8 +320,11 @@ const onnx::TensorProto* Scope::constant_tensor(std::string_view value) const {
     const Index::Value& found = index_->values.at(entry);
     // Checked by name: a commit that removed initializers must not make this another one.
     const int held = static_cast<int>(found.initializer) - 1;
-    if (held >= 0 && held < graph_->initializer_size() && graph_->initializer(held).name() == value) initializer = &graph_->initializer(held);
-    else if (held >= 0) initializer = from_table();
+    if (held >= 0 && held < graph_->initializer_size() && graph_->initializer(held).name() == value) {
+      initializer = &graph_->initializer(held);
+    } else if (held >= 0) {
+      initializer = from_table();
+    }
     graph_input = found.graph_input;
     produced = found.producer.node ? &found.producer : nullptr;
   } else {

@@ -71,7 +71,9 @@ class Checker {
     }
     auto import = imports.find(domain);
     const bool loadable_domain = std::find(target_.domains.begin(), target_.domains.end(), domain) != target_.domains.end();
-    if (loadable_domain && import == imports.end()) return fmt::format("the model does not import domain {}", display_domain(domain));
+    if (loadable_domain && import == imports.end()) {
+      return fmt::format("the model does not import domain {}", display_domain(domain));
+    }
     return target_.refuses(domain, node.op_type(), import == imports.end() ? 0 : import->second);
   }
 
