@@ -171,6 +171,19 @@ TEST(ScopeConstants, AChangedConstantIsReadAgainOnceFactsAreForgotten) {
   EXPECT_EQ(scope.constant_values("c")->numbers, (std::vector<double>{5, 7}));
 }
 
+TEST(ScopeConstants, AValueBothAnInitializerAndANodesOutputReadsAsTheInitializer) {
+  // Invalid (computed twice: the CLI refuses it), but the library takes what it is given, and
+  // has always read the initializer: the matcher and the scope must agree.
+  Model model = model_from_text("<ir_version: 8, opset_import: [\"\": 17]>\n"
+                                "g (float[1] x) => (float[1] y) <float[1] c = {1}> {\n"
+                                "  c = Relu (x)\n  y = Mul (x, c)\n}");
+  const auto scopes = collect_scopes(model);
+  const Scope& scope = *scopes.front();
+  EXPECT_TRUE(scope.is_constant("c"));
+  ASSERT_TRUE(scope.constant_values("c").has_value());
+  EXPECT_EQ(scope.constant_values("c")->numbers, (std::vector<double>{1}));
+}
+
 TEST(ScopeConstants, AnInitializerIsFoundAfterAnEarlierOneIsRemoved) {
   Model model = model_from_text("<ir_version: 8, opset_import: [\"\": 17]>\n"
                                 "g (float[1] x) => (float[1] y) <float[1] a = {3}, float[1] b = {4}> {\n"

@@ -101,6 +101,9 @@ class Scope {
 
  private:
   friend class ShapeInference;
+  // constant_tensor, also giving what computes the value here (a Constant node with value_float
+  // & co. has no tensor to give), so that is_constant and constant_values look the name up once.
+  const onnx::TensorProto* constant_tensor(std::string_view value, const Producer** computed_here) const;
   struct Declared {
     int32_t elem_type = 0;
     std::optional<std::vector<int64_t>> dims;  // -1 where unknown; nullopt: rank unknown

@@ -306,7 +306,9 @@ bool Scope::is_graph_input(std::string_view value) const {
   return parent_ && parent_->is_graph_input(value);
 }
 
-const onnx::TensorProto* Scope::constant_tensor(std::string_view value) const {
+const onnx::TensorProto* Scope::constant_tensor(std::string_view value) const { return constant_tensor(value, nullptr); }
+
+const onnx::TensorProto* Scope::constant_tensor(std::string_view value, const Producer** computed_here) const {
   const uint32_t entry = index_->values.entry_of(value);
   auto from_table = [&]() -> const onnx::TensorProto* {
     const auto* held = index_->initializers.find(value);
@@ -327,6 +329,7 @@ const onnx::TensorProto* Scope::constant_tensor(std::string_view value) const {
     }
     graph_input = found.graph_input;
     produced = found.producer.node ? &found.producer : nullptr;
+    if (computed_here) *computed_here = produced;
   } else {
     initializer = from_table();
     graph_input = index_->graph_inputs.count(value) != 0;
@@ -349,15 +352,15 @@ const onnx::TensorProto* Scope::constant_tensor(std::string_view value) const {
 }
 
 bool Scope::is_constant(std::string_view value) const {
-  if (constant_tensor(value)) return true;
-  const Producer* produced = producer(value);
+  const Producer* produced = nullptr;
+  if (constant_tensor(value, &produced)) return true;
   return produced && is_constant_node(*produced->node);
 }
 
 std::optional<TensorValues> Scope::constant_values(std::string_view value, size_t max_elements) const {
-  const onnx::TensorProto* tensor = constant_tensor(value);
+  const Producer* produced = nullptr;
+  const onnx::TensorProto* tensor = constant_tensor(value, &produced);
   if (!tensor) {
-    const Producer* produced = producer(value);
     if (!produced) return std::nullopt;
     auto made = constant_node_tensor(*produced->node);
     return made ? decode_tensor(*made) : std::nullopt;

@@ -245,24 +245,12 @@ class Matcher::Lookups {
   std::span<const Use> uses(std::string_view value) {
     return remembered(entry_for(value).uses, [&] { return scope_.uses(value); });
   }
-  // A value a node here computes is a constant only if a Constant node computes it (an
-  // initializer of its name too would be a value computed twice, which no input has): asking
-  // for the producer first answers most questions, and the search asks for it next anyway.
   bool is_constant(std::string_view value) {
-    Entry& entry = entry_for(value);
-    return remembered(entry.constant, [&] {
-      const Scope::Producer* produced = remembered(entry.producer, [&] { return scope_.producer(value); });
-      return produced ? is_constant_node(*produced->node) : scope_.is_constant(value);
-    });
+    return remembered(entry_for(value).constant, [&] { return scope_.is_constant(value); });
   }
   // Scope::constant_values with its default size limit; valid until the next question.
   const std::optional<TensorValues>& constant_values(std::string_view value) {
-    Entry& entry = entry_for(value);
-    return remembered(entry.values, [&]() -> std::optional<TensorValues> {
-      const Scope::Producer* produced = remembered(entry.producer, [&] { return scope_.producer(value); });
-      if (produced && !is_constant_node(*produced->node)) return std::nullopt;
-      return scope_.constant_values(value);
-    });
+    return remembered(entry_for(value).values, [&] { return scope_.constant_values(value); });
   }
 
  private:
