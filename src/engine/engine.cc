@@ -237,6 +237,7 @@ class Run {
     if (std::none_of(created.begin(), created.end(), [](const onnx::NodeProto* node) { return node->op_type() == "Identity"; })) return;
     if (rewriter_.bypass_identities(collect_scopes(model_), [&](const onnx::NodeProto& node) { return created.contains(&node); })) {
       nodes_checked_ = false;  // the node lists changed after the last round's check
+      policy_.nodes_changed();  // and after the last round's types, which apply() may read
     }
   }
 

@@ -56,6 +56,8 @@ class OpsetPolicy {
     move_blockers_.clear();
     node_types_.reset();
   }
+  // Call when node lists changed outside a round (the types it inferred point into them).
+  void nodes_changed() { node_types_.reset(); }
   // Whether a raise in `scope` waits for the next round (its graph or function changed in this one).
   bool deferred(const Scope& scope) const { return rewritten_owners_.count(owner_of(scope)) != 0; }
 

@@ -50,7 +50,6 @@ class ShapeInference::Worker {
     std::vector<Scope::ValueId> pending{*id};
     // The nodes whose inputs this walk is working out, marked by position with the walk's number:
     // a walk down a chain of a million nodes marks each once, in an array, not a hash set.
-    if (walked_at_.empty()) walked_at_.resize(static_cast<size_t>(scope_.nodes().size()), 0);
     const uint32_t walk = ++walks_;
     while (!pending.empty()) {
       const Scope::ValueId current = pending.back();
@@ -65,7 +64,9 @@ class ShapeInference::Worker {
         continue;
       }
       const onnx::NodeProto& node = *produced->node;
-      uint32_t& mark = walked_at_[static_cast<size_t>(produced->position)];
+      const auto at = static_cast<size_t>(produced->position);
+      if (at >= walked_at_.size()) walked_at_.resize(std::max(at + 1, static_cast<size_t>(scope_.nodes().size())), 0);
+      uint32_t& mark = walked_at_[at];
       const bool seen = mark == walk;
       mark = walk;
       if (gather_inputs(*produced)) {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -69,13 +70,26 @@ void serialize_pieces(const Model& model, size_t chunk, Emit&& emit) {
     }
     initializers_size += initializers.back().size();
   }
-  google::protobuf::RepeatedPtrField<onnx::TensorProto> held_initializers;
-  google::protobuf::RepeatedPtrField<onnx::NodeProto> held_nodes;
-  held_initializers.Swap(graph.mutable_initializer());
-  held_nodes.Swap(graph.mutable_node());
-  std::string graph_rest = graph.SerializeAsString();
-  held_nodes.Swap(graph.mutable_node());
-  held_initializers.Swap(graph.mutable_initializer());
+  std::string graph_rest;
+  {
+    // Held aside while the rest is serialized, and given back even if that throws.
+    struct Aside {
+      onnx::GraphProto& graph;
+      google::protobuf::RepeatedPtrField<onnx::TensorProto> initializers;
+      google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+      explicit Aside(onnx::GraphProto& from) : graph(from) {
+        initializers.Swap(graph.mutable_initializer());
+        nodes.Swap(graph.mutable_node());
+      }
+      ~Aside() {
+        nodes.Swap(graph.mutable_node());
+        initializers.Swap(graph.mutable_initializer());
+      }
+      Aside(const Aside&) = delete;
+      Aside& operator=(const Aside&) = delete;
+    } aside(graph);
+    graph_rest = graph.SerializeAsString();
+  }
 
   // Each node's size is worked out (and kept in it) before any is written: the graph's length
   // comes first.
@@ -118,7 +132,12 @@ void serialize_pieces(const Model& model, size_t chunk, Emit&& emit) {
 class PieceWriter {
  public:
   PieceWriter(AtomicFile& file, const SourceBytes& source, bool background) : file_(file), source_(source) {
-    if (background) thread_ = std::thread([this] { drain(); });
+    if (!background) return;
+    try {
+      thread_ = std::thread([this] { drain(); });
+    } catch (const std::system_error&) {
+      // No thread to be had (a busy batch at its limit): written on this one.
+    }
   }
   ~PieceWriter() {
     if (!thread_.joinable()) return;
