@@ -154,14 +154,25 @@ TEST(Shapes, ACycleEndsTheWalkWithNoFactsForItsValues) {
 
 // The constants a scope reads (constant_values): what they hold, read again once the round's
 // facts are forgotten (a commit may change them), and found after an earlier one is removed.
+// A model given as its main graph's text, and that graph's scope (which views the model: a
+// MainGraph stays where it was made).
+struct MainGraph {
+  explicit MainGraph(const std::string& graph_text)
+      : model(model_from_text("<ir_version: 8, opset_import: [\"\": 17]>\n" + graph_text)), scopes(collect_scopes(model)) {}
+  MainGraph(const MainGraph&) = delete;
+  MainGraph& operator=(const MainGraph&) = delete;
+  const Scope& scope() const { return *scopes.front(); }
+  onnx::GraphProto& graph() { return *model.proto.mutable_graph(); }
+
+  Model model;
+  std::vector<std::unique_ptr<Scope>> scopes;
+};
+
 TEST(ScopeConstants, AChangedConstantIsReadAgainOnceFactsAreForgotten) {
-  Model model = model_from_text("<ir_version: 8, opset_import: [\"\": 17]>\n"
-                                "g (float[2] x) => (float[2] y) {\n"
-                                "  c = Constant <value = float[2] {1, 2}> ()\n  y = Mul (x, c)\n}");
-  const auto scopes = collect_scopes(model);
-  const Scope& scope = *scopes.front();
+  MainGraph main("g (float[2] x) => (float[2] y) {\n  c = Constant <value = float[2] {1, 2}> ()\n  y = Mul (x, c)\n}");
+  const Scope& scope = main.scope();
   ASSERT_EQ(scope.constant_values("c")->numbers, (std::vector<double>{1, 2}));
-  onnx::TensorProto& c = *model.proto.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_t();
+  onnx::TensorProto& c = *main.graph().mutable_node(0)->mutable_attribute(0)->mutable_t();
   c.clear_float_data();
   c.clear_raw_data();
   c.add_float_data(5);
@@ -174,24 +185,17 @@ TEST(ScopeConstants, AChangedConstantIsReadAgainOnceFactsAreForgotten) {
 TEST(ScopeConstants, AValueBothAnInitializerAndANodesOutputReadsAsTheInitializer) {
   // Invalid (computed twice: the CLI refuses it), but the library takes what it is given, and
   // has always read the initializer: the matcher and the scope must agree.
-  Model model = model_from_text("<ir_version: 8, opset_import: [\"\": 17]>\n"
-                                "g (float[1] x) => (float[1] y) <float[1] c = {1}> {\n"
-                                "  c = Relu (x)\n  y = Mul (x, c)\n}");
-  const auto scopes = collect_scopes(model);
-  const Scope& scope = *scopes.front();
-  EXPECT_TRUE(scope.is_constant("c"));
-  ASSERT_TRUE(scope.constant_values("c").has_value());
-  EXPECT_EQ(scope.constant_values("c")->numbers, (std::vector<double>{1}));
+  MainGraph main("g (float[1] x) => (float[1] y) <float[1] c = {1}> {\n  c = Relu (x)\n  y = Mul (x, c)\n}");
+  EXPECT_TRUE(main.scope().is_constant("c"));
+  const auto values = main.scope().constant_values("c");
+  ASSERT_TRUE(values.has_value());
+  EXPECT_EQ(values->numbers, (std::vector<double>{1}));
 }
 
 TEST(ScopeConstants, AnInitializerIsFoundAfterAnEarlierOneIsRemoved) {
-  Model model = model_from_text("<ir_version: 8, opset_import: [\"\": 17]>\n"
-                                "g (float[1] x) => (float[1] y) <float[1] a = {3}, float[1] b = {4}> {\n"
-                                "  t = Mul (x, a)\n  y = Mul (t, b)\n}");
-  const auto scopes = collect_scopes(model);
-  const Scope& scope = *scopes.front();
-  model.proto.mutable_graph()->mutable_initializer()->DeleteSubrange(0, 1);  // b moves to a's place
-  const onnx::TensorProto* b = scope.constant_tensor("b");
+  MainGraph main("g (float[1] x) => (float[1] y) <float[1] a = {3}, float[1] b = {4}> {\n  t = Mul (x, a)\n  y = Mul (t, b)\n}");
+  main.graph().mutable_initializer()->DeleteSubrange(0, 1);  // b moves to a's place
+  const onnx::TensorProto* b = main.scope().constant_tensor("b");
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->name(), "b");
 }
