@@ -30,6 +30,7 @@
 #include "onnx_rewrite/model_io.h"
 #include "onnx_rewrite/opset.h"
 #include "onnx_rewrite/rule_example.h"
+#include "onnx_rewrite/scope.h"
 #include "onnx_rewrite/target.h"
 #include "onnx_rewrite/tensor.h"
 #include "onnx_rewrite/verify.h"
@@ -792,7 +793,7 @@ ModelTotals model_totals(const onnx::ModelProto& proto) {
       case Place::Kind::kSubgraph: totals.subgraphs += count; break;
     }
     for (const auto& node : *view.nodes) {
-      if (node.op_type() != "Constant" || !normalize_domain(node.domain()).empty()) continue;
+      if (!is_constant_node(node)) continue;
       for (const auto& attribute : node.attribute()) {
         if (attribute.name() == "value" || attribute.name() == "sparse_value") {
           ++totals.constants;

@@ -93,8 +93,7 @@ void serialize_pieces(const Model& model, size_t chunk, Emit&& emit) {
 
   // Each node's size is worked out (and kept in it) before any is written: the graph's length
   // comes first.
-  constexpr uint32_t kGraphNode = 1;
-  auto node_header = [&](size_t size) { return wire::len_header(kGraphNode, size); };
+  auto node_header = [](size_t size) { return wire::len_header(wire::kGraphNode, size); };
   size_t nodes_size = 0;
   for (const auto& node : graph.node()) {
     const size_t size = node.ByteSizeLong();

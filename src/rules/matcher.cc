@@ -340,7 +340,8 @@ class Matcher::Prefilter {
     }
     return std::all_of(wanted.begin(), wanted.end(), [&](size_t producer) {
       return std::any_of(computing.begin(), computing.end(), [&](const Scope::Producer* candidate) {
-        return is_op(*candidate->node, pattern.nodes[producer]) && may_be(pattern, plan, producer, *candidate->node, candidate->position, level + 1);
+        return is_op(*candidate->node, pattern.nodes[producer]) &&
+               may_be(pattern, plan, producer, *candidate->node, candidate->position, level + 1);
       });
     });
   }
