@@ -1,10 +1,13 @@
-// Loading: the wire-format scan that splits a model's bytes at ModelProto.graph (field 7) and
-// GraphProto.initializer (field 5). Everything else is parsed by protobuf as usual; each main-graph
+// Loading: the wire-format scan that splits a model's bytes at ModelProto.graph (field 7),
+// GraphProto.node (field 1) and GraphProto.initializer (field 5). Everything else is parsed by
+// protobuf as usual; a big graph's nodes in two halves at once; each main-graph
 // initializer becomes a header (the tensor without its data fields) plus the byte range of its
 // field in the source, so that no weight is decoded or copied at load time.
 #include "onnx_rewrite/model_io.h"
 
 #include <string>
+#include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -36,14 +39,18 @@ bool is_tensor_payload(uint32_t field_number) {
   }
 }
 
-// Splits the graph field: initializers become headers whose payload stays in `source`,
-// everything else is collected for a regular parse.
+// Splits the graph field: initializers become headers whose payload stays in `source`, nodes
+// are parsed apart (parse_nodes), everything else is collected for a regular parse.
 void scan_graph(const SourceBytes& source, const wire::Field& graph_field, std::string& graph_rest,
-                std::vector<std::pair<std::string, FileRange>>& initializers) {
+                std::vector<FileRange>& nodes, std::vector<std::pair<std::string, FileRange>>& initializers) {
   wire::FieldReader reader(source.data(), graph_field.payload_begin, graph_field.end);
   wire::Field field;
   while (reader.next(field)) {
     const char* bytes = reinterpret_cast<const char*>(source.data());
+    if (field.number == wire::kGraphNode && field.type == wire::WireType::kLen) {
+      nodes.push_back({field.begin, field.end});
+      continue;
+    }
     if (field.number != wire::kGraphInitializer || field.type != wire::WireType::kLen) {
       graph_rest.append(bytes + field.begin, field.size());
       continue;
@@ -77,12 +84,57 @@ void parse_part(google::protobuf::Message& message, const std::string& bytes, co
   throw InputError(name, "not a valid ONNX model (protobuf parse failed)");
 }
 
+namespace {
+
+// From this many nodes on, the second half of a graph's nodes is parsed on a second thread:
+// parsing the nodes is most of loading a big graph.
+constexpr size_t kNodesParsedInHalves = 50'000;
+
+// Parses the graph's node fields (`nodes`: where they lie in `source`, in order) into its node
+// list. Node fields alone are a GraphProto's serialization, parsed as the graph's would be.
+void parse_nodes(onnx::GraphProto& graph, const SourceBytes& source, const std::vector<FileRange>& nodes, const std::string& name) {
+  auto bytes_of = [&](size_t from, size_t to) {
+    std::string bytes;
+    for (size_t i = from; i < to; ++i) bytes.append(reinterpret_cast<const char*>(source.data()) + nodes[i].begin, nodes[i].size());
+    return bytes;
+  };
+  const size_t half = nodes.size() >= kNodesParsedInHalves ? nodes.size() / 2 : nodes.size();
+  onnx::GraphProto first, second;
+  const std::string second_bytes = bytes_of(half, nodes.size());
+  bool second_parsed = false;
+  std::thread helper;
+  if (!second_bytes.empty()) {
+    try {
+      helper = std::thread([&] { second_parsed = second.ParsePartialFromString(second_bytes); });
+    } catch (const std::system_error&) {  // no thread to be had (a busy batch at its limit): parsed below
+    }
+  }
+  try {
+    parse_part(first, bytes_of(0, half), name);
+  } catch (...) {
+    if (helper.joinable()) helper.join();
+    throw;
+  }
+  if (helper.joinable()) helper.join();
+  if (!second_parsed && !second_bytes.empty()) parse_part(second, second_bytes, name);  // throws what a failure means
+  auto& list = *graph.mutable_node();
+  list.Swap(first.mutable_node());
+  auto& rest = *second.mutable_node();
+  std::vector<onnx::NodeProto*> taken(static_cast<size_t>(rest.size()));
+  rest.ExtractSubrange(0, rest.size(), taken.data());
+  list.Reserve(list.size() + static_cast<int>(taken.size()));
+  for (auto* node : taken) list.AddAllocated(node);
+}
+
+}  // namespace
+
 // A friend of Model: the one place that records where headers' payloads lie.
 Model parse_source(std::shared_ptr<const SourceBytes> source, const std::string& name) {
   Model model;
   model.source = source;
   std::string model_rest;
   std::string graph_rest;
+  std::vector<FileRange> nodes;
   std::vector<std::pair<std::string, FileRange>> initializers;
   bool has_graph = false;
   try {
@@ -91,7 +143,7 @@ Model parse_source(std::shared_ptr<const SourceBytes> source, const std::string&
     while (reader.next(field)) {
       if (field.number == wire::kModelGraph && field.type == wire::WireType::kLen) {
         has_graph = true;
-        scan_graph(*source, field, graph_rest, initializers);
+        scan_graph(*source, field, graph_rest, nodes, initializers);
       } else {
         model_rest.append(reinterpret_cast<const char*>(source->data()) + field.begin, field.size());
       }
@@ -104,6 +156,7 @@ Model parse_source(std::shared_ptr<const SourceBytes> source, const std::string&
   parse_part(model.proto, model_rest, name);
   auto* graph = model.proto.mutable_graph();
   parse_part(*graph, graph_rest, name);
+  parse_nodes(*graph, *source, nodes, name);
   if (!has_graph) throw InputError(name, "not an ONNX model: it has no graph");
   if (!model.proto.has_ir_version() || model.proto.ir_version() <= 0) {
     throw InputError(name, "not an ONNX model: it has no ir_version");
