@@ -30,6 +30,9 @@ struct RewriteOptions {
   std::ostream* progress_out = nullptr;  // a terminal: a line of rounds and matches once a model takes over a second
   int record_matches = 0;                // per rule, keep the first N matches' nodes (--html)
   std::optional<int64_t> ir_version;     // --ir-version: write this IR version, if the model allows
+  // Graphs of this many nodes are matched on a second thread too (engine/match_ahead.h); a
+  // smaller one is done before a thread would have started.
+  int match_ahead_from = 50'000;
 };
 
 struct RuleStats {

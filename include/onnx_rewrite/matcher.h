@@ -59,7 +59,8 @@ class BuilderContractError : public std::logic_error {
 class Matcher {
  public:
   // `claimed`: nodes already rewritten in this round, which no other match may cover.
-  Matcher(const Scope& scope, const NodeSet& claimed);
+  // `reader`: whose facts and decoded constants of the scope the searches read.
+  Matcher(const Scope& scope, const NodeSet& claimed, Scope::Reader reader = Scope::Reader::kRound);
   ~Matcher();
   Matcher(const Matcher&) = delete;
   Matcher& operator=(const Matcher&) = delete;
@@ -78,6 +79,7 @@ class Matcher {
  private:
   const Scope& scope_;
   const NodeSet& claimed_;
+  Scope::Reader reader_;
   std::unique_ptr<Lookups> lookups_;  // a cache: filled by const matches
   // Each search's trail, emptied by the next: most attempts fail within a step or two, and fresh
   // vectors cost an allocation each (tens of millions on a big graph).

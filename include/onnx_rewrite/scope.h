@@ -3,6 +3,7 @@
 // is known about a value's type and constant contents.
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -84,20 +85,29 @@ class Scope {
   std::span<const Use> uses(ValueId value) const;
   bool is_output(ValueId value) const;
 
+  // Who asks for what is worked out on demand (decoded constants, shape facts): the round's own
+  // walk, or the thread matching ahead of it (engine/match_ahead.h). Each reader keeps its own,
+  // so that neither writes what the other reads.
+  enum class Reader { kRound, kAhead };
+
   // The tensor a value is bound to when it is constant: an initializer (header; payload may be
   // deferred) or a Constant node's tensor, here or in an enclosing graph.
   const onnx::TensorProto* constant_tensor(std::string_view value) const;
   // Whether the value is a constant (without reading it).
   bool is_constant(std::string_view value) const;
   // Its values, decoded (small tensors only: at most `max_elements`).
-  std::optional<TensorValues> constant_values(std::string_view value, size_t max_elements = 4096) const;
+  static constexpr size_t kMaxDecodedElements = 4096;
+  std::optional<TensorValues> constant_values(std::string_view value, size_t max_elements = kMaxDecodedElements,
+                                             Reader reader = Reader::kRound) const;
   // What is known of a value's type and shape: what the graph declares (graph inputs and
   // outputs, value_info, initializers, Constant nodes), completed by shape inference through
   // the producers; worked out once per scope (shapes.h). The one shape API of the engine.
-  const ShapeFacts& facts(std::string_view value) const;
-  // Frees what shape inference worked out (worked out again if asked for): a round's facts of a
-  // big graph are a tenth of its memory, and committing the round needs its index, not them.
+  const ShapeFacts& facts(std::string_view value, Reader reader = Reader::kRound) const;
+  // Frees what shape inference worked out and the constants decoded (worked out again if asked
+  // for): a round's facts of a big graph are a tenth of its memory, and committing the round
+  // needs its index, not them. Every reader's, or one's.
   void forget_facts() const;
+  void forget_facts(Reader reader) const;
 
  private:
   friend class ShapeInference;
@@ -121,7 +131,7 @@ class Scope {
   onnx::GraphProto* graph_;
   onnx::FunctionProto* function_;
   std::unique_ptr<Index> index_;
-  mutable std::unique_ptr<ShapeInference> inference_;  // on first use
+  mutable std::array<std::unique_ptr<ShapeInference>, 2> inference_;  // by Reader, on first use
 };
 
 // All scopes of a model, parents before children. Pointers into the model stay valid until the

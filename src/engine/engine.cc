@@ -13,6 +13,7 @@
 #include "onnx_rewrite/matcher.h"
 #include "onnx_rewrite/model_io.h"
 #include "onnx_rewrite/opset.h"
+#include "engine/match_ahead.h"
 #include "engine/rewriter.h"
 #include "engine/worklist.h"
 #include "onnx_rewrite/scope.h"
@@ -61,15 +62,8 @@ std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions
 
 namespace {
 
-struct Candidate {
-  const Rule* rule;
-  const Pattern* pattern;
-};
-
 // Rules by the (domain, op_type) of their anchors, best first: priority, then id. Keys view
 // the rules' own strings.
-using CandidateIndex = std::unordered_map<OpView, std::vector<Candidate>, OpViewHash>;
-
 CandidateIndex index_by_anchor(const std::vector<const Rule*>& rules) {
   std::vector<const Rule*> sorted = rules;
   std::stable_sort(sorted.begin(), sorted.end(), [](const Rule* a, const Rule* b) {
@@ -78,7 +72,8 @@ CandidateIndex index_by_anchor(const std::vector<const Rule*>& rules) {
   CandidateIndex index;
   for (const Rule* rule : sorted) {
     for (const auto& pattern : rule->patterns) {
-      index[{pattern.anchor().domain, pattern.anchor().op_type}].push_back({rule, &pattern});
+      auto& candidates = index[{pattern.anchor().domain, pattern.anchor().op_type}];
+      candidates.push_back({rule, &pattern, candidates.size()});
     }
   }
   return index;
@@ -281,6 +276,10 @@ class Run {
     // A node a match of this round covers is not matched again: it is about to go.
     const NodeSet& claimed = rewriter_.replaced_in(scope);
     Matcher matcher(scope, claimed);
+    // Not for a graph that may hold a cycle (shape facts would depend on where a walk starts) nor
+    // while explaining (the reasons come from the walk's own searches).
+    std::optional<MatchAhead> ahead;
+    if (verify_ && options_.explain.empty() && scope.nodes().size() >= options_.match_ahead_from) ahead.emplace(scope, only, candidates_);
     const ImportOwner owner = OpsetPolicy::owner_of(scope);
     int position = -1;  // the index's
     for (auto& node : scope.nodes()) {
@@ -301,7 +300,8 @@ class Run {
       if (local_function) continue;
       if (found == candidates_.end()) continue;
       const auto& tried = explain ? found->second : viable(owner, found->second);
-      if (const Rule* fired = rewrite_at(scope, matcher, node, position, tried, explain)) firing.insert(fired->id);
+      auto* found_ahead = ahead ? ahead->at(position) : nullptr;
+      if (const Rule* fired = rewrite_at(scope, matcher, node, position, tried, explain, found_ahead)) firing.insert(fired->id);
     }
   }
 
@@ -329,8 +329,9 @@ class Run {
 
   // Tries the rules anchored at this op, best first; those needing a raised opset import only
   // when no other fits. Returns the rule that rewrote the node.
+  // `ahead`: what the thread matching ahead found at the node, if one did.
   const Rule* rewrite_at(const Scope& scope, const Matcher& matcher, onnx::NodeProto& node, int position,
-                         const std::vector<Candidate>& candidates, bool explain) {
+                         const std::vector<Candidate>& candidates, bool explain, MatchAhead::Answers* ahead) {
     std::vector<std::pair<Candidate, Match>> need_raise;
     std::vector<std::string> refused_raises;  // notes, if no rule rewrites the node
     const bool built_here = rewriter_.created().contains(&node);
@@ -344,7 +345,10 @@ class Run {
       }
       std::string why;
       bool on_facts = false;
-      auto match = matcher.match(*candidate.rule, *candidate.pattern, &node, position, explain ? &why : nullptr, &on_facts);
+      std::optional<Match> match;
+      if (!ahead || !take_found_ahead(scope, *ahead, candidate, match)) {
+        match = matcher.match(*candidate.rule, *candidate.pattern, &node, position, explain ? &why : nullptr, &on_facts);
+      }
       if (!match) {
         if (on_facts) rewriter_.retry(&node);
         if (explain) say(candidate, "no: " + why);
@@ -375,6 +379,21 @@ class Run {
     // What declined the match (the opset plan, the builder, the target) may be otherwise next round.
     if (matched) rewriter_.retry(&node);
     return nullptr;
+  }
+
+  // Takes what the thread matching ahead found for `candidate` at the node as the answer (a
+  // match, or none), where the round's claims can't have changed it (match_ahead.h). False: the
+  // walk searches itself.
+  bool take_found_ahead(const Scope& scope, MatchAhead::Answers& ahead, const Candidate& candidate, std::optional<Match>& match) {
+    if (candidate.rank >= ahead.searched) return false;
+    auto found = std::find_if(ahead.found.begin(), ahead.found.end(), [&](const MatchAhead::Found& entry) { return entry.pattern == candidate.pattern; });
+    if (found == ahead.found.end()) return true;  // no match
+    if (!found->match) return false;        // the search failed on the facts
+    const NodeSet& claimed = rewriter_.replaced_in(scope);
+    const auto& covered = found->match->nodes;
+    if (std::any_of(covered.begin(), covered.end(), [&](const onnx::NodeProto* node) { return claimed.contains(node); })) return false;
+    match = std::exchange(found->match, std::nullopt);
+    return true;
   }
 
   bool fits_built_version(const Scope& scope, const Pattern& pattern) const {

@@ -47,7 +47,7 @@ struct Scope::Index {
     bool done = false;
     std::optional<TensorValues> values;
   };
-  FlatMap<const onnx::TensorProto*, Decoded> decoded;
+  std::array<FlatMap<const onnx::TensorProto*, Decoded>, 2> decoded;  // by Reader
 
   void add_type(const onnx::ValueInfoProto& info);
   void build(const Scope& scope);
@@ -357,7 +357,7 @@ bool Scope::is_constant(std::string_view value) const {
   return produced && is_constant_node(*produced->node);
 }
 
-std::optional<TensorValues> Scope::constant_values(std::string_view value, size_t max_elements) const {
+std::optional<TensorValues> Scope::constant_values(std::string_view value, size_t max_elements, Reader reader) const {
   const Producer* produced = nullptr;
   const onnx::TensorProto* tensor = constant_tensor(value, &produced);
   if (!tensor) {
@@ -374,22 +374,28 @@ std::optional<TensorValues> Scope::constant_values(std::string_view value, size_
   if (elements > max_elements) return std::nullopt;
   constexpr size_t kKeptElements = 64;  // what is kept decoded: scalars and short vectors
   if (elements > kKeptElements) return decode_tensor(model_.tensor_with_data(*tensor));
-  const uint32_t entry = index_->decoded.index_of(tensor);
-  auto& kept = index_->decoded.at(entry);
+  auto& decoded = index_->decoded[static_cast<size_t>(reader)];
+  auto& kept = decoded.at(decoded.index_of(tensor));
   if (!kept.done) kept = {true, decode_tensor(model_.tensor_with_data(*tensor))};
   return kept.values;
 }
 
 Scope::~Scope() = default;
 
-const ShapeFacts& Scope::facts(std::string_view value) const {
-  if (!inference_) inference_ = std::make_unique<ShapeInference>(*this);
-  return (*inference_)(value);
+const ShapeFacts& Scope::facts(std::string_view value, Reader reader) const {
+  auto& inference = inference_[static_cast<size_t>(reader)];
+  if (!inference) inference = std::make_unique<ShapeInference>(*this, reader);
+  return (*inference)(value);
 }
 
 void Scope::forget_facts() const {
-  inference_.reset();
-  index_->decoded = {};  // a commit may change or free the tensors it is keyed by
+  forget_facts(Reader::kRound);
+  forget_facts(Reader::kAhead);
+}
+
+void Scope::forget_facts(Reader reader) const {
+  inference_[static_cast<size_t>(reader)].reset();
+  index_->decoded[static_cast<size_t>(reader)] = {};  // a commit may change or free the tensors it is keyed by
 }
 
 Scope::Declared Scope::declared_here(std::string_view value) const {

@@ -23,7 +23,7 @@ using OpNames = std::unordered_set<std::string_view>;
 
 class ShapeInference::Worker {
  public:
-  explicit Worker(const Scope& scope) : scope_(scope) {
+  Worker(const Scope& scope, Scope::Reader reader) : scope_(scope), reader_(reader) {
     for (const Scope* s = &scope; s; s = s->parent()) {
       if (!s->graph()) continue;
       for (const auto& info : s->graph()->input()) {
@@ -160,7 +160,7 @@ class ShapeInference::Worker {
 
   void add_constant_values(std::string_view value, ShapeFacts& facts) const {
     if (!is_integer(facts.elem_type) || !facts.shape || facts.shape->size() > 1) return;
-    if (auto values = scope_.constant_values(value, kMaxValues)) {
+    if (auto values = scope_.constant_values(value, kMaxValues, reader_)) {
       Dims elements;
       for (int64_t number : values->ints()) elements.push_back(Dim::of(number));
       facts.values = std::move(elements);
@@ -860,6 +860,7 @@ class ShapeInference::Worker {
   }
 
   const Scope& scope_;
+  const Scope::Reader reader_;  // whose decoded constants to read
   // For the scope's lifetime (one round). Facts live in a deque, which never moves them: callers
   // hold references while asking for more.
   const onnx::NodeProto* visiting_ = nullptr;  // the node gather_inputs accepted, until visited
@@ -875,7 +876,7 @@ class ShapeInference::Worker {
   FlatMap<std::string_view, const onnx::ValueInfoProto*> inputs_;  // graph inputs, with dim_params
 };
 
-ShapeInference::ShapeInference(const Scope& scope) : worker_(std::make_unique<Worker>(scope)) {}
+ShapeInference::ShapeInference(const Scope& scope, Scope::Reader reader) : worker_(std::make_unique<Worker>(scope, reader)) {}
 ShapeInference::~ShapeInference() = default;
 const ShapeFacts& ShapeInference::operator()(std::string_view value) { return (*worker_)(value); }
 

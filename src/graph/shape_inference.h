@@ -13,7 +13,7 @@ namespace onnx_rewrite {
 
 class ShapeInference {
  public:
-  explicit ShapeInference(const Scope& scope);
+  ShapeInference(const Scope& scope, Scope::Reader reader);
   ~ShapeInference();
   const ShapeFacts& operator()(std::string_view value);
 

@@ -235,8 +235,8 @@ struct Matcher::Bindings {
 class Matcher::Lookups {
  public:
   // Up to 256 entries, fewer for a small scope (models can hold thousands of subgraphs).
-  explicit Lookups(const Scope& scope)
-      : scope_(scope), bits_(std::clamp(static_cast<int>(std::bit_width(static_cast<unsigned>(scope.nodes().size()))), 4, 8)),
+  Lookups(const Scope& scope, Scope::Reader reader)
+      : scope_(scope), reader_(reader), bits_(std::clamp(static_cast<int>(std::bit_width(static_cast<unsigned>(scope.nodes().size()))), 4, 8)),
         entries_(size_t{1} << bits_) {}
 
   const Scope::Producer* producer(std::string_view value) {
@@ -250,7 +250,7 @@ class Matcher::Lookups {
   }
   // Scope::constant_values with its default size limit; valid until the next question.
   const std::optional<TensorValues>& constant_values(std::string_view value) {
-    return remembered(entry_for(value).values, [&] { return scope_.constant_values(value); });
+    return remembered(entry_for(value).values, [&] { return scope_.constant_values(value, Scope::kMaxDecodedElements, reader_); });
   }
 
  private:
@@ -281,6 +281,7 @@ class Matcher::Lookups {
   }
 
   const Scope& scope_;
+  Scope::Reader reader_;
   int bits_;
   std::vector<Entry> entries_;
 };
@@ -370,9 +371,10 @@ namespace {
 
 class Search {
  public:
-  Search(const Scope& scope, Matcher::Lookups& lookups, Matcher::Bindings& trail, const Rule& rule, const Pattern& pattern,
-         const NodeSet& claimed, bool explaining)
-      : scope_(scope), lookups_(lookups), rule_(rule), pattern_(pattern), claimed_(claimed), explaining_(explaining), state_(trail) {
+  Search(const Scope& scope, Scope::Reader reader, Matcher::Lookups& lookups, Matcher::Bindings& trail, const Rule& rule,
+         const Pattern& pattern, const NodeSet& claimed, bool explaining)
+      : scope_(scope), reader_(reader), lookups_(lookups), rule_(rule), pattern_(pattern), claimed_(claimed), explaining_(explaining),
+        state_(trail) {
     state_.clear();
   }
 
@@ -457,7 +459,7 @@ class Search {
       case K::kConstant:
         return lookups_.is_constant(value) ? true : reject("is not a constant");
       case K::kScalar: {
-        auto values = scope_.constant_values(value, 1);
+        auto values = scope_.constant_values(value, 1, reader_);
         return values && values->numbers.size() == 1 ? true : reject("is not a constant scalar");
       }
       case K::kApprox: {
@@ -495,7 +497,7 @@ class Search {
         return true;
       }
       case K::kDtype: {
-        const int32_t type = scope_.facts(value).elem_type;
+        const int32_t type = scope_.facts(value, reader_).elem_type;
         if (type == 0) return reject_on_facts("has an unknown element type");
         if (std::find(constraint.dtypes.begin(), constraint.dtypes.end(), type) == constraint.dtypes.end()) {
           return reject([&] { return "has element type " + data_type_name(type); });
@@ -503,7 +505,7 @@ class Search {
         return true;
       }
       case K::kRank: {
-        auto rank = scope_.facts(value).rank();
+        auto rank = scope_.facts(value, reader_).rank();
         if (!rank) return reject_on_facts("has an unknown rank");
         if (static_cast<int>(*rank) < constraint.min_rank || static_cast<int>(*rank) > constraint.max_rank) {
           return reject([&] { return fmt::format("has rank {}", *rank); });
@@ -825,6 +827,7 @@ class Search {
   }
 
   const Scope& scope_;
+  const Scope::Reader reader_;
   Matcher::Lookups& lookups_;
   const Rule& rule_;
   const Pattern& pattern_;
@@ -839,10 +842,11 @@ class Search {
 
 }  // namespace
 
-Matcher::Matcher(const Scope& scope, const NodeSet& claimed)
+Matcher::Matcher(const Scope& scope, const NodeSet& claimed, Scope::Reader reader)
     : scope_(scope),
       claimed_(claimed),
-      lookups_(std::make_unique<Lookups>(scope)),
+      reader_(reader),
+      lookups_(std::make_unique<Lookups>(scope, reader)),
       trail_(std::make_unique<Bindings>()),
       prefilter_(std::make_unique<Prefilter>(scope)) {}
 
@@ -854,7 +858,7 @@ std::optional<Match> Matcher::match(const Rule& rule, const Pattern& pattern, on
     if (on_facts) *on_facts = false;
     return std::nullopt;
   }
-  Search search(scope_, *lookups_, *trail_, rule, pattern, claimed_, why_not != nullptr);
+  Search search(scope_, reader_, *lookups_, *trail_, rule, pattern, claimed_, why_not != nullptr);
   auto match = search.run(node);
   if (!match && why_not) *why_not = search.reason();
   if (on_facts) *on_facts = !match && search.rejected_on_facts();
