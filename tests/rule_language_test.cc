@@ -163,6 +163,35 @@ g (float[2] x, bool c) => (float[2] y, float[2] z) <float s = {1.41421356}, floa
   EXPECT_EQ(count(rewritten.model, "Gelu", "com.microsoft"), 0);
 }
 
+// A pattern node of n factors is a tree of n - 1 binary nodes: an operand may lie n - 2 nodes
+// below the root, and what computes it is looked for there before any search.
+TEST(Matching, AFactorAsDeepAsATreeReachesIsFound) {
+  const std::string rule = R"(
+rule relu-product
+  description: test
+  targets: onnx
+  pattern (x, a, b, c) => (y) {
+    r = Relu (x)
+    y = Mul (r, a, b, c)
+  }
+  replace (x, a, b, c) => (y) { y = Sum (x, a, b, c) }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] x, float[2] a, float[2] b, float[2] c) => (float[2] y) { r = Relu (x)  y = Mul (r, a, b, c) }
+  }
+  expect { y = Sum (x, a, b, c) }
+end
+)";
+  for (const std::string body : {"t = Mul (r, a)  u = Mul (t, b)  y = Mul (u, c)", "t = Mul (a, r)  u = Mul (b, t)  y = Mul (c, u)",
+                                 "t = Mul (b, c)  u = Mul (a, t)  y = Mul (u, r)"}) {
+    const std::string model = "<ir_version: 8, opset_import: [\"\": 17]>\n"
+                              "g (float[2] x, float[2] a, float[2] b, float[2] c) => (float[2] y) { r = Relu (x)  " + body + " }";
+    const auto rewritten = rewrite_text(model, rules_from_text(rule));
+    EXPECT_EQ(count(rewritten.model, "Sum", ""), 1) << body;
+    EXPECT_EQ(count(rewritten.model, "Mul", ""), 0) << body;
+  }
+}
+
 TEST(Matching, NonConstantFactorDoesNotMatchAConstantConstraint) {
   const std::string model = R"(<ir_version: 8, opset_import: ["": 17]>
 g (float[2] x, float[1] s) => (float[2] y) <float one = {1.0}, float half = {0.5}> {

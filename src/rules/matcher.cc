@@ -290,8 +290,8 @@ class Matcher::Lookups {
 // a chain of GELU blocks has two Muls in each. Before a search (unless explaining why not), a
 // necessary condition is checked, looking upwards from the anchor a few levels: each pattern node
 // computing an input of a matched node needs a node of its op among those computing the graph
-// node's inputs, in whatever order the inputs bind. A Mul or Add tree's operands lie deeper when
-// a node of its op computes one of its inputs: the check then stops at its root.
+// node's inputs, in whatever order the inputs bind. For a pattern node of n factors (a tree of
+// Muls or Adds), the inputs are those of the nodes of its op a tree of n operands may reach.
 class Matcher::Prefilter {
  public:
   explicit Prefilter(const Scope& scope) : scope_(scope) {}
@@ -333,12 +333,8 @@ class Matcher::Prefilter {
   bool may_be(const Pattern& pattern, const Plan& plan, size_t index, const onnx::NodeProto& node, int position, int level) {
     const auto& wanted = plan.producers[index];
     if (wanted.empty() || level + 1 == kLevels) return true;
-    const auto& computing = computing_inputs(node, position, level);
     const PatternNode& here = pattern.nodes[index];
-    if (here.associative &&
-        std::any_of(computing.begin(), computing.end(), [&](const Scope::Producer* candidate) { return is_op(*candidate->node, here); })) {
-      return true;
-    }
+    const auto& computing = here.associative ? tree_inputs(position, here, level) : computing_inputs(node, position, level);
     return std::all_of(wanted.begin(), wanted.end(), [&](size_t producer) {
       return std::any_of(computing.begin(), computing.end(), [&](const Scope::Producer* candidate) {
         return is_op(*candidate->node, pattern.nodes[producer]) &&
@@ -361,10 +357,39 @@ class Matcher::Prefilter {
     return computing;
   }
 
+  // The nodes computing the operands a tree of `here`'s op rooted at `position` may have: what the
+  // nodes of that op it may reach read. A tree of n operands has n - 1 nodes, so a node of it is
+  // at most n - 2 producers of the op away from the root.
+  const std::vector<const Scope::Producer*>& tree_inputs(int position, const PatternNode& here, int level) {
+    auto& reached = reached_[static_cast<size_t>(level)];
+    reached.assign(1, position);
+    for (size_t depth = 0, from = 0; depth + 2 < here.inputs.size(); ++depth) {
+      const size_t to = reached.size();
+      for (; from < to; ++from) {
+        for (const Scope::ValueId value : scope_.reads_at(reached[from])) {
+          const auto* produced = scope_.producer(value);
+          if (produced && is_op(*produced->node, here) && std::find(reached.begin(), reached.end(), produced->position) == reached.end()) {
+            reached.push_back(produced->position);
+          }
+        }
+      }
+    }
+    auto& computing = trees_[static_cast<size_t>(level)];
+    computing.clear();
+    for (const int at : reached) {
+      for (const Scope::ValueId value : scope_.reads_at(at)) {
+        if (const auto* produced = scope_.producer(value)) computing.push_back(produced);
+      }
+    }
+    return computing;
+  }
+
   const Scope& scope_;
   std::unordered_map<const Pattern*, Plan> plans_;
   const onnx::NodeProto* anchor_ = nullptr;
   std::array<std::vector<const Scope::Producer*>, kLevels> by_level_;
+  std::array<std::vector<int>, kLevels> reached_;                   // tree_inputs' nodes, by position
+  std::array<std::vector<const Scope::Producer*>, kLevels> trees_;  // and what computes their inputs
 };
 
 namespace {
