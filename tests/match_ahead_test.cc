@@ -1,6 +1,8 @@
-// A big graph is matched on a second thread too, ahead of the round's walk (engine/match_ahead.h):
-// the rewrite must be the one the walk alone makes, byte for byte. Here every scope is matched
-// ahead (RewriteOptions::match_ahead_from = 0), whatever its size.
+// A big graph is matched on a second thread too, ahead of the round's walk (engine/match_ahead.h),
+// its names are collected on one while the first round indexes it, and a round's result is
+// checked on one while the next round starts: the rewrite must be the one a single thread makes,
+// byte for byte. Here every model gets the second thread (RewriteOptions::second_thread_from = 0),
+// whatever its size.
 #include <gtest/gtest.h>
 
 #include "onnx_rewrite/engine.h"
@@ -12,16 +14,16 @@ namespace {
 
 using namespace testing;
 
-RewriteOptions matched_ahead(RewriteOptions options) {
-  options.match_ahead_from = 0;
+RewriteOptions on_two_threads(RewriteOptions options) {
+  options.second_thread_from = 0;
   return options;
 }
 
-// Rewrites with and without matching ahead; both must give the same bytes and the same figures.
+// Rewrites on one thread and on two; both must give the same bytes and the same figures.
 Rewritten expect_the_same_rewrite(const onnx::ModelProto& model, const RuleSet& rules, const RewriteOptions& options,
                                   const std::string& what) {
   const Rewritten alone = rewrite_proto(model, rules, options);
-  const Rewritten ahead = rewrite_proto(model, rules, matched_ahead(options));
+  const Rewritten ahead = rewrite_proto(model, rules, on_two_threads(options));
   EXPECT_EQ(ahead.bytes, alone.bytes) << what;
   EXPECT_EQ(ahead.result.rounds, alone.result.rounds) << what;
   EXPECT_EQ(ahead.result.nodes_tried, alone.result.nodes_tried) << what;

@@ -178,6 +178,35 @@ g (float[2] x) => (float[2] y) {
   EXPECT_EQ(rewritten.model.opset_import(0).version(), 15);
 }
 
+// Names are collected while the first round indexes the graph, before the dead nodes go: a
+// name only a dead node had is free again for the replacement, as when names were collected
+// after the clean-up.
+TEST(Rounds, ANameOnlyADeadNodeHadIsFreeForTheReplacement) {
+  const auto rules = rules_from_text(std::string(kOneToAdd) + R"(
+rule canonicalize-sum-of-one
+  description: test
+  targets: onnx
+  pattern (x) => (y) { y = Sum (x) }
+  replace (x) => (y) { y = Identity (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] x) => (float[2] y) { y = Sum (x) }
+  }
+  expect { y = Identity (x) }
+end
+)");
+  auto model = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17, "test.customop": 1]>
+g (float[2] x, float[2] y) => (float[2] z) {
+  d = Relu (x)
+  z = test.customop.CustomOpOne (x, y)
+})");
+  model.mutable_graph()->mutable_node(0)->set_name("z/one/Add");  // the name rule one's Add asks for
+  const auto rewritten = rewrite_proto(model, rules);
+  EXPECT_EQ(rewritten.result.rules.at("canonicalize-unused-nodes").matches, 1);
+  ASSERT_EQ(rewritten.model.graph().node_size(), 1);
+  EXPECT_EQ(rewritten.model.graph().node(0).name(), "z/one/Add");
+}
+
 // For models importing test.other only.
 const std::string kDoubleNegation = R"(
 rule double-negation

@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <iterator>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -125,6 +128,57 @@ class ProgressLine {
   bool shown_ = false;
 };
 
+// The structural check of what a round committed, on a second thread while the next round
+// indexes and matches (which only read the model, as the check does). Whoever changes the model
+// next waits for it first.
+class RoundCheck {
+ public:
+  RoundCheck() = default;
+  RoundCheck(const RoundCheck&) = delete;
+  RoundCheck& operator=(const RoundCheck&) = delete;
+  ~RoundCheck() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // `rules`: those that fired in the round, named if the check finds a problem. `meanwhile`:
+  // on a second thread (else checked here).
+  void start(const onnx::ModelProto& model, std::set<std::string> rules, bool meanwhile) {
+    rules_ = std::move(rules);
+    started_ = true;
+    if (!meanwhile) {
+      problem_ = structural_problem(model);
+      return;
+    }
+    try {
+      thread_ = std::thread([this, &model] {
+        try {
+          problem_ = structural_problem(model);
+        } catch (...) {
+          failure_ = std::current_exception();
+        }
+      });
+    } catch (const std::system_error&) {  // no thread to be had: checked here
+      problem_ = structural_problem(model);
+    }
+  }
+
+  // Whether a check was started since the last call (and found nothing: else this throws).
+  bool finish() {
+    if (thread_.joinable()) thread_.join();
+    if (!std::exchange(started_, false)) return false;
+    if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
+    if (problem_) throw std::logic_error(fmt::format("rules {} left an invalid graph: {}", fmt::join(rules_, ", "), *problem_));
+    return true;
+  }
+
+ private:
+  std::thread thread_;
+  bool started_ = false;
+  std::set<std::string> rules_;
+  std::optional<std::string> problem_;
+  std::exception_ptr failure_;  // what the check threw
+};
+
 class Run {
  public:
   // `ordered`: whether structural_problem finds nothing in the model as it is now, if known.
@@ -140,15 +194,23 @@ class Run {
   // Returns why the requested opset can't be reached, if it can't.
   std::optional<std::string> execute() {
     if (!any_anchor()) return policy_.apply(rewriter_.created(), domains_before_);
+    // The names fresh ones must differ from are collected while the graph is indexed (a
+    // check that found the input in order leaves out what nodes read: it is defined anyway).
+    const bool known_in_order = ordered_.value_or(false);
+    if (known_in_order && big()) {
+      names_.reads_are_defined();
+      names_.start_collecting();
+    }
     if (canonicalizing_) remove_unused_nodes();
     // A model that was already inconsistent can't tell our mistakes from its own.
     verify_ = ordered_ ? *ordered_ : !structural_problem(model_.proto);
     rewriter_.set_ordered(verify_);
-    if (verify_) names_.reads_are_defined();
+    if (verify_ && !known_in_order) names_.reads_are_defined();  // nothing collected yet
     std::set<std::string> firing;
     std::map<std::string, int> last_fired;  // rule id -> round
     for (int round = 1;; ++round) {
       if (round > options_.max_rounds) {
+        settle();  // a problem the last round's check found comes first
         // Rules in a cycle take turns: name every rule that fired in the second half of the rounds.
         std::vector<std::string> cycling;
         for (const auto& [id, last] : last_fired) {
@@ -174,17 +236,15 @@ class Run {
       for (const auto& id : firing) last_fired[id] = round;
       if (!options_.explain.empty() || !rewriter_.pending_only_in(main)) worklist_.visit_all();
       for (const auto& scope : scopes) scope->forget_facts();  // the commit's tables take their place
+      settle();
       rewriter_.commit(scopes);
+      names_.model_changed();
       scopes_.clear();  // the round's indexes and shape facts are stale now: not held through the check
       model_.changed = true;
       result_.rounds = round;
-      if (verify_) {
-        if (auto problem = structural_problem(model_.proto)) {
-          throw std::logic_error(fmt::format("rules {} left an invalid graph: {}", fmt::join(firing, ", "), *problem));
-        }
-        nodes_checked_ = true;
-      }
+      if (verify_) round_check_.start(model_.proto, firing, big());
     }
+    settle();
     scopes_.clear();
     bypass_created_identities();
     return policy_.apply(rewriter_.created(), domains_before_);
@@ -205,10 +265,23 @@ class Run {
  private:
   // Dead nodes and Identity nodes would block the fusions whose values they read: the dead ones
   // go before the first round, Identities before every round (canonicalization writes some).
-  void remove_unused_nodes() { count_clean_up(kUnusedNodes, rewriter_.remove_unused(current_scopes())); }
+  void remove_unused_nodes() {
+    auto& scopes = current_scopes();
+    settle();
+    count_clean_up(kUnusedNodes, rewriter_.remove_unused(scopes));
+  }
   void bypass_identities() {
     if (!has_identity(model_.proto)) return;
+    settle();
     count_clean_up(kIdentities, rewriter_.bypass_identities(current_scopes(), [](const onnx::NodeProto&) { return true; }));
+  }
+  // Whether the model is big enough for work on a second thread.
+  bool big() const { return model_.proto.graph().node_size() >= options_.second_thread_from; }
+  // Waits for what reads the model on other threads meanwhile (the name collection, the last
+  // round's check, which throws what it found): before anything changes the model, and at the end.
+  void settle() {
+    names_.finish_collecting();
+    if (round_check_.finish()) nodes_checked_ = true;
   }
   // The scopes of the model as it is: indexing a big graph is worth doing once per change.
   std::vector<std::unique_ptr<Scope>>& current_scopes() {
@@ -218,6 +291,7 @@ class Run {
   void count_clean_up(const char* what, size_t removed) {
     if (removed == 0) return;
     scopes_.clear();  // stale
+    names_.model_changed();
     RuleStats& stats = result_.rules[what];
     stats.matches += static_cast<int>(removed);
     stats.nodes_removed += static_cast<int>(removed);
@@ -279,7 +353,7 @@ class Run {
     // Not for a graph that may hold a cycle (shape facts would depend on where a walk starts) nor
     // while explaining (the reasons come from the walk's own searches).
     std::optional<MatchAhead> ahead;
-    if (verify_ && options_.explain.empty() && scope.nodes().size() >= options_.match_ahead_from) ahead.emplace(scope, only, candidates_);
+    if (verify_ && options_.explain.empty() && scope.nodes().size() >= options_.second_thread_from) ahead.emplace(scope, only, candidates_);
     const ImportOwner owner = OpsetPolicy::owner_of(scope);
     int position = -1;  // the index's
     for (auto& node : scope.nodes()) {
@@ -546,6 +620,7 @@ class Run {
   bool verify_ = false;
   bool nodes_checked_ = false;
   int matches_ = 0;  // in all rounds, for the progress line
+  RoundCheck round_check_;  // of the last round that fired, while the next one starts
   ProgressLine progress_;
   bool canonicalizing_;  // canonicalization rules are active: dead nodes go first
 };

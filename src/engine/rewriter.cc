@@ -6,6 +6,7 @@
 #include <optional>
 #include <queue>
 #include <stdexcept>
+#include <system_error>
 #include <utility>
 
 #include "onnx_rewrite/opset.h"
@@ -175,8 +176,30 @@ void NameRegistry::add(size_t hash) {
   }
 }
 
+void NameRegistry::start_collecting() {
+  if (collected_ || collecting_.joinable()) return;
+  try {
+    collecting_ = std::thread([this] { collect(); });
+  } catch (const std::system_error&) {  // collected on first use
+  }
+}
+
+void NameRegistry::finish_collecting() {
+  if (collecting_.joinable()) collecting_.join();
+}
+
+void NameRegistry::model_changed() {
+  finish_collecting();
+  if (handed_out_) return;
+  collected_ = false;
+  slots_.clear();
+  count_ = 0;
+}
+
 std::string NameRegistry::fresh(const std::string& hint) {
+  finish_collecting();
   if (!collected_) collect();
+  handed_out_ = true;
   const size_t hint_hash = stored_hash(hint);
   std::string candidate = hint;
   size_t candidate_hash = hint_hash;

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -31,8 +32,19 @@ namespace onnx_rewrite {
 class NameRegistry {
  public:
   explicit NameRegistry(onnx::ModelProto& model) : model_(model) {}
+  ~NameRegistry() { finish_collecting(); }
+  NameRegistry(const NameRegistry&) = delete;
+  NameRegistry& operator=(const NameRegistry&) = delete;
   // `hint` itself if free, else `hint_1`, `hint_2`, ...
   std::string fresh(const std::string& hint);
+  // Collects the names on a second thread meanwhile (a big graph's take a tenth of a second),
+  // for the first fresh(), which waits for it: nothing may change the model until
+  // finish_collecting(). Without a thread to be had, they are collected on first use.
+  void start_collecting();
+  void finish_collecting();
+  // The model changed: names collected before any was handed out are collected again on first
+  // use, as they would have been (what went is not taken any more).
+  void model_changed();
   // Says that every value a node of the main graph, its subgraphs or a function reads is defined
   // there (structural_problem found nothing): the names they read are then among those collected
   // anyway, and are not collected again (half the names to hash on a big graph).
@@ -46,6 +58,8 @@ class NameRegistry {
   onnx::ModelProto& model_;
   bool reads_defined_ = false;
   bool collected_ = false;
+  bool handed_out_ = false;
+  std::thread collecting_;
   std::vector<size_t> slots_;         // hashes, kEmptySlot where none; a size that is a power of two
   size_t count_ = 0;
   FlatMap<size_t, int> next_suffix_;  // by the hint's hash: the last suffix tried

@@ -3,6 +3,7 @@
 #include <deque>
 #include <map>
 #include <unordered_set>
+#include <utility>
 
 #include "graph/flat_map.h"
 #include "graph/shape_inference.h"
@@ -418,15 +419,20 @@ Scope::Declared Scope::declared(std::string_view value) const {
 }
 
 std::vector<std::unique_ptr<Scope>> collect_scopes(Model& model) {
+  // Walked through const accessors: a mutable walk sets has-bits on its way, and the model may
+  // be read on another thread meanwhile (the engine checks a round's result while it indexes the
+  // next). Scopes hand out the graphs mutable: they are the model's own.
+  if (!model.proto.has_graph()) model.proto.mutable_graph();
   std::vector<std::unique_ptr<Scope>> scopes;
   std::unordered_map<const Place*, const Scope*> scope_at;  // the walk gives parents first
   for_each_graph(
-      model.proto,
-      [&](const GraphView<false>& view) {
+      std::as_const(model.proto),
+      [&](const GraphView<true>& view) {
         const Place& place = *view.place;
         const Scope* parent = place.parent() ? scope_at.at(place.parent()) : nullptr;
         const Scope::Kind kind = view.function ? Scope::Kind::kFunction : parent ? Scope::Kind::kSubgraph : Scope::Kind::kMainGraph;
-        scopes.push_back(std::make_unique<Scope>(kind, place.text(), model, parent, view.graph, view.function));
+        scopes.push_back(std::make_unique<Scope>(kind, place.text(), model, parent, const_cast<onnx::GraphProto*>(view.graph),
+                                                 const_cast<onnx::FunctionProto*>(view.function)));
         scope_at[&place] = scopes.back().get();
       },
       /*with_training=*/false);
