@@ -1,5 +1,7 @@
 // Shape inference (Scope::facts): what rules learn about values nothing declares. Each case is
 // checked against ONNX's rules for the op; wrong facts would make rules build wrong graphs.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "onnx_rewrite/model_io.h"
@@ -198,6 +200,68 @@ TEST(ScopeConstants, AnInitializerIsFoundAfterAnEarlierOneIsRemoved) {
   const onnx::TensorProto* b = main.scope().constant_tensor("b");
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->name(), "b");
+}
+
+// A big graph's reads are indexed on two threads (50,000 nodes and more): the index must be the
+// one a single pass gives. A chain of 60,000 Adds reading one initializer each, the graph input
+// every 1,000th, and a second graph input first read in the second half (where the initializer
+// is read first: its id must still come from the first half's reads).
+TEST(ScopeIndex, ABigGraphsReadsAreIndexedInNodeOrder) {
+  constexpr int kNodes = 60'000;
+  Model model;
+  model.proto.set_ir_version(8);
+  model.proto.add_opset_import()->set_version(17);
+  auto& graph = *model.proto.mutable_graph();
+  graph.add_input()->set_name("x");
+  graph.add_input()->set_name("z");
+  auto& w = *graph.add_initializer();
+  w.set_name("w");
+  w.set_data_type(onnx::TensorProto::FLOAT);
+  w.add_float_data(1);
+  std::string last = "x";
+  for (int i = 0; i < kNodes; ++i) {
+    auto& node = *graph.add_node();
+    node.set_op_type("Add");
+    node.add_input(last);
+    node.add_input(i == 45'000 ? "z" : i % 1000 == 7 ? "x" : "w");
+    last = "v" + std::to_string(i);
+    node.add_output(last);
+  }
+  graph.add_output()->set_name(last);
+  const auto scopes = collect_scopes(model);
+  const Scope& scope = *scopes.front();
+
+  // Names no node computes get ids after the nodes' outputs, in the order first read.
+  ASSERT_TRUE(scope.value_id("x") && scope.value_id("w") && scope.value_id("z"));
+  EXPECT_EQ(scope.value_id("x")->index, static_cast<uint32_t>(kNodes));
+  EXPECT_EQ(scope.value_id("w")->index, static_cast<uint32_t>(kNodes + 1));
+  EXPECT_EQ(scope.value_id("z")->index, static_cast<uint32_t>(kNodes + 2));
+  for (const int position : {0, 1, 29'999, 30'000, 45'000, kNodes - 1}) {
+    const auto reads = scope.reads_at(position);
+    ASSERT_EQ(reads.size(), 2u) << position;
+    EXPECT_EQ(scope.name(reads[0]), graph.node(position).input(0)) << position;
+    EXPECT_EQ(scope.name(reads[1]), graph.node(position).input(1)) << position;
+  }
+  // Uses in node order, across the two halves.
+  auto positions_of = [&](std::string_view value) {
+    std::vector<int> positions;
+    for (const Use& use : scope.uses(value)) {
+      EXPECT_EQ(use.node, &graph.node(use.position));
+      EXPECT_EQ(graph.node(use.position).input(use.input), value);
+      positions.push_back(use.position);
+    }
+    return positions;
+  };
+  std::vector<int> reading_x{0};  // the first Add reads x, as its first input
+  for (int i = 7; i < kNodes; i += 1000) reading_x.push_back(i);
+  EXPECT_EQ(positions_of("x"), reading_x);
+  const auto reading_w = positions_of("w");
+  EXPECT_EQ(reading_w.size(), static_cast<size_t>(kNodes - kNodes / 1000 - 1));
+  EXPECT_TRUE(std::is_sorted(reading_w.begin(), reading_w.end()));
+  EXPECT_EQ(positions_of("z"), std::vector<int>{45'000});
+  EXPECT_EQ(positions_of("v29999"), std::vector<int>{30'000});
+  ASSERT_NE(scope.producer("v29999"), nullptr);
+  EXPECT_EQ(scope.producer("v29999")->position, 29'999);
 }
 
 }  // namespace

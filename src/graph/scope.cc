@@ -1,7 +1,10 @@
 #include "onnx_rewrite/scope.h"
 
+#include <array>
 #include <deque>
 #include <map>
+#include <system_error>
+#include <thread>
 #include <unordered_set>
 #include <utility>
 
@@ -52,6 +55,8 @@ struct Scope::Index {
 
   void add_type(const onnx::ValueInfoProto& info);
   void build(const Scope& scope);
+  void index_reads(NodeList& nodes);
+  void index_reads_in_halves(NodeList& nodes);
 };
 bool is_constant_node(const onnx::NodeProto& node) {
   return node.op_type() == "Constant" && normalize_domain(node.domain()).empty();
@@ -130,6 +135,31 @@ void fetch_ahead(const NodeList& nodes, int position, bool inputs) {
   }
 }
 
+// Whether a node holds a graph (its subgraphs' reads are reads of the node).
+bool holds_a_graph(const onnx::NodeProto& node) {
+  for (const auto& attribute : node.attribute()) {
+    if (attribute.has_g() || attribute.graphs_size() > 0) return true;
+  }
+  return false;
+}
+
+// From this many nodes on, what the nodes read is indexed on two threads.
+constexpr size_t kReadsInHalvesFrom = 50'000;
+
+// Runs `second` on another thread while `first` runs here (both here, one after the other,
+// without a thread to be had).
+template <typename Second, typename First>
+void on_two_threads(Second&& second, First&& first) {
+  std::thread helper;
+  try {
+    helper = std::thread(second);
+  } catch (const std::system_error&) {
+    second();
+  }
+  first();
+  if (helper.joinable()) helper.join();
+}
+
 }  // namespace
 
 void Scope::Index::build(const Scope& scope) {
@@ -183,6 +213,7 @@ void Scope::Index::build(const Scope& scope) {
   int position = 0;
   written.reserve(count);
   writes_begin.reserve(count + 1);
+  bool any_subgraph = false;
   for (auto& node : nodes) {
     fetch_ahead(nodes, position, false);
     writes_begin.push_back(static_cast<uint32_t>(written.size()));
@@ -192,9 +223,32 @@ void Scope::Index::build(const Scope& scope) {
       values.at(entry).producer = {&node, i, position};
       written.push_back({entry});
     }
+    any_subgraph = any_subgraph || holds_a_graph(node);
     positions[&node] = position++;
   }
   writes_begin.push_back(static_cast<uint32_t>(written.size()));
+  if (count >= kReadsInHalvesFrom && !any_subgraph) index_reads_in_halves(nodes);
+  else index_reads(nodes);
+
+  output_values.resize(values.size());
+  for (const auto name : outputs) {
+    if (const uint32_t entry = values.entry_of(name); entry != values.npos) output_values[entry] = true;
+  }
+  if (graph) {
+    for (int i = 0; i < graph->initializer_size(); ++i) {
+      const uint32_t entry = values.entry_of(graph->initializer(i).name());
+      if (entry != values.npos) values.at(entry).initializer = static_cast<uint32_t>(i) + 1;
+    }
+    for (const auto& input : graph->input()) {
+      if (const uint32_t entry = values.entry_of(input.name()); entry != values.npos) values.at(entry).graph_input = true;
+    }
+  }
+}
+
+// What each node reads, and each value's uses, grouped by value: count, place, then fill in node
+// order.
+void Scope::Index::index_reads(NodeList& nodes) {
+  const size_t count = static_cast<size_t>(nodes.size());
   auto for_each_use = [&](auto&& visit) {
     int position = 0;
     for (auto& node : nodes) {
@@ -230,20 +284,86 @@ void Scope::Index::build(const Scope& scope) {
     Value& value = values.at(read[at++].index);
     uses[value.uses_begin + value.uses_count++] = use;
   });
+}
 
-  output_values.resize(values.size());
-  for (const auto name : outputs) {
-    if (const uint32_t entry = values.entry_of(name); entry != values.npos) output_values[entry] = true;
-  }
-  if (graph) {
-    for (int i = 0; i < graph->initializer_size(); ++i) {
-      const uint32_t entry = values.entry_of(graph->initializer(i).name());
-      if (entry != values.npos) values.at(entry).initializer = static_cast<uint32_t>(i) + 1;
+// The same for a big graph whose nodes hold no graphs, on two threads: each looks up what its
+// half of the nodes reads (the table of values is only read meanwhile) and later places its uses
+// after those the first half has of the same values. Names no node computes are added after the
+// lookups, in the order read, as index_reads adds them: the ids come out the same.
+void Scope::Index::index_reads_in_halves(NodeList& nodes) {
+  const int count = nodes.size();
+  struct Half {
+    int from = 0, to = 0;
+    std::vector<uint32_t> ids;                  // per read in node order: its entry (npos: not in the table yet)
+    std::vector<uint32_t> begins;               // per node: where its reads start in ids
+    std::vector<std::pair<int, int>> unknown;   // per npos in ids: the position and input reading it
+    std::vector<uint32_t> next;                 // per value: where the half's next use goes
+  };
+  std::array<Half, 2> halves;
+  halves[0].to = halves[1].from = count / 2;
+  halves[1].to = count;
+  auto look_up = [&](Half& half) {
+    half.begins.reserve(static_cast<size_t>(half.to - half.from));
+    half.ids.reserve(static_cast<size_t>(half.to - half.from) * 2);
+    for (int position = half.from; position < half.to; ++position) {
+      fetch_ahead(nodes, position, true);
+      const onnx::NodeProto& node = nodes.Get(position);
+      half.begins.push_back(static_cast<uint32_t>(half.ids.size()));
+      for (int i = 0; i < node.input_size(); ++i) {
+        if (node.input(i).empty()) continue;
+        const uint32_t entry = values.entry_of(node.input(i));
+        if (entry == values.npos) half.unknown.emplace_back(position, i);
+        half.ids.push_back(entry);
+      }
     }
-    for (const auto& input : graph->input()) {
-      if (const uint32_t entry = values.entry_of(input.name()); entry != values.npos) values.at(entry).graph_input = true;
+  };
+  on_two_threads([&] { look_up(halves[1]); }, [&] { look_up(halves[0]); });
+
+  for (Half& half : halves) {
+    auto unknown = half.unknown.begin();
+    for (uint32_t& id : half.ids) {
+      if (id != values.npos) continue;
+      const auto [position, input] = *unknown++;
+      id = values.index_of(nodes.Get(position).input(input));
     }
   }
+  read.reserve(halves[0].ids.size() + halves[1].ids.size());
+  reads_begin.reserve(static_cast<size_t>(count) + 1);
+  for (const Half& half : halves) {
+    const auto offset = static_cast<uint32_t>(read.size());
+    for (const uint32_t begin : half.begins) reads_begin.push_back(offset + begin);
+    for (const uint32_t id : half.ids) read.push_back({id});
+  }
+  reads_begin.push_back(static_cast<uint32_t>(read.size()));
+
+  // Uses grouped by value in node order: the first half's, then the second's.
+  std::array<std::vector<uint32_t>, 2> counted;
+  for (size_t h = 0; h < 2; ++h) {
+    counted[h].assign(values.size(), 0);
+    for (const uint32_t id : halves[h].ids) ++counted[h][id];
+  }
+  uint32_t next = 0;
+  halves[0].next.resize(values.size());
+  halves[1].next.resize(values.size());
+  for (uint32_t entry = 0; entry < values.size(); ++entry) {
+    Value& value = values.at(entry);
+    value.uses_begin = next;
+    value.uses_count = counted[0][entry] + counted[1][entry];
+    halves[0].next[entry] = next;
+    halves[1].next[entry] = next + counted[0][entry];
+    next += value.uses_count;
+  }
+  uses.resize(next);
+  auto place = [&](Half& half) {
+    size_t at = 0;
+    for (int position = half.from; position < half.to; ++position) {
+      onnx::NodeProto& node = *nodes.Mutable(position);
+      for (int i = 0; i < node.input_size(); ++i) {
+        if (!node.input(i).empty()) uses[half.next[half.ids[at++]]++] = Use{&node, i, position};
+      }
+    }
+  };
+  on_two_threads([&] { place(halves[1]); }, [&] { place(halves[0]); });
 }
 
 int Scope::opset(std::string_view domain) const {
