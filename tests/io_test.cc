@@ -74,6 +74,62 @@ TEST(Loading, WeightsStayInTheFileUntilSomethingNeedsThem) {
   EXPECT_EQ(decode_tensor(full)->numbers.back(), 0.25);
 }
 
+// The loader parses a graph in parts (its nodes apart, a big graph's in two halves at once): a
+// model that fails to parse is named as one parse of it would name it. Too deeply nested only if
+// nothing else is wrong with it; a corrupt node anywhere makes it "not valid".
+std::string parse_error(const std::string& bytes) {
+  try {
+    parse_model(bytes, "m.onnx");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A model of `nodes` Relus whose value_info declares a sequence type nested `depth` deep, as bytes;
+// `corrupt_node`: one more node field whose payload is no message (wire type 7).
+std::string nested_model(int nodes, int depth, bool corrupt_node) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(17);
+  auto& graph = *model.mutable_graph();
+  graph.add_input()->set_name("v0");
+  for (int i = 0; i < nodes; ++i) {
+    auto& node = *graph.add_node();
+    node.set_op_type("Relu");
+    node.add_input("v" + std::to_string(i));
+    node.add_output("v" + std::to_string(i + 1));
+  }
+  graph.add_output()->set_name("v" + std::to_string(nodes));
+  onnx::TypeProto* type = graph.add_value_info()->mutable_type();
+  graph.mutable_value_info(0)->set_name("v1");
+  for (int level = 0; level < depth; ++level) type = type->mutable_sequence_type()->mutable_elem_type();
+  type->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  std::string graph_bytes = graph.SerializeAsString();
+  if (corrupt_node) graph_bytes += std::string("\x0a\x01\x0f", 3);  // GraphProto.node, 1 byte: a field of wire type 7
+  model.clear_graph();
+  std::string bytes = model.SerializeAsString();
+  bytes += '\x3a';  // ModelProto.graph, length-delimited
+  for (size_t length = graph_bytes.size();; length >>= 7) {
+    if (length < 0x80) {
+      bytes += static_cast<char>(length);
+      break;
+    }
+    bytes += static_cast<char>((length & 0x7f) | 0x80);
+  }
+  return bytes + graph_bytes;
+}
+
+TEST(Loading, AFailureToParseIsNamedAsOneParseOfTheWholeModelWouldName) {
+  for (const int nodes : {3, 60'000}) {
+    const std::string what = std::to_string(nodes) + " nodes";
+    EXPECT_EQ(parse_error(nested_model(nodes, 10, false)), "") << what;
+    EXPECT_NE(parse_error(nested_model(nodes, 60, false)).find("nest deeper than the 100 levels"), std::string::npos) << what;
+    EXPECT_EQ(parse_error(nested_model(nodes, 10, true)), "not a valid ONNX model (protobuf parse failed)") << what;
+    EXPECT_EQ(parse_error(nested_model(nodes, 60, true)), "not a valid ONNX model (protobuf parse failed)") << what;
+  }
+}
+
 TEST(Writing, AnUnchangedModelIsWrittenBackByteForByte) {
   TempDir dir;
   const std::string bytes = serialize(rich_model());

@@ -196,8 +196,8 @@ class Run {
     if (!any_anchor()) return policy_.apply(rewriter_.created(), domains_before_);
     // The names fresh ones must differ from are collected while the graph is indexed (a
     // check that found the input in order leaves out what nodes read: it is defined anyway).
-    const bool known_in_order = ordered_.value_or(false);
-    if (known_in_order && big()) {
+    const bool collecting_early = ordered_.value_or(false) && big();
+    if (collecting_early) {
       names_.reads_are_defined();
       names_.start_collecting();
     }
@@ -205,12 +205,38 @@ class Run {
     // A model that was already inconsistent can't tell our mistakes from its own.
     verify_ = ordered_ ? *ordered_ : !structural_problem(model_.proto);
     rewriter_.set_ordered(verify_);
-    if (verify_ && !known_in_order) names_.reads_are_defined();  // nothing collected yet
+    if (verify_ && !collecting_early) names_.reads_are_defined();  // nothing collected yet
+    try {
+      rounds();
+    } catch (...) {
+      settle();  // a problem the last round's check found comes first (settle throws it)
+      throw;
+    }
+    settle();
+    scopes_.clear();
+    bypass_created_identities();
+    return policy_.apply(rewriter_.created(), domains_before_);
+  }
+
+  // Whether structural_problem was run after the last change to any node list (the later ones
+  // change only imports).
+  bool nodes_checked() const { return nodes_checked_; }
+
+  // Why rules that lower the ai.onnx opset left nodes as they were: worth saying when the opset
+  // was not reached (a node a rule later rewrote is not listed).
+  std::vector<std::string> lowering_declines() const {
+    std::vector<std::string> notes;
+    for (const auto& [node, why] : lowering_declines_) notes.push_back(fmt::format("{} left node '{}' as it was: {}", why.first, node, why.second));
+    return notes;
+  }
+
+ private:
+  // Rounds to a fixed point.
+  void rounds() {
     std::set<std::string> firing;
     std::map<std::string, int> last_fired;  // rule id -> round
     for (int round = 1;; ++round) {
       if (round > options_.max_rounds) {
-        settle();  // a problem the last round's check found comes first
         // Rules in a cycle take turns: name every rule that fired in the second half of the rounds.
         std::vector<std::string> cycling;
         for (const auto& [id, last] : last_fired) {
@@ -242,27 +268,13 @@ class Run {
       scopes_.clear();  // the round's indexes and shape facts are stale now: not held through the check
       model_.changed = true;
       result_.rounds = round;
-      if (verify_) round_check_.start(model_.proto, firing, big());
+      if (verify_) {
+        round_check_.start(model_.proto, firing, big());
+        if (!big()) settle();  // checked on this thread: a problem is thrown at once
+      }
     }
-    settle();
-    scopes_.clear();
-    bypass_created_identities();
-    return policy_.apply(rewriter_.created(), domains_before_);
   }
 
-  // Whether structural_problem was run after the last change to any node list (the later ones
-  // change only imports).
-  bool nodes_checked() const { return nodes_checked_; }
-
-  // Why rules that lower the ai.onnx opset left nodes as they were: worth saying when the opset
-  // was not reached (a node a rule later rewrote is not listed).
-  std::vector<std::string> lowering_declines() const {
-    std::vector<std::string> notes;
-    for (const auto& [node, why] : lowering_declines_) notes.push_back(fmt::format("{} left node '{}' as it was: {}", why.first, node, why.second));
-    return notes;
-  }
-
- private:
   // Dead nodes and Identity nodes would block the fusions whose values they read: the dead ones
   // go before the first round, Identities before every round (canonicalization writes some).
   void remove_unused_nodes() {
@@ -388,7 +400,7 @@ class Run {
   const std::vector<Candidate>& viable(ImportOwner owner, const std::vector<Candidate>& candidates) {
     auto [it, fresh] = viable_.try_emplace({owner, &candidates});
     if (fresh) {
-      const ImportMap imports = import_map(imports_of(model_.proto, owner));  // as Scope::opset reads them
+      const ImportMap imports = import_map(imports_of(std::as_const(model_.proto), owner));  // as Scope::opset reads them
       auto imported = [&](const VersionRange& range) {
         auto found = imports.find(range.domain);
         return range.contains(found == imports.end() ? 0 : static_cast<int>(found->second));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <system_error>
+#include <utility>
 
 namespace onnx_rewrite {
 
@@ -47,9 +48,9 @@ void MatchAhead::release_below(int position) {
 
 void MatchAhead::run() {
   static const NodeSet kNothingClaimed;
-  Matcher matcher(scope_, kNothingClaimed, Scope::Reader::kAhead);
   int position = 0;
   try {
+    Matcher matcher(scope_, kNothingClaimed, Scope::Reader::kAhead);
     for (; position < count_; ++position) {
       if (position % kBatch == 0) {
         matched_below_.store(position, std::memory_order_release);

@@ -179,13 +179,25 @@ void NameRegistry::add(size_t hash) {
 void NameRegistry::start_collecting() {
   if (collected_ || collecting_.joinable()) return;
   try {
-    collecting_ = std::thread([this] { collect(); });
+    collecting_ = std::thread([this] {
+      try {
+        collect();
+      } catch (...) {  // out of memory: collected again on first use, where a failure is reported
+        collect_failed_ = true;
+      }
+    });
   } catch (const std::system_error&) {  // collected on first use
   }
 }
 
 void NameRegistry::finish_collecting() {
-  if (collecting_.joinable()) collecting_.join();
+  if (!collecting_.joinable()) return;
+  collecting_.join();
+  if (std::exchange(collect_failed_, false)) {
+    collected_ = false;
+    slots_ = {};
+    count_ = 0;
+  }
 }
 
 void NameRegistry::model_changed() {

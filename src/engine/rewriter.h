@@ -60,6 +60,7 @@ class NameRegistry {
   bool collected_ = false;
   bool handed_out_ = false;
   std::thread collecting_;
+  bool collect_failed_ = false;  // on that thread
   std::vector<size_t> slots_;         // hashes, kEmptySlot where none; a size that is a power of two
   size_t count_ = 0;
   FlatMap<size_t, int> next_suffix_;  // by the hint's hash: the last suffix tried

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <deque>
+#include <exception>
 #include <map>
 #include <system_error>
 #include <thread>
@@ -103,7 +104,11 @@ Scope::Scope(Kind kind, std::string where, const Model& model, const Scope* pare
   index_->build(*this);
 }
 
-NodeList& Scope::nodes() const { return graph_ ? *graph_->mutable_node() : *function_->mutable_node(); }
+// Through const accessors: the list is read on two threads at times (a mutable accessor may mark
+// the message as it goes).
+NodeList& Scope::nodes() const {
+  return const_cast<NodeList&>(graph_ ? std::as_const(*graph_).node() : std::as_const(*function_).node());
+}
 
 void Scope::Index::add_type(const onnx::ValueInfoProto& info) {
   if (!info.type().has_tensor_type()) return;
@@ -147,17 +152,30 @@ bool holds_a_graph(const onnx::NodeProto& node) {
 constexpr size_t kReadsInHalvesFrom = 50'000;
 
 // Runs `second` on another thread while `first` runs here (both here, one after the other,
-// without a thread to be had).
+// without a thread to be had); what either throws comes out here, once both are done.
 template <typename Second, typename First>
 void on_two_threads(Second&& second, First&& first) {
+  std::exception_ptr failed;
   std::thread helper;
   try {
-    helper = std::thread(second);
+    helper = std::thread([&] {
+      try {
+        second();
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    });
   } catch (const std::system_error&) {
     second();
   }
-  first();
+  try {
+    first();
+  } catch (...) {
+    if (helper.joinable()) helper.join();
+    throw;
+  }
   if (helper.joinable()) helper.join();
+  if (failed) std::rethrow_exception(failed);
 }
 
 }  // namespace

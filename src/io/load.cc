@@ -5,6 +5,7 @@
 // field in the source, so that no weight is decoded or copied at load time.
 #include "onnx_rewrite/model_io.h"
 
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -65,18 +66,12 @@ void scan_graph(const SourceBytes& source, const wire::Field& graph_field, std::
   }
 }
 
-}  // namespace
-
 // Protobuf parses messages nested at most 100 deep (as ONNX Runtime does): graphs inside nodes
 // inside graphs reach that at about 33 levels of If/Loop bodies. Such a model is refused, named
 // as what it is rather than as damage.
-void parse_part(google::protobuf::Message& message, const std::string& bytes, const std::string& name) {
-  if (message.ParsePartialFromString(bytes)) return;
+[[noreturn]] void refuse_unparsed(const std::string& name, bool too_deep) {
   constexpr int kDefaultLimit = 100;
-  google::protobuf::io::CodedInputStream deeper(reinterpret_cast<const uint8_t*>(bytes.data()), static_cast<int>(bytes.size()));
-  deeper.SetRecursionLimit(1000);
-  message.Clear();
-  if (message.ParsePartialFromCodedStream(&deeper) && deeper.ConsumedEntireMessage()) {
+  if (too_deep) {
     throw InputError(name, fmt::format("its messages nest deeper than the {} levels protobuf parses (subgraphs nested about {} "
                                        "deep), which ONNX Runtime refuses too",
                                        kDefaultLimit, kDefaultLimit / 3));
@@ -84,44 +79,71 @@ void parse_part(google::protobuf::Message& message, const std::string& bytes, co
   throw InputError(name, "not a valid ONNX model (protobuf parse failed)");
 }
 
-namespace {
+// Whether bytes that failed to parse parse with a deeper limit (the message is left cleared or
+// half parsed).
+bool parses_deeper(google::protobuf::Message& message, const std::string& bytes) {
+  google::protobuf::io::CodedInputStream deeper(reinterpret_cast<const uint8_t*>(bytes.data()), static_cast<int>(bytes.size()));
+  deeper.SetRecursionLimit(1000);
+  message.Clear();
+  return message.ParsePartialFromCodedStream(&deeper) && deeper.ConsumedEntireMessage();
+}
+
+void parse_part(google::protobuf::Message& message, const std::string& bytes, const std::string& name) {
+  if (!message.ParsePartialFromString(bytes)) refuse_unparsed(name, parses_deeper(message, bytes));
+}
 
 // From this many nodes on, the second half of a graph's nodes is parsed on a second thread:
 // parsing the nodes is most of loading a big graph.
 constexpr size_t kNodesParsedInHalves = 50'000;
 
-// Parses the graph's node fields (`nodes`: where they lie in `source`, in order) into its node
-// list. Node fields alone are a GraphProto's serialization, parsed as the graph's would be.
-void parse_nodes(onnx::GraphProto& graph, const SourceBytes& source, const std::vector<FileRange>& nodes, const std::string& name) {
+// Parses the graph: its fields but the nodes (`rest`), then its node fields (`nodes`: where they
+// lie in `source`, in order), which alone are a GraphProto's serialization, nested as the graph's
+// own. A failure is named as one parse of the whole graph would name it: too deeply nested only
+// if every part that failed parses with a deeper limit.
+void parse_graph(onnx::GraphProto& graph, const std::string& rest, const SourceBytes& source, const std::vector<FileRange>& nodes,
+                 const std::string& name) {
   auto bytes_of = [&](size_t from, size_t to) {
     std::string bytes;
     for (size_t i = from; i < to; ++i) bytes.append(reinterpret_cast<const char*>(source.data()) + nodes[i].begin, nodes[i].size());
     return bytes;
   };
   const size_t half = nodes.size() >= kNodesParsedInHalves ? nodes.size() / 2 : nodes.size();
-  onnx::GraphProto first, second;
+  const std::string first_bytes = bytes_of(0, half);
   const std::string second_bytes = bytes_of(half, nodes.size());
-  bool second_parsed = false;
+  onnx::GraphProto first, second;
+  std::optional<bool> second_parsed;  // nullopt: not parsed (yet)
   std::thread helper;
   if (!second_bytes.empty()) {
     try {
-      helper = std::thread([&] { second_parsed = second.ParsePartialFromString(second_bytes); });
+      helper = std::thread([&] {
+        try {
+          second_parsed = second.ParsePartialFromString(second_bytes);
+        } catch (...) {  // out of memory: parsed again below, where a failure is reported
+          second_parsed.reset();
+        }
+      });
     } catch (const std::system_error&) {  // no thread to be had (a busy batch at its limit): parsed below
     }
   }
+  bool rest_parsed = false, first_parsed = false;
   try {
-    parse_part(first, bytes_of(0, half), name);
+    rest_parsed = graph.ParsePartialFromString(rest);
+    first_parsed = first.ParsePartialFromString(first_bytes);
   } catch (...) {
     if (helper.joinable()) helper.join();
     throw;
   }
   if (helper.joinable()) helper.join();
-  if (!second_parsed && !second_bytes.empty()) parse_part(second, second_bytes, name);  // throws what a failure means
+  if (!second_parsed) second_parsed = second.ParsePartialFromString(second_bytes);
+  if (!rest_parsed || !first_parsed || !*second_parsed) {
+    refuse_unparsed(name, (rest_parsed || parses_deeper(graph, rest)) && (first_parsed || parses_deeper(first, first_bytes)) &&
+                              (*second_parsed || parses_deeper(second, second_bytes)));
+  }
   auto& list = *graph.mutable_node();
   list.Swap(first.mutable_node());
-  auto& rest = *second.mutable_node();
-  std::vector<onnx::NodeProto*> taken(static_cast<size_t>(rest.size()));
-  rest.ExtractSubrange(0, rest.size(), taken.data());
+  auto& more = *second.mutable_node();
+  std::vector<onnx::NodeProto*> taken(static_cast<size_t>(more.size()));
+  more.ExtractSubrange(0, more.size(), taken.data());
   list.Reserve(list.size() + static_cast<int>(taken.size()));
   for (auto* node : taken) list.AddAllocated(node);
 }
@@ -155,8 +177,7 @@ Model parse_source(std::shared_ptr<const SourceBytes> source, const std::string&
   // present but unmarked (a copy of the model, or a serialization of it, would drop it).
   parse_part(model.proto, model_rest, name);
   auto* graph = model.proto.mutable_graph();
-  parse_part(*graph, graph_rest, name);
-  parse_nodes(*graph, *source, nodes, name);
+  parse_graph(*graph, graph_rest, *source, nodes, name);
   if (!has_graph) throw InputError(name, "not an ONNX model: it has no graph");
   if (!model.proto.has_ir_version() || model.proto.ir_version() <= 0) {
     throw InputError(name, "not an ONNX model: it has no ir_version");
