@@ -30,9 +30,10 @@ struct RewriteOptions {
   std::ostream* progress_out = nullptr;  // a terminal: a line of rounds and matches once a model takes over a second
   int record_matches = 0;                // per rule, keep the first N matches' nodes (--html)
   std::optional<int64_t> ir_version;     // --ir-version: write this IR version, if the model allows
-  // A model whose main graph has this many nodes gets work done on a second thread: matching
-  // ahead of each round's walk (engine/match_ahead.h), collecting names, checking a round's
-  // result while the next starts. A smaller one is done before a thread would have started.
+  // Work on a second thread for graphs of this many nodes: matching ahead of each round's walk
+  // in such a graph (main graph, subgraph or function body: engine/match_ahead.h); collecting
+  // names and checking a round's result while the next starts, when the main graph is that big.
+  // A smaller one is done before a thread would have started.
   int second_thread_from = 50'000;
 };
 

@@ -474,7 +474,7 @@ class Run {
     if (candidate.rank >= ahead.searched) return false;
     auto found = std::find_if(ahead.found.begin(), ahead.found.end(), [&](const MatchAhead::Found& entry) { return entry.pattern == candidate.pattern; });
     if (found == ahead.found.end()) return true;  // no match
-    if (!found->match) return false;        // the search failed on the facts
+    if (!found->match) return false;              // the search failed on the facts
     const NodeSet& claimed = rewriter_.replaced_in(scope);
     const auto& covered = found->match->nodes;
     if (std::any_of(covered.begin(), covered.end(), [&](const onnx::NodeProto* node) { return claimed.contains(node); })) return false;

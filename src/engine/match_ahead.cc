@@ -1,6 +1,5 @@
 #include "engine/match_ahead.h"
 
-#include <algorithm>
 #include <limits>
 #include <system_error>
 #include <utility>
@@ -83,7 +82,6 @@ void MatchAhead::search(int position, Matcher& matcher) {
   if (candidates == candidates_.end()) return;
   for (const auto& candidate : candidates->second) {
     ++answers.searched;
-    if (!fits(*candidate.pattern)) continue;  // the walk doesn't try it
     bool on_facts = false;
     auto match = matcher.match(*candidate.rule, *candidate.pattern, node, position, nullptr, &on_facts);
     if (!match && !on_facts) continue;
@@ -91,15 +89,6 @@ void MatchAhead::search(int position, Matcher& matcher) {
     answers.found.push_back({candidate.pattern, std::move(match)});
     if (matched) return;
   }
-}
-
-bool MatchAhead::fits(const Pattern& pattern) {
-  auto [it, fresh] = fits_.try_emplace(&pattern);
-  if (fresh) {
-    it->second = std::all_of(pattern.opsets.begin(), pattern.opsets.end(),
-                             [&](const VersionRange& range) { return range.contains(scope_.opset(range.domain)); });
-  }
-  return it->second;
 }
 
 }  // namespace onnx_rewrite

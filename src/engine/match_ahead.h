@@ -1,13 +1,14 @@
 // Matching a big scope on a second core, a bounded distance ahead of the round's walk. The walk
 // matches, then builds and records each replacement; on a big graph the matching is about half
-// of that. The thread here tries every candidate pattern at each node as if the round had
-// claimed nothing yet, and the walk takes its answers where claims can't change them: a claim
-// only rules bindings out, so no match stays no match, and a match covering no claimed node is
-// the one the walk's own search would find first (the search tries the same bindings in the same
-// order, and those before it failed without claims). Where claims may change the answer (the
-// match covers a claimed node) or the search failed on the shape facts (whether it did depends
-// on how far it got), the walk searches again itself. Matching here changes nothing: the thread
-// reads the round's index and protos, and its own facts and decoded constants (Scope::Reader).
+// of that. The thread here tries the candidate patterns at each node, up to the first that
+// matches, as if the round had claimed nothing yet, and the walk takes its answers where claims
+// can't change them: a claim only rules bindings out, so no match stays no match, and a match
+// covering no claimed node is the one the walk's own search would find first (the search tries
+// the same bindings in the same order, and those before it failed without claims). Where claims
+// may change the answer (the match covers a claimed node) or the search failed on the shape
+// facts (whether it did depends on how far it got), the walk searches again itself. Matching
+// here changes nothing: the thread reads the round's index and protos, and its own facts and
+// decoded constants (Scope::Reader).
 #pragma once
 
 #include <atomic>
@@ -48,7 +49,7 @@ class MatchAhead {
     size_t searched = 0;  // the candidates searched: those of a lower rank
   };
 
-  // Starts matching the nodes of `scope` (those in `only`, if given) against every candidate of
+  // Starts matching the nodes of `scope` (those in `only`, if given) against the candidates of
   // their op. Everything given must stay unchanged until this is destroyed.
   MatchAhead(const Scope& scope, const NodeSet* only, const CandidateIndex& candidates);
   ~MatchAhead();  // stops the thread
@@ -68,7 +69,6 @@ class MatchAhead {
 
   void run();
   void search(int position, Matcher& matcher);  // fills the slot of `position`
-  bool fits(const Pattern& pattern);
   void release_below(int position);             // the walk is done with the positions below
 
   const Scope& scope_;
@@ -76,7 +76,6 @@ class MatchAhead {
   const CandidateIndex& candidates_;
   const int count_;
   std::vector<Answers> slots_;             // by position modulo kLead
-  std::unordered_map<const Pattern*, bool> fits_;  // whether the scope imports what a pattern is for
   std::atomic<int> matched_below_{0};      // the thread has filled the slots of every position below
   std::atomic<int> released_below_{0};     // the walk is done with every position below
   std::atomic<int> failed_from_{-1};       // the first position the thread could not match, if any

@@ -193,18 +193,17 @@ void NameRegistry::start_collecting() {
 void NameRegistry::finish_collecting() {
   if (!collecting_.joinable()) return;
   collecting_.join();
-  if (std::exchange(collect_failed_, false)) {
-    collected_ = false;
-    slots_ = {};
-    count_ = 0;
-  }
+  if (std::exchange(collect_failed_, false)) forget();
 }
 
 void NameRegistry::model_changed() {
   finish_collecting();
-  if (handed_out_) return;
+  if (!handed_out_) forget();
+}
+
+void NameRegistry::forget() {
   collected_ = false;
-  slots_.clear();
+  slots_ = {};
   count_ = 0;
 }
 

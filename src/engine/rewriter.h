@@ -52,6 +52,7 @@ class NameRegistry {
 
  private:
   void collect();
+  void forget();  // what collect() found: collected again on first use
   bool taken(size_t hash) const;  // of a name
   void add(size_t hash);          // grows the set to keep it at most three quarters full
 

@@ -2,15 +2,13 @@
 
 #include <array>
 #include <deque>
-#include <exception>
 #include <map>
-#include <system_error>
-#include <thread>
 #include <unordered_set>
 #include <utility>
 
 #include "graph/flat_map.h"
 #include "graph/shape_inference.h"
+#include "graph/two_threads.h"
 #include "graph/walk.h"
 #include "onnx_rewrite/opset.h"
 
@@ -150,33 +148,6 @@ bool holds_a_graph(const onnx::NodeProto& node) {
 
 // From this many nodes on, what the nodes read is indexed on two threads.
 constexpr size_t kReadsInHalvesFrom = 50'000;
-
-// Runs `second` on another thread while `first` runs here (both here, one after the other,
-// without a thread to be had); what either throws comes out here, once both are done.
-template <typename Second, typename First>
-void on_two_threads(Second&& second, First&& first) {
-  std::exception_ptr failed;
-  std::thread helper;
-  try {
-    helper = std::thread([&] {
-      try {
-        second();
-      } catch (...) {
-        failed = std::current_exception();
-      }
-    });
-  } catch (const std::system_error&) {
-    second();
-  }
-  try {
-    first();
-  } catch (...) {
-    if (helper.joinable()) helper.join();
-    throw;
-  }
-  if (helper.joinable()) helper.join();
-  if (failed) std::rethrow_exception(failed);
-}
 
 }  // namespace
 

@@ -5,10 +5,7 @@
 // field in the source, so that no weight is decoded or copied at load time.
 #include "onnx_rewrite/model_io.h"
 
-#include <optional>
 #include <string>
-#include <system_error>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -16,6 +13,7 @@
 #include <google/protobuf/io/coded_stream.h>
 
 #include "onnx_rewrite/error.h"
+#include "graph/two_threads.h"
 #include "io/external_data.h"
 #include "io/wire.h"
 
@@ -41,7 +39,7 @@ bool is_tensor_payload(uint32_t field_number) {
 }
 
 // Splits the graph field: initializers become headers whose payload stays in `source`, nodes
-// are parsed apart (parse_nodes), everything else is collected for a regular parse.
+// are parsed apart (parse_graph), everything else is collected for a regular parse.
 void scan_graph(const SourceBytes& source, const wire::Field& graph_field, std::string& graph_rest,
                 std::vector<FileRange>& nodes, std::vector<std::pair<std::string, FileRange>>& initializers) {
   wire::FieldReader reader(source.data(), graph_field.payload_begin, graph_field.end);
@@ -111,33 +109,19 @@ void parse_graph(onnx::GraphProto& graph, const std::string& rest, const SourceB
   const std::string first_bytes = bytes_of(0, half);
   const std::string second_bytes = bytes_of(half, nodes.size());
   onnx::GraphProto first, second;
-  std::optional<bool> second_parsed;  // nullopt: not parsed (yet)
-  std::thread helper;
-  if (!second_bytes.empty()) {
-    try {
-      helper = std::thread([&] {
-        try {
-          second_parsed = second.ParsePartialFromString(second_bytes);
-        } catch (...) {  // out of memory: parsed again below, where a failure is reported
-          second_parsed.reset();
-        }
-      });
-    } catch (const std::system_error&) {  // no thread to be had (a busy batch at its limit): parsed below
-    }
-  }
-  bool rest_parsed = false, first_parsed = false;
-  try {
+  bool rest_parsed = false, first_parsed = false, second_parsed = true;
+  auto parse_first = [&] {
     rest_parsed = graph.ParsePartialFromString(rest);
     first_parsed = first.ParsePartialFromString(first_bytes);
-  } catch (...) {
-    if (helper.joinable()) helper.join();
-    throw;
+  };
+  if (second_bytes.empty()) {
+    parse_first();
+  } else {
+    on_two_threads([&] { second_parsed = second.ParsePartialFromString(second_bytes); }, parse_first);
   }
-  if (helper.joinable()) helper.join();
-  if (!second_parsed) second_parsed = second.ParsePartialFromString(second_bytes);
-  if (!rest_parsed || !first_parsed || !*second_parsed) {
+  if (!rest_parsed || !first_parsed || !second_parsed) {
     refuse_unparsed(name, (rest_parsed || parses_deeper(graph, rest)) && (first_parsed || parses_deeper(first, first_bytes)) &&
-                              (*second_parsed || parses_deeper(second, second_bytes)));
+                              (second_parsed || parses_deeper(second, second_bytes)));
   }
   auto& list = *graph.mutable_node();
   list.Swap(first.mutable_node());

@@ -292,12 +292,14 @@ class Matcher::Lookups {
 // computing an input of a matched node needs a node of its op among those computing the graph
 // node's inputs, in whatever order the inputs bind. For a pattern node of n factors (a tree of
 // Muls or Adds), the inputs are those of the nodes of its op a tree of n operands may reach.
+// Before that, the scope must import what the pattern is for (the search says why not).
 class Matcher::Prefilter {
  public:
   explicit Prefilter(const Scope& scope) : scope_(scope) {}
 
   bool may_match(const Pattern& pattern, const onnx::NodeProto& node, int position) {
     const Plan& plan = plan_of(pattern);
+    if (!plan.imported) return false;
     return plan.any_wanted ? may_be(pattern, plan, pattern.order.front(), node, position, 0) : true;
   }
 
@@ -307,6 +309,7 @@ class Matcher::Prefilter {
   struct Plan {
     std::vector<std::vector<size_t>> producers;  // by pattern node: the pattern nodes computing its inputs
     bool any_wanted = false;
+    bool imported = true;  // the scope imports versions the pattern is for
   };
 
   const Plan& plan_of(const Pattern& pattern) {
@@ -326,6 +329,8 @@ class Matcher::Prefilter {
       }
     }
     plan.any_wanted = !plan.producers[pattern.order.front()].empty();
+    plan.imported = std::all_of(pattern.opsets.begin(), pattern.opsets.end(),
+                                [&](const VersionRange& range) { return range.contains(scope_.opset(range.domain)); });
     return plan;
   }
 
