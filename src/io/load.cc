@@ -5,7 +5,9 @@
 // field in the source, so that no weight is decoded or copied at load time.
 #include "onnx_rewrite/model_io.h"
 
+#include <climits>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -79,16 +81,45 @@ void scan_graph(const SourceBytes& source, const wire::Field& graph_field, std::
 
 // Whether bytes that failed to parse parse with a deeper limit (the message is left cleared or
 // half parsed).
-bool parses_deeper(google::protobuf::Message& message, const std::string& bytes) {
+bool parses_deeper(google::protobuf::Message& message, std::string_view bytes) {
+  if (bytes.size() > INT_MAX) return false;
   google::protobuf::io::CodedInputStream deeper(reinterpret_cast<const uint8_t*>(bytes.data()), static_cast<int>(bytes.size()));
   deeper.SetRecursionLimit(1000);
   message.Clear();
   return message.ParsePartialFromCodedStream(&deeper) && deeper.ConsumedEntireMessage();
 }
 
-void parse_part(google::protobuf::Message& message, const std::string& bytes, const std::string& name) {
-  if (!message.ParsePartialFromString(bytes)) refuse_unparsed(name, parses_deeper(message, bytes));
+// Protobuf's own parse, which refuses 2 GiB and more as it does from a string.
+bool parse_bytes(google::protobuf::Message& message, std::string_view bytes) {
+  return bytes.size() <= INT_MAX && message.ParsePartialFromArray(bytes.data(), static_cast<int>(bytes.size()));
 }
+
+void parse_part(google::protobuf::Message& message, const std::string& bytes, const std::string& name) {
+  if (!parse_bytes(message, bytes)) refuse_unparsed(name, parses_deeper(message, bytes));
+}
+
+// The serialization of nodes [from, to) of `nodes`: where they lie side by side in the source, as
+// exporters write them, the source's own bytes (a model's weights are often Constant nodes, which
+// a copy would read and write once more); else a copy of them, in order.
+class NodeBytes {
+ public:
+  NodeBytes(const SourceBytes& source, const std::vector<FileRange>& nodes, size_t from, size_t to) {
+    if (from == to) return;
+    const char* data = reinterpret_cast<const char*>(source.data());
+    bool adjacent = true;
+    for (size_t i = from + 1; i < to && adjacent; ++i) adjacent = nodes[i - 1].end == nodes[i].begin;
+    if (adjacent) {
+      in_source_ = {data + nodes[from].begin, nodes[to - 1].end - nodes[from].begin};
+      return;
+    }
+    for (size_t i = from; i < to; ++i) copy_.append(data + nodes[i].begin, nodes[i].size());
+  }
+  std::string_view bytes() const { return copy_.empty() ? in_source_ : std::string_view(copy_); }
+
+ private:
+  std::string_view in_source_;
+  std::string copy_;
+};
 
 // From this many nodes on, the second half of a graph's nodes is parsed on a second thread:
 // parsing the nodes is most of loading a big graph.
@@ -100,24 +131,21 @@ constexpr size_t kNodesParsedInHalves = 50'000;
 // if every part that failed parses with a deeper limit.
 void parse_graph(onnx::GraphProto& graph, const std::string& rest, const SourceBytes& source, const std::vector<FileRange>& nodes,
                  const std::string& name) {
-  auto bytes_of = [&](size_t from, size_t to) {
-    std::string bytes;
-    for (size_t i = from; i < to; ++i) bytes.append(reinterpret_cast<const char*>(source.data()) + nodes[i].begin, nodes[i].size());
-    return bytes;
-  };
   const size_t half = nodes.size() >= kNodesParsedInHalves ? nodes.size() / 2 : nodes.size();
-  const std::string first_bytes = bytes_of(0, half);
-  const std::string second_bytes = bytes_of(half, nodes.size());
+  const NodeBytes first_nodes(source, nodes, 0, half);
+  const NodeBytes second_nodes(source, nodes, half, nodes.size());
+  const std::string_view first_bytes = first_nodes.bytes();
+  const std::string_view second_bytes = second_nodes.bytes();
   onnx::GraphProto first, second;
   bool rest_parsed = false, first_parsed = false, second_parsed = true;
   auto parse_first = [&] {
-    rest_parsed = graph.ParsePartialFromString(rest);
-    first_parsed = first.ParsePartialFromString(first_bytes);
+    rest_parsed = parse_bytes(graph, rest);
+    first_parsed = parse_bytes(first, first_bytes);
   };
   if (second_bytes.empty()) {
     parse_first();
   } else {
-    on_two_threads([&] { second_parsed = second.ParsePartialFromString(second_bytes); }, parse_first);
+    on_two_threads([&] { second_parsed = parse_bytes(second, second_bytes); }, parse_first);
   }
   if (!rest_parsed || !first_parsed || !second_parsed) {
     refuse_unparsed(name, (rest_parsed || parses_deeper(graph, rest)) && (first_parsed || parses_deeper(first, first_bytes)) &&

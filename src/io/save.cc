@@ -108,10 +108,17 @@ void serialize_pieces(const Model& model, size_t chunk, Emit&& emit) {
   emit(Piece::own(model_rest.substr(0, graph_at)));
   emit(Piece::own(wire::len_header(wire::kModelGraph, nodes_size + graph_rest.size() + initializers_size)));
   std::string bytes;
+  size_t left = nodes_size;  // of the node fields not yet emitted
   for (const auto& node : graph.node()) {
     const size_t size = static_cast<size_t>(node.GetCachedSize());
     const std::string header = node_header(size);
-    if (!bytes.empty() && bytes.size() + header.size() + size > chunk) emit(Piece::own(std::exchange(bytes, {})));
+    if (!bytes.empty() && bytes.size() + header.size() + size > chunk) {
+      left -= bytes.size();
+      emit(Piece::own(std::exchange(bytes, {})));
+    }
+    // A chunk's whole size at once: growing it would copy what it holds (often a model's
+    // weights, in Constant nodes) again at each step.
+    if (bytes.empty()) bytes.reserve(std::max(header.size() + size, std::min(chunk, left)));
     bytes += header;
     const size_t at = bytes.size();
     bytes.resize(at + size);
