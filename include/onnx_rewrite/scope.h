@@ -142,5 +142,8 @@ std::vector<std::unique_ptr<Scope>> collect_scopes(Model& model);
 bool is_constant_node(const onnx::NodeProto& node);
 // The constant a Constant node holds, as a tensor (value, value_float(s), value_int(s)).
 std::optional<onnx::TensorProto> constant_node_tensor(const onnx::NodeProto& node);
+// The tensor of a Constant node's `value` attribute, the form that holds weights; null for a
+// node of another form (or not a Constant). Read in place: a copy would copy the weights.
+const onnx::TensorProto* constant_node_value(const onnx::NodeProto& node);
 
 }  // namespace onnx_rewrite

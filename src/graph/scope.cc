@@ -61,6 +61,14 @@ bool is_constant_node(const onnx::NodeProto& node) {
   return node.op_type() == "Constant" && normalize_domain(node.domain()).empty();
 }
 
+const onnx::TensorProto* constant_node_value(const onnx::NodeProto& node) {
+  if (!is_constant_node(node)) return nullptr;
+  for (const auto& attribute : node.attribute()) {
+    if (attribute.name() == "value" && attribute.has_t()) return &attribute.t();
+  }
+  return nullptr;
+}
+
 std::optional<onnx::TensorProto> constant_node_tensor(const onnx::NodeProto& node) {
   if (!is_constant_node(node)) return std::nullopt;
   for (const auto& attribute : node.attribute()) {
@@ -449,14 +457,7 @@ const onnx::TensorProto* Scope::constant_tensor(std::string_view value, const Pr
     if (graph_input && model_.proto.ir_version() >= 4) return nullptr;
     return initializer;
   }
-  if (produced) {
-    const onnx::NodeProto& node = *produced->node;
-    if (!is_constant_node(node)) return nullptr;
-    for (const auto& attribute : node.attribute()) {
-      if (attribute.name() == "value" && attribute.has_t()) return &attribute.t();
-    }
-    return nullptr;  // value_float & co are read by constant_values
-  }
+  if (produced) return constant_node_value(*produced->node);  // value_float & co are read by constant_values
   if (graph_input) return nullptr;
   return parent_ ? parent_->constant_tensor(value) : nullptr;
 }
@@ -483,10 +484,12 @@ std::optional<TensorValues> Scope::constant_values(std::string_view value, size_
   }
   if (elements > max_elements) return std::nullopt;
   constexpr size_t kKeptElements = 64;  // what is kept decoded: scalars and short vectors
-  if (elements > kKeptElements) return decode_tensor(model_.tensor_with_data(*tensor));
+  // A tensor held whole (a Constant's, a new initializer) is decoded where it is, not copied.
+  auto decode = [&] { return model_.deferred_field(*tensor) ? decode_tensor(model_.tensor_with_data(*tensor)) : decode_tensor(*tensor); };
+  if (elements > kKeptElements) return decode();
   auto& decoded = index_->decoded[static_cast<size_t>(reader)];
   auto& kept = decoded.at(decoded.index_of(tensor));
-  if (!kept.done) kept = {true, decode_tensor(model_.tensor_with_data(*tensor))};
+  if (!kept.done) kept = {true, decode()};
   return kept.values;
 }
 
@@ -516,12 +519,14 @@ Scope::Declared Scope::declared_here(std::string_view value) const {
 Scope::Declared Scope::declared(std::string_view value) const {
   if (const Declared* type = index_->types.find(value)) return *type;
   if (const Producer* produced = producer(value)) {
-    if (auto tensor = constant_node_tensor(*produced->node)) {
+    auto declare = [](const onnx::TensorProto& tensor) {
       Declared type;
-      type.elem_type = tensor->data_type();
-      type.dims = std::vector<int64_t>(tensor->dims().begin(), tensor->dims().end());
+      type.elem_type = tensor.data_type();
+      type.dims = std::vector<int64_t>(tensor.dims().begin(), tensor.dims().end());
       return type;
-    }
+    };
+    if (const onnx::TensorProto* tensor = constant_node_value(*produced->node)) return declare(*tensor);
+    if (auto tensor = constant_node_tensor(*produced->node)) return declare(*tensor);
     return {};
   }
   return parent_ ? parent_->declared(value) : Declared{};

@@ -63,12 +63,17 @@ void serialize_pieces(const Model& model, size_t chunk, Emit&& emit) {
   size_t initializers_size = 0;
   for (const auto& tensor : graph.initializer()) {
     if (const FileRange* range = model.deferred_field(tensor)) {
-      initializers.push_back(Piece::copy_of(*range));
+      // Fields that lie side by side in the source go out in one copy, as most do (a copy each
+      // was a third of the time writing a small model took).
+      Piece* last = initializers.empty() ? nullptr : &initializers.back();
+      if (last && last->from_source && last->source_range.end == range->begin) last->source_range.end = range->end;
+      else initializers.push_back(Piece::copy_of(*range));
+      initializers_size += range->size();
     } else {
       std::string bytes = tensor.SerializeAsString();
       initializers.push_back(Piece::own(wire::len_header(wire::kGraphInitializer, bytes.size()) + bytes));
+      initializers_size += initializers.back().size();
     }
-    initializers_size += initializers.back().size();
   }
   std::string graph_rest;
   {
