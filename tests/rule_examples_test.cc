@@ -1,5 +1,8 @@
 // Every rule in families/ (and bench/rules/) parses and its example rewrites exactly as the rule
 // documents.
+#include <algorithm>
+#include <filesystem>
+
 #include <gtest/gtest.h>
 
 #include "onnx_rewrite/model_io.h"
@@ -36,6 +39,30 @@ std::vector<std::string> rule_ids() {
   std::vector<std::string> ids;
   for (const auto& rule : example_rules().rules) ids.push_back(rule->id);
   return ids;
+}
+
+// The built-in files are parsed on two threads: the rules come out as loading the files one at a
+// time, in order, gives them.
+TEST(BuiltinRules, AreInTheOrderLoadingTheirFilesOneAfterAnotherGives) {
+  std::vector<std::string> files;
+  for (const auto& family : std::filesystem::directory_iterator(source_dir() / "families")) {
+    if (!family.is_directory()) continue;
+    for (const auto& file : std::filesystem::directory_iterator(family.path())) {
+      if (file.path().extension() == ".rules") files.push_back(std::filesystem::relative(file.path(), source_dir()).string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  RuleSet one_by_one;
+  for (const auto& file : files) one_by_one.load_path((source_dir() / file).string());
+  RuleSet builtin;
+  builtin.load_builtin();
+  auto ids_and_files = [](const RuleSet& rules) {
+    std::vector<std::string> ids;
+    for (const auto& rule : rules.rules) ids.push_back(rule->id + " " + std::filesystem::path(rule->file).filename().string());
+    return ids;
+  };
+  ASSERT_GT(one_by_one.rules.size(), 60u);
+  EXPECT_EQ(ids_and_files(builtin), ids_and_files(one_by_one));
 }
 
 INSTANTIATE_TEST_SUITE_P(Builtin, RuleExample, ::testing::ValuesIn(rule_ids()),
