@@ -492,6 +492,14 @@ int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* jun
     }
   }
 
+  const int jobs = command.jobs > 0 ? command.jobs : std::max(1u, std::thread::hardware_concurrency());
+  if (jobs > 1) {
+    // Biggest first: the models left at the end are then the quickest, and no worker waits long
+    // for another's last one.
+    std::vector<int64_t> size(entries.size(), -1);
+    for (size_t k : todo) size[k] = stamp_of(all[entries[k].index].input).size;
+    std::stable_sort(todo.begin(), todo.end(), [&](size_t a, size_t b) { return size[a] > size[b]; });
+  }
   std::atomic<size_t> next{0};
   std::atomic<size_t> done{0};
   std::mutex print;
@@ -533,7 +541,6 @@ int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* jun
       }
     }
   };
-  const int jobs = command.jobs > 0 ? command.jobs : std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::thread> threads;
   for (int t = 0; t < std::min<int>(jobs, static_cast<int>(std::max<size_t>(todo.size(), 1))); ++t) threads.emplace_back(work);
   for (auto& thread : threads) thread.join();
