@@ -89,7 +89,7 @@ bool parses_deeper(google::protobuf::Message& message, std::string_view bytes) {
   return message.ParsePartialFromCodedStream(&deeper) && deeper.ConsumedEntireMessage();
 }
 
-// Protobuf's own parse, which refuses 2 GiB and more as it does from a string.
+// Protobuf's parse of a flat buffer, which can't take 2 GiB or more (its limits are ints).
 bool parse_bytes(google::protobuf::Message& message, std::string_view bytes) {
   return bytes.size() <= INT_MAX && message.ParsePartialFromArray(bytes.data(), static_cast<int>(bytes.size()));
 }
@@ -117,7 +117,7 @@ class NodeBytes {
   std::string_view bytes() const { return copy_.empty() ? in_source_ : std::string_view(copy_); }
 
  private:
-  std::string_view in_source_;
+  std::string_view in_source_{"", 0};  // never a null pointer, even for no nodes
   std::string copy_;
 };
 
