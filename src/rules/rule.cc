@@ -97,11 +97,8 @@ void RuleSet::load_path(const std::string& path) {
 
 void RuleSet::load_builtin() {
   std::vector<const EmbeddedFile*> files;
-  size_t bytes = 0;
   for (const auto& file : embedded_files()) {
-    if (!file.path.starts_with("families/") || !file.path.ends_with(".rules")) continue;
-    files.push_back(&file);
-    bytes += file.contents.size();
+    if (file.path.starts_with("families/") && file.path.ends_with(".rules")) files.push_back(&file);
   }
   // Parsed on two threads, about half the text each (this is most of the start of every run,
   // which a batch waits for), then added in order: what they hold, or the first failure, is
@@ -123,8 +120,10 @@ void RuleSet::load_builtin() {
   // The first file alone first: what ONNX builds on first use (its op schemas, the parser's
   // tables) is built before the second thread starts.
   parse(0, std::min<size_t>(1, files.size()));
+  size_t rest = 0;  // the text of the files after the first, split in two halves
+  for (size_t i = 1; i < files.size(); ++i) rest += files[i]->contents.size();
   size_t half = 1;
-  for (size_t first_bytes = 0; half < files.size() && first_bytes < bytes / 2; ++half) first_bytes += files[half]->contents.size();
+  for (size_t first_bytes = 0; half < files.size() && first_bytes < rest / 2; ++half) first_bytes += files[half]->contents.size();
   on_two_threads([&] { parse(half, files.size()); }, [&] { parse(1, half); });
   for (auto& file : parsed) {
     if (file.failure) std::rethrow_exception(file.failure);
