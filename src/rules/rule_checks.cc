@@ -48,6 +48,9 @@ std::optional<std::string> near_miss(const OpTable& table, const std::string& op
   std::optional<std::string> best;
   size_t best_distance = 3;
   for (const auto& known : table.op_types()) {
+    // The distance is at least the difference in length: most ops are ruled out without it (a
+    // plugin op in a pattern is compared with every op of its domain).
+    if (std::max(op.size(), known.size()) - std::min(op.size(), known.size()) >= best_distance) continue;
     const size_t distance = edit_distance(op, known);
     if (distance < best_distance) {
       best_distance = distance;

@@ -39,7 +39,11 @@ const std::set<std::string> kCommutative = {"Add", "Mul", "Max", "Min", "Sum", "
 
 class RuleFileParser {
  public:
-  RuleFileParser(const std::string& text, std::string file) : text_(text), file_(std::move(file)) {}
+  RuleFileParser(const std::string& text, std::string file) : text_(text), file_(std::move(file)) {
+    for (size_t i = 0; i < text_.size(); ++i) {
+      if (text_[i] == '\n') line_starts_.push_back(i + 1);
+    }
+  }
 
   std::vector<std::shared_ptr<const Rule>> parse() {
     std::vector<std::shared_ptr<const Rule>> rules;
@@ -61,17 +65,12 @@ class RuleFileParser {
     throw InputError(fmt::format("{}:{}:{}", file_, constraint.line, constraint.column), what);
   }
 
+  // Looked up in the line starts: every rule, pattern and constraint records where it is, and a
+  // count from the top of the file each time made parsing a file quadratic in its length.
   std::pair<int, int> line_column(size_t at) const {
-    int line = 1, column = 1;
-    for (size_t i = 0; i < at && i < text_.size(); ++i) {
-      if (text_[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    return {line, column};
+    at = std::min(at, text_.size());
+    const auto after = std::upper_bound(line_starts_.begin(), line_starts_.end(), at);
+    return {static_cast<int>(after - line_starts_.begin()), static_cast<int>(at - *(after - 1)) + 1};
   }
 
   void skip_space(bool newlines = true) {
@@ -970,6 +969,7 @@ class RuleFileParser {
   }
 
   const std::string& text_;
+  std::vector<size_t> line_starts_{0};  // where each line of text_ begins
   std::string file_;
   size_t pos_ = 0;
 };
