@@ -2,6 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "onnx_rewrite/builder.h"
 #include "onnx_rewrite/matcher.h"
@@ -51,6 +55,52 @@ TEST(GraphBuilder, Int64ConstantsKeepEveryBit) {
   const auto values = decode_tensor(b.constants()[0].second);
   ASSERT_TRUE(values.has_value());
   EXPECT_EQ(values->integers, (std::vector<int64_t>{INT64_MAX, INT64_MIN, 9007199254740993}));
+}
+
+TEST(GraphBuilder, AConstantWhosePayloadDoesNotFitItsShapeIsABuilderBug) {
+  int counter = 0;
+  GraphBuilder b = builder(counter);
+  onnx::TensorProto tensor = make_tensor(onnx::TensorProto::FLOAT, {2, 3}, {1, 2, 3, 4, 5, 6});
+  EXPECT_NO_THROW(b.constant(tensor));
+  tensor.mutable_raw_data()->resize(5 * sizeof(float));
+  EXPECT_THROW(b.constant(tensor), std::logic_error);
+}
+
+// decodes() answers from the dims and the payload's size what decode_tensor finds by reading it.
+TEST(Tensors, DecodesTellsWhatDecodeTensorReads) {
+  using T = onnx::TensorProto;
+  std::vector<std::pair<std::string, T>> cases;
+  auto add = [&](std::string name, int32_t type, std::vector<int64_t> dims, auto fill) {
+    T tensor;
+    tensor.set_data_type(type);
+    for (int64_t dim : dims) tensor.add_dims(dim);
+    fill(tensor);
+    cases.emplace_back(std::move(name), std::move(tensor));
+  };
+  add("float raw", T::FLOAT, {2}, [](T& t) { t.set_raw_data(std::string(8, '\0')); });
+  add("float raw short", T::FLOAT, {2}, [](T& t) { t.set_raw_data(std::string(7, '\0')); });
+  add("float fields", T::FLOAT, {2}, [](T& t) { t.add_float_data(1), t.add_float_data(2); });
+  add("float fields short", T::FLOAT, {3}, [](T& t) { t.add_float_data(1), t.add_float_data(2); });
+  add("int64 fields", T::INT64, {2}, [](T& t) { t.add_int64_data(1), t.add_int64_data(2); });
+  add("int64 in float_data", T::INT64, {2}, [](T& t) { t.add_int64_data(1), t.add_float_data(2); });
+  add("int32 raw", T::INT32, {3}, [](T& t) { t.set_raw_data(std::string(12, '\1')); });
+  add("int32 raw odd", T::INT32, {3}, [](T& t) { t.set_raw_data(std::string(13, '\1')); });
+  add("float16 in int32_data", T::FLOAT16, {1}, [](T& t) { t.add_int32_data(0x3C00); });
+  add("int4 odd count", 22, {3}, [](T& t) { t.set_raw_data(std::string(2, '\x21')); });
+  add("int4 a byte short", 22, {3}, [](T& t) { t.set_raw_data(std::string(1, '\x21')); });
+  add("string", T::STRING, {2}, [](T& t) { t.add_string_data("a"), t.add_string_data("b"); });
+  add("string short", T::STRING, {2}, [](T& t) { t.add_string_data("a"); });
+  add("scalar", T::DOUBLE, {}, [](T& t) { t.add_double_data(1); });
+  add("empty", T::FLOAT, {0, 4}, [](T&) {});
+  add("negative dim", T::FLOAT, {-1}, [](T&) {});
+  add("complex", T::COMPLEX64, {1}, [](T& t) { t.add_float_data(1), t.add_float_data(2); });
+  add("external", T::FLOAT, {1}, [](T& t) { t.set_data_location(T::EXTERNAL); });
+  int decodable = 0;
+  for (const auto& [name, tensor] : cases) {
+    EXPECT_EQ(decodes(tensor), decode_tensor(tensor).has_value()) << name;
+    decodable += decodes(tensor);
+  }
+  EXPECT_EQ(decodable, 9) << "of the cases above, 9 are read and 9 refused";
 }
 
 // What a builder reads is what it declared: anything else is a bug in the builder, thrown as

@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "onnx_rewrite/error.h"
@@ -300,6 +302,30 @@ g (float[2] x) => (float[2] y) { y = mydomain.ScaledTanh (x) })",
                                       rules_from_text(kScaledTanhRule));
   ASSERT_EQ(rewritten.model.graph().initializer_size(), 1) << "alpha and beta are both 1.0: one shared constant";
   EXPECT_EQ(decode_tensor(rewritten.model.graph().initializer(0))->numbers, std::vector<double>{1.0});
+}
+
+TEST(RuleLanguage, EqualConstantsOfSeveralMatchesAreOneInitializer) {
+  const auto rewritten = rewrite_text(R"(<ir_version: 8, opset_import: ["": 17, "mydomain": 1]>
+g (float[2] x) => (float[2] y, float[2] z) {
+  y = mydomain.ScaledTanh <alpha = 2.0, beta = 0.5> (x)
+  z = mydomain.ScaledTanh <alpha = 2.0, beta = 3.0> (x)
+})",
+                                      rules_from_text(kScaledTanhRule));
+  const auto& graph = rewritten.model.graph();
+  std::map<std::string, double> initializers;
+  for (const auto& tensor : graph.initializer()) initializers[tensor.name()] = decode_tensor(tensor)->numbers.at(0);
+  ASSERT_EQ(initializers.size(), 3u) << "2.0 twice, 0.5 and 3.0: three constants";
+  std::multiset<double> read;  // the constants the Muls read, by value
+  std::set<std::string> alphas;
+  for (const auto& node : graph.node()) {
+    ASSERT_EQ(node.op_type() == "Mul" ? 2 : 1, node.input_size());
+    if (node.op_type() != "Mul") continue;
+    const double factor = initializers.at(node.input(0));
+    read.insert(factor);
+    if (factor == 2.0) alphas.insert(node.input(0));
+  }
+  EXPECT_EQ(read, (std::multiset<double>{0.5, 2.0, 2.0, 3.0}));
+  EXPECT_EQ(alphas.size(), 1u) << "both Muls by 2.0 read the one initializer";
 }
 
 TEST(RuleLanguage, AttributeLiteralsAndSetsConstrainTheMatch) {

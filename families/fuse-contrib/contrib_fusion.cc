@@ -198,7 +198,7 @@ std::string build_conv_batch_norm(const Match& match, GraphBuilder& b) {
       return fmt::format("'{}' is also read by another node: folding would copy it", match.value(name));
     }
   }
-  const auto w = match.scope->constant_values(match.value("w"), kMaxWeights);
+  auto w = match.scope->constant_values(match.value("w"), kMaxWeights);
   if (!w || w->dims.empty() || w->numbers.empty()) {
     return fmt::format("the weights '{}' are not a constant of at most {} elements", match.value("w"), kMaxWeights);
   }
@@ -218,7 +218,7 @@ std::string build_conv_batch_norm(const Match& match, GraphBuilder& b) {
   }
   const auto& [bias, gamma, beta, mean, var] = params;
   const double epsilon = match.attribute_float("epsilon", 1e-5f);
-  std::vector<double> weights = w->numbers;
+  std::vector<double> weights = std::move(w->numbers);
   std::vector<double> new_bias(channels);
   const size_t per_output = weights.size() / channels;
   for (size_t c = 0; c < channels; ++c) {

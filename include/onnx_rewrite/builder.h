@@ -104,6 +104,7 @@ class GraphBuilder {
   const std::vector<onnx::NodeProto>& nodes() const { return nodes_; }
   std::vector<onnx::NodeProto>& nodes() { return nodes_; }
   const std::vector<std::pair<std::string, onnx::TensorProto>>& constants() const { return constants_; }
+  std::vector<std::pair<std::string, onnx::TensorProto>>& constants() { return constants_; }
   // Domains (and versions) the built nodes use.
   const std::map<std::string, int>& opsets() const { return opsets_; }
 

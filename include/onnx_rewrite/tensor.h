@@ -26,6 +26,8 @@ struct TensorValues {
 // Nullopt for complex numbers, external data, or bytes that don't fit the dims. 4-bit integers
 // (uint4, int4) are unpacked: low nibble first, int4 sign-extended.
 std::optional<TensorValues> decode_tensor(const onnx::TensorProto& tensor);
+// Whether decode_tensor gives the tensor's values, told from its dims and payload size alone.
+bool decodes(const onnx::TensorProto& tensor);
 
 // A tensor of `data_type` (float, double, float16, integers, bool) holding `numbers`.
 onnx::TensorProto make_tensor(int32_t data_type, const std::vector<int64_t>& dims, const std::vector<double>& numbers);

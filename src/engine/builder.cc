@@ -62,14 +62,10 @@ std::vector<Value> GraphBuilder::op_named(const onnx::NodeProto& prototype, cons
 
 Value GraphBuilder::constant(onnx::TensorProto tensor) {
   // A payload that disagrees with its shape would pass our check and fail in the runtime.
-  if (tensor.data_type() != onnx::TensorProto::STRING && !decode_tensor(tensor)) {
+  if (tensor.data_type() != onnx::TensorProto::STRING && !decodes(tensor)) {
     throw std::logic_error("rule " + rule_id_ + " made a constant whose data does not match its type and shape");
   }
-  tensor.clear_name();
-  const std::string bytes = tensor.SerializeAsString();
-  for (const auto& [name, existing] : constants_) {
-    if (existing.SerializeAsString() == bytes) return {name};
-  }
+  // Equal constants are merged where the rewriter makes them initializers.
   Value value{fresh_value("const")};
   tensor.set_name(value.name);
   constants_.emplace_back(value.name, std::move(tensor));

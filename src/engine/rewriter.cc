@@ -34,6 +34,16 @@ void for_each_graph_name(const onnx::GraphProto& graph, Visit&& visit) {
   for (const auto& sparse : graph.sparse_initializer()) visit(sparse.values().name());
 }
 
+// The tensor's serialization as if it had no name: what makes two constants the same. The name
+// is put back.
+std::string serialized_without_name(onnx::TensorProto& tensor) {
+  std::string name = std::move(*tensor.mutable_name());
+  tensor.clear_name();
+  std::string bytes = tensor.SerializeAsString();
+  tensor.set_name(std::move(name));
+  return bytes;
+}
+
 // A hash as the name registry keeps it: the one value that marks an empty slot moves aside.
 constexpr size_t kEmptySlot = 0;
 size_t stored_hash(std::string_view name) {
@@ -238,13 +248,21 @@ void Rewriter::replace(const Match& match, GraphBuilder&& builder) {
   // New constants are initializers of the main graph; below IR 4 every initializer must also be
   // a graph input (an overridable one), so there, as in subgraphs and functions, Constant nodes.
   const bool as_initializers = scope.kind() == Scope::Kind::kMainGraph && model_.proto.ir_version() >= 4;
-  for (const auto& [name, tensor] : builder.constants()) {
+  for (auto& [name, tensor] : builder.constants()) {
     if (as_initializers) {
-      onnx::TensorProto unnamed = tensor;
-      unnamed.clear_name();
-      auto [it, fresh] = pending.constant_names.emplace(unnamed.SerializeAsString(), name);
-      if (fresh) pending.initializers.push_back(tensor);
-      else renamed[name] = it->second;
+      const std::string bytes = serialized_without_name(tensor);
+      const size_t hash = std::hash<std::string>{}(bytes);
+      const onnx::TensorProto* same = nullptr;
+      for (auto [it, end] = pending.initializers_by_hash.equal_range(hash); it != end && !same; ++it) {
+        onnx::TensorProto& made = pending.initializers[it->second];
+        if (serialized_without_name(made) == bytes) same = &made;
+      }
+      if (same) {
+        renamed[name] = same->name();
+      } else {
+        pending.initializers_by_hash.emplace(hash, pending.initializers.size());
+        pending.initializers.push_back(std::move(tensor));
+      }
     } else {
       onnx::NodeProto& constant = constant_nodes.emplace_back();
       constant.set_op_type("Constant");

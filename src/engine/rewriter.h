@@ -122,7 +122,9 @@ class Rewriter {
     };
     std::vector<Insertion> inserted;  // sorted by `before` at commit
     std::vector<onnx::TensorProto> initializers;
-    std::map<std::string, std::string> constant_names;  // serialized tensor -> initializer name
+    // Indexes into `initializers` by the hash of each one's serialization without its name: a
+    // constant equal to one made earlier is not made again.
+    std::unordered_multimap<size_t, size_t> initializers_by_hash;
     std::unordered_set<std::string> read_anew;  // values nodes read now that the round's index doesn't know
     struct Rewire {
       onnx::NodeProto* node;

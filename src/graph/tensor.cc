@@ -98,7 +98,7 @@ std::vector<int64_t> exact_integers(const TensorProto& tensor, size_t element_si
   std::vector<int64_t> out;
   if (tensor.has_raw_data()) {
     const std::string& raw = tensor.raw_data();
-    if (raw.size() % element_size != 0) return out;
+    out.reserve(raw.size() / element_size);
     for (size_t at = 0; at < raw.size(); at += element_size) out.push_back(raw_integer(tensor.data_type(), raw.data() + at));
     return out;
   }
@@ -110,13 +110,11 @@ std::vector<int64_t> exact_integers(const TensorProto& tensor, size_t element_si
 
 // 4-bit integers (uint4 = 21, int4 = 22; ONNX IR 10): two per byte, the first element in the low
 // nibble, an odd count padded; raw_data, or int32_data holding one such byte per entry.
-std::optional<TensorValues> decode_4bit(const TensorProto& tensor, TensorValues values, int64_t count) {
+TensorValues decode_4bit(const TensorProto& tensor, TensorValues values, int64_t count) {
   const bool is_signed = tensor.data_type() == 22;
-  const size_t bytes = static_cast<size_t>((count + 1) / 2);
   auto byte_at = [&](size_t i) -> uint8_t {
     return tensor.has_raw_data() ? static_cast<uint8_t>(tensor.raw_data()[i]) : static_cast<uint8_t>(tensor.int32_data(static_cast<int>(i)));
   };
-  if ((tensor.has_raw_data() ? tensor.raw_data().size() : static_cast<size_t>(tensor.int32_data_size())) != bytes) return std::nullopt;
   values.integers.reserve(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
     int64_t nibble = (byte_at(static_cast<size_t>(i / 2)) >> (4 * (i % 2))) & 0xF;
@@ -125,6 +123,37 @@ std::optional<TensorValues> decode_4bit(const TensorProto& tensor, TensorValues 
   }
   values.numbers.assign(values.integers.begin(), values.integers.end());
   return values;
+}
+
+// The element count of a tensor decode_tensor reads, worked out from its dims and the size of
+// its payload alone; nullopt where decode_tensor gives nothing.
+std::optional<int64_t> decodable_count(const TensorProto& tensor) {
+  if (tensor.data_location() == TensorProto::EXTERNAL) return std::nullopt;
+  const int32_t type = tensor.data_type();
+  const size_t element_size = raw_element_size(type);
+  if (element_size == 0 && type != TensorProto::STRING && type != 21 && type != 22) return std::nullopt;
+  int64_t count = 1;
+  for (int64_t dim : tensor.dims()) {
+    if (dim < 0 || (dim > 0 && count > (int64_t{1} << 40) / dim)) return std::nullopt;  // corrupt or huge
+    count *= dim;
+  }
+  const auto elements = static_cast<size_t>(count);
+  bool fits = false;
+  if (type == 21 || type == 22) {
+    const size_t bytes = tensor.has_raw_data() ? tensor.raw_data().size() : static_cast<size_t>(tensor.int32_data_size());
+    fits = bytes == (elements + 1) / 2;
+  } else if (type == TensorProto::STRING) {
+    fits = static_cast<size_t>(tensor.string_data_size()) == elements;
+  } else if (tensor.has_raw_data()) {
+    fits = tensor.raw_data().size() == elements * element_size;
+  } else {
+    // An integer tensor's elements are also read exactly, from the integer fields alone.
+    const auto size = [](const auto& field) { return static_cast<size_t>(field.size()); };
+    const size_t integers = size(tensor.int32_data()) + size(tensor.int64_data()) + size(tensor.uint64_data());
+    const size_t numbers = integers + size(tensor.float_data()) + size(tensor.double_data());
+    fits = numbers == elements && (!is_integer(type) || integers == elements);
+  }
+  return fits ? std::optional<int64_t>(count) : std::nullopt;
 }
 
 }  // namespace
@@ -137,32 +166,25 @@ std::vector<int64_t> TensorValues::ints() const {
   return out;
 }
 
+bool decodes(const TensorProto& tensor) { return decodable_count(tensor).has_value(); }
+
 std::optional<TensorValues> decode_tensor(const TensorProto& tensor) {
-  if (tensor.data_location() == TensorProto::EXTERNAL) return std::nullopt;
+  const std::optional<int64_t> count = decodable_count(tensor);
+  if (!count) return std::nullopt;
   const int32_t type = tensor.data_type();
-  const size_t element_size = raw_element_size(type);
-  if (element_size == 0 && type != TensorProto::STRING && type != 21 && type != 22) return std::nullopt;
   TensorValues values;
   values.data_type = type;
-  int64_t count = 1;
-  for (int64_t dim : tensor.dims()) {
-    if (dim < 0 || (dim > 0 && count > (int64_t{1} << 40) / dim)) return std::nullopt;  // corrupt or huge
-    values.dims.push_back(dim);
-    count *= dim;
-  }
-  if (type == 21 || type == 22) return decode_4bit(tensor, std::move(values), count);
+  values.dims.assign(tensor.dims().begin(), tensor.dims().end());
+  if (type == 21 || type == 22) return decode_4bit(tensor, std::move(values), *count);
   if (type == TensorProto::STRING) {
-    if (tensor.string_data_size() != count) return std::nullopt;
     values.strings.assign(tensor.string_data().begin(), tensor.string_data().end());
     return values;
   }
-  if (is_integer(type)) {
-    values.integers = exact_integers(tensor, element_size);
-    if (values.integers.size() != static_cast<size_t>(count)) return std::nullopt;
-  }
+  const size_t element_size = raw_element_size(type);
+  if (is_integer(type)) values.integers = exact_integers(tensor, element_size);
+  values.numbers.reserve(static_cast<size_t>(*count));
   if (tensor.has_raw_data()) {
     const std::string& raw = tensor.raw_data();
-    if (raw.size() != static_cast<size_t>(count) * element_size) return std::nullopt;
     for (size_t at = 0; at < raw.size(); at += element_size) values.numbers.push_back(raw_element(type, raw.data() + at));
   } else {
     for (float v : tensor.float_data()) values.numbers.push_back(v);
@@ -170,7 +192,6 @@ std::optional<TensorValues> decode_tensor(const TensorProto& tensor) {
     for (int64_t v : tensor.int64_data()) values.numbers.push_back(static_cast<double>(v));
     for (double v : tensor.double_data()) values.numbers.push_back(v);
     for (uint64_t v : tensor.uint64_data()) values.numbers.push_back(static_cast<double>(v));
-    if (values.numbers.size() != static_cast<size_t>(count)) return std::nullopt;
   }
   return values;
 }
@@ -180,6 +201,7 @@ TensorProto make_tensor(int32_t data_type, const std::vector<int64_t>& dims, con
   tensor.set_data_type(data_type);
   for (int64_t dim : dims) tensor.add_dims(dim);
   std::string raw;
+  raw.reserve(numbers.size() * raw_element_size(data_type));
   auto append = [&raw](auto value) { raw.append(reinterpret_cast<const char*>(&value), sizeof(value)); };
   for (double number : numbers) {
     switch (data_type) {
