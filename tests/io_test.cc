@@ -2,6 +2,9 @@
 // data is validated and carried along, writes are atomic.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <functional>
 
@@ -567,6 +570,27 @@ TEST(AtomicWrite, APendingModelShowsNothingUntilCommitted) {
   pending.commit();
   EXPECT_EQ(names_in(dir / "out"), (std::vector<std::string>{"a.bin", "m.onnx", "sub"}));
   EXPECT_EQ(read_file(dir / "out/sub/b.bin"), std::string(16, 'b'));
+}
+
+TEST(AtomicWrite, AModelBeingWrittenHasNoNameWhereTheFileSystemAllows) {
+  // Nothing for an interrupted or killed run to leave behind (O_TMPFILE, linked in at commit).
+  TempDir dir;
+  const int probe = ::open(dir.path().c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (probe < 0) GTEST_SKIP() << "no unnamed files on this file system";
+  ::close(probe);
+  write_file(dir / "m.onnx", serialize(rich_model()));
+  Model model = load_model(dir / "m.onnx");
+  model.changed = true;
+  fs::create_directories(dir / "out");
+  for (int round = 0; round < 2; ++round) {  // a new file, then one replaced
+    {
+      PendingModel pending(model, dir / "out/m.onnx");
+      EXPECT_EQ(names_in(dir / "out"), round == 0 ? std::vector<std::string>{} : std::vector<std::string>{"m.onnx"});
+      pending.commit();
+    }
+    EXPECT_EQ(names_in(dir / "out"), std::vector<std::string>{"m.onnx"});
+    EXPECT_EQ(read_file(dir / "out/m.onnx"), serialize_model(model));
+  }
 }
 
 TEST(ExternalData, OffsetsBeyond4GiBSurviveARewrite) {

@@ -12,8 +12,11 @@
 #include <array>
 #include <cerrno>
 #include <csignal>
+#include <random>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "onnx_rewrite/model_io.h"
 #include "io/os_error.h"
@@ -60,16 +63,35 @@ mode_t mode_of_existing_or_default(const fs::path& path) {
   return default_file_mode();
 }
 
+// The name an unnamed file (O_TMPFILE) is linked by: only through /proc.
+std::string proc_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+
+bool proc_mounted() {
+  static const bool mounted = ::access("/proc/self/fd", X_OK) == 0;
+  return mounted;
+}
+
+// A hidden name next to `target`, named after it for anyone who finds one; XXXXXX for mkstemp.
+std::string temporary_name(const fs::path& target, const std::string& suffix = "XXXXXX") {
+  return (directory_of(target) / ("." + target.filename().string() + ".onnx-rewrite-" + suffix)).string();
+}
+
+std::string random_suffix() {
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  return fmt::format("{:016x}", random());
+}
+
 }  // namespace
 
 fs::path directory_of(const fs::path& file) { return file.has_parent_path() ? file.parent_path() : "."; }
 
 AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
+  // A file with no name, where the file system allows: nothing to clean up whatever ends the
+  // process, and one directory operation at commit (a link) instead of two (create, rename).
+  if (proc_mounted()) fd_ = ::open(directory_of(target_).c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd_ >= 0) return;
   install_interrupt_cleanup();
-  std::string temp_name = ".";  // hidden, and named after its target for anyone who finds one
-  temp_name += target_.filename().string();
-  temp_name += ".onnx-rewrite-XXXXXX";
-  temp_ = (directory_of(target_) / temp_name).string();
+  temp_ = temporary_name(target_);
   fd_ = ::mkstemp(temp_.data());
   if (fd_ < 0) throw os_error(target_.string(), "cannot create a file there");
   for (auto& slot : g_pending_files) {
@@ -83,7 +105,7 @@ AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
 
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(temp_.c_str());
+  if (!committed_ && !temp_.empty()) ::unlink(temp_.c_str());
   if (slot_) slot_->store(nullptr);
 }
 
@@ -141,7 +163,30 @@ void AtomicFile::close_for_commit(mode_t mode) {
   fd_ = -1;
 }
 
+void AtomicFile::close_linked() {
+  committed_ = true;  // the file is in place: a failed close can't take that back
+  const int fd = std::exchange(fd_, -1);
+  if (::close(fd) != 0) fail("close failed");
+}
+
+bool AtomicFile::link_unnamed(const std::string& name) {
+  if (::linkat(AT_FDCWD, proc_path(fd_).c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) return true;
+  if (errno != EEXIST) fail("cannot link the new file into place");
+  return false;
+}
+
 void AtomicFile::commit(mode_t mode) {
+  if (temp_.empty()) {
+    if (::fchmod(fd_, mode) != 0) fail("cannot set permissions");
+    if (link_unnamed(target_.string())) {
+      close_linked();
+      return;
+    }
+    // A file has that name: linked under a temporary name, then renamed over it.
+    do {
+      temp_ = temporary_name(target_, random_suffix());
+    } while (!link_unnamed(temp_));
+  }
   close_for_commit(mode);
   if (::rename(temp_.c_str(), target_.c_str()) != 0) fail("cannot rename the temporary file into place");
   committed_ = true;
@@ -150,6 +195,12 @@ void AtomicFile::commit(mode_t mode) {
 void AtomicFile::commit() { commit(mode_of_existing_or_default(target_)); }
 
 bool AtomicFile::commit_if_absent(mode_t mode) {
+  if (temp_.empty()) {
+    if (::fchmod(fd_, mode) != 0) fail("cannot set permissions");
+    if (!link_unnamed(target_.string())) return false;
+    close_linked();
+    return true;
+  }
   close_for_commit(mode);
   if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, target_.c_str(), RENAME_NOREPLACE) == 0) {
     committed_ = true;

@@ -15,8 +15,10 @@ namespace onnx_rewrite {
 // The directory a file is in, or will be written to; "." for a bare file name.
 std::filesystem::path directory_of(const std::filesystem::path& file);
 
-// A hidden temporary file next to `target` that becomes `target` on commit() and disappears
-// otherwise: when destroyed uncommitted, and when the process gets SIGINT, SIGTERM or SIGHUP.
+// A file in the directory of `target` that becomes `target` on commit() and disappears
+// otherwise. Where the file system allows, it has no name until then (O_TMPFILE), so that nothing
+// is left whatever ends the process; elsewhere it is a hidden temporary file next to the target,
+// removed when destroyed uncommitted and when the process gets SIGINT, SIGTERM or SIGHUP.
 // Throws InputError naming the target on any failure.
 class AtomicFile {
  public:
@@ -47,9 +49,13 @@ class AtomicFile {
  private:
   [[noreturn]] void fail(const std::string& what);
   void close_for_commit(mode_t mode);
+  // Gives the unnamed file `name`: false if a file has that name.
+  bool link_unnamed(const std::string& name);
+  // Closes the file just linked into place, which is then committed.
+  void close_linked();
 
   std::filesystem::path target_;
-  std::string temp_;
+  std::string temp_;  // empty while the file has no name
   int fd_ = -1;
   bool committed_ = false;
   std::atomic<const char*>* slot_ = nullptr;  // in the table of files removed on interrupt
