@@ -16,6 +16,7 @@ bench_dir=${BENCH_DIR:-/tmp/onnx-rewrite-batch-bench}
 runs=${RUNS:-5}
 copies=${COPIES:-12}
 
+[[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "batch_bench.sh: RUNS must be a number, at least 1" >&2; exit 1; }
 [[ -x $build_dir/onnx-rewrite ]] || { echo "batch_bench.sh: build first ($build_dir/onnx-rewrite)" >&2; exit 1; }
 compgen -G "$models_dir/*/model.onnx" >/dev/null || { echo "batch_bench.sh: no $models_dir/*/model.onnx" >&2; exit 1; }
 rm -rf "$bench_dir" && mkdir -p "$bench_dir/zoo"
@@ -35,7 +36,7 @@ seconds() {  # jobs: one batch, the output directory new
   end=$(date +%s.%N)
   echo "$end - $start" | bc
 }
-median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+median() { sort -n | awk '{a[NR] = $1} END {print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 # -j 1 and -j 2 in turns (which goes first alternates), so that a machine that slows down or
 # speeds up during the bench weighs on both alike; each pair gives a ratio of its own.

@@ -69,38 +69,56 @@ TEST(GraphBuilder, AConstantWhosePayloadDoesNotFitItsShapeIsABuilderBug) {
 // decodes() answers from the dims and the payload's size what decode_tensor finds by reading it.
 TEST(Tensors, DecodesTellsWhatDecodeTensorReads) {
   using T = onnx::TensorProto;
-  std::vector<std::pair<std::string, T>> cases;
-  auto add = [&](std::string name, int32_t type, std::vector<int64_t> dims, auto fill) {
+  struct Case {
+    std::string name;
+    T tensor;
+    std::vector<double> values;  // what decode_tensor gives; empty: nothing (refused)
+  };
+  std::vector<Case> cases;
+  auto add = [&](std::string name, int32_t type, std::vector<int64_t> dims, std::vector<double> values, auto fill) {
     T tensor;
     tensor.set_data_type(type);
     for (int64_t dim : dims) tensor.add_dims(dim);
     fill(tensor);
-    cases.emplace_back(std::move(name), std::move(tensor));
+    cases.push_back({std::move(name), std::move(tensor), std::move(values)});
   };
-  add("float raw", T::FLOAT, {2}, [](T& t) { t.set_raw_data(std::string(8, '\0')); });
-  add("float raw short", T::FLOAT, {2}, [](T& t) { t.set_raw_data(std::string(7, '\0')); });
-  add("float fields", T::FLOAT, {2}, [](T& t) { t.add_float_data(1), t.add_float_data(2); });
-  add("float fields short", T::FLOAT, {3}, [](T& t) { t.add_float_data(1), t.add_float_data(2); });
-  add("int64 fields", T::INT64, {2}, [](T& t) { t.add_int64_data(1), t.add_int64_data(2); });
-  add("int64 in float_data", T::INT64, {2}, [](T& t) { t.add_int64_data(1), t.add_float_data(2); });
-  add("int32 raw", T::INT32, {3}, [](T& t) { t.set_raw_data(std::string(12, '\1')); });
-  add("int32 raw odd", T::INT32, {3}, [](T& t) { t.set_raw_data(std::string(13, '\1')); });
-  add("float16 in int32_data", T::FLOAT16, {1}, [](T& t) { t.add_int32_data(0x3C00); });
-  add("int4 odd count", 22, {3}, [](T& t) { t.set_raw_data(std::string(2, '\x21')); });
-  add("int4 a byte short", 22, {3}, [](T& t) { t.set_raw_data(std::string(1, '\x21')); });
-  add("string", T::STRING, {2}, [](T& t) { t.add_string_data("a"), t.add_string_data("b"); });
-  add("string short", T::STRING, {2}, [](T& t) { t.add_string_data("a"); });
-  add("scalar", T::DOUBLE, {}, [](T& t) { t.add_double_data(1); });
-  add("empty", T::FLOAT, {0, 4}, [](T&) {});
-  add("negative dim", T::FLOAT, {-1}, [](T&) {});
-  add("complex", T::COMPLEX64, {1}, [](T& t) { t.add_float_data(1), t.add_float_data(2); });
-  add("external", T::FLOAT, {1}, [](T& t) { t.set_data_location(T::EXTERNAL); });
-  int decodable = 0;
-  for (const auto& [name, tensor] : cases) {
-    EXPECT_EQ(decodes(tensor), decode_tensor(tensor).has_value()) << name;
-    decodable += decodes(tensor);
+  const std::vector<double> refused;
+  add("float raw", T::FLOAT, {2}, {0, 0}, [](T& t) { t.set_raw_data(std::string(8, '\0')); });
+  add("float raw short", T::FLOAT, {2}, refused, [](T& t) { t.set_raw_data(std::string(7, '\0')); });
+  add("float fields", T::FLOAT, {2}, {1, 2}, [](T& t) { t.add_float_data(1), t.add_float_data(2); });
+  add("float fields short", T::FLOAT, {3}, refused, [](T& t) { t.add_float_data(1), t.add_float_data(2); });
+  add("int64 fields", T::INT64, {2}, {1, 2}, [](T& t) { t.add_int64_data(1), t.add_int64_data(2); });
+  add("int64 in float_data", T::INT64, {2}, refused, [](T& t) { t.add_int64_data(1), t.add_float_data(2); });
+  add("int32 raw", T::INT32, {3}, {16843009, 16843009, 16843009}, [](T& t) { t.set_raw_data(std::string(12, '\1')); });
+  add("int32 raw odd", T::INT32, {3}, refused, [](T& t) { t.set_raw_data(std::string(13, '\1')); });
+  add("float16 in int32_data", T::FLOAT16, {1}, {1.0}, [](T& t) { t.add_int32_data(0x3C00); });
+  add("int4, low nibble first, sign-extended", 22, {3}, {-7, -1, 2}, [](T& t) { t.set_raw_data("\xF9\x02"); });
+  add("int4 a byte short", 22, {3}, refused, [](T& t) { t.set_raw_data("\xF9"); });
+  add("scalar", T::DOUBLE, {}, {1.5}, [](T& t) { t.add_double_data(1.5); });
+  add("negative dim", T::FLOAT, {-1}, refused, [](T&) {});
+  add("complex", T::COMPLEX64, {1}, refused, [](T& t) { t.add_float_data(1), t.add_float_data(2); });
+  add("external", T::FLOAT, {1}, refused, [](T& t) { t.set_data_location(T::EXTERNAL); });
+  for (const auto& [name, tensor, values] : cases) {
+    const auto decoded = decode_tensor(tensor);
+    EXPECT_EQ(decodes(tensor), !values.empty()) << name;
+    EXPECT_EQ(decoded.has_value(), !values.empty()) << name;
+    if (decoded) {
+      EXPECT_EQ(decoded->numbers, values) << name;
+    }
   }
-  EXPECT_EQ(decodable, 9) << "of the cases above, 9 are read and 9 refused";
+  // Zero elements, and strings, which have no numbers.
+  T empty;
+  empty.set_data_type(T::FLOAT);
+  empty.add_dims(0);
+  EXPECT_TRUE(decodes(empty));
+  T strings;
+  strings.set_data_type(T::STRING);
+  strings.add_dims(2);
+  strings.add_string_data("a");
+  EXPECT_FALSE(decodes(strings)) << "two strings declared, one given";
+  strings.add_string_data("b");
+  EXPECT_TRUE(decodes(strings));
+  EXPECT_EQ(decode_tensor(strings)->strings, (std::vector<std::string>{"a", "b"}));
 }
 
 // What a builder reads is what it declared: anything else is a bug in the builder, thrown as

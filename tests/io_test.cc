@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -576,7 +577,7 @@ TEST(AtomicWrite, AModelBeingWrittenHasNoNameWhereTheFileSystemAllows) {
   // Nothing for an interrupted or killed run to leave behind (O_TMPFILE, linked in at commit).
   TempDir dir;
   const int probe = ::open(dir.path().c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (probe < 0) GTEST_SKIP() << "no unnamed files on this file system";
+  if (probe < 0 || ::access("/proc/self/fd", X_OK) != 0) GTEST_SKIP() << "no unnamed files here, or no /proc to link them by";
   ::close(probe);
   write_file(dir / "m.onnx", serialize(rich_model()));
   Model model = load_model(dir / "m.onnx");
@@ -590,6 +591,16 @@ TEST(AtomicWrite, AModelBeingWrittenHasNoNameWhereTheFileSystemAllows) {
     }
     EXPECT_EQ(names_in(dir / "out"), std::vector<std::string>{"m.onnx"});
     EXPECT_EQ(read_file(dir / "out/m.onnx"), serialize_model(model));
+    // A new file gets the default permissions; one replaced keeps its own.
+    const auto permissions = fs::status(dir / "out/m.onnx").permissions();
+    if (round == 0) {
+      const mode_t mask = ::umask(0);
+      ::umask(mask);
+      EXPECT_EQ(static_cast<mode_t>(permissions), 0666 & ~mask);
+      fs::permissions(dir / "out/m.onnx", fs::perms(0640));
+    } else {
+      EXPECT_EQ(permissions, fs::perms(0640));
+    }
   }
 }
 

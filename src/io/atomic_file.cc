@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
-#include <random>
 #include <utility>
 #include <vector>
 
@@ -76,9 +76,11 @@ std::string temporary_name(const fs::path& target, const std::string& suffix = "
   return (directory_of(target) / ("." + target.filename().string() + ".onnx-rewrite-" + suffix)).string();
 }
 
-std::string random_suffix() {
-  thread_local std::mt19937_64 random{std::random_device{}()};
-  return fmt::format("{:016x}", random());
+// Different for every call in every process (a name taken anyway is tried again).
+std::string unique_suffix() {
+  static std::atomic<uint64_t> count{0};
+  const auto now = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return fmt::format("{:x}{:x}", static_cast<uint64_t>(::getpid()) ^ now, count++);
 }
 
 }  // namespace
@@ -90,10 +92,14 @@ AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
   // process, and one directory operation at commit (a link) instead of two (create, rename).
   if (proc_mounted()) fd_ = ::open(directory_of(target_).c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd_ >= 0) return;
-  install_interrupt_cleanup();
   temp_ = temporary_name(target_);
   fd_ = ::mkstemp(temp_.data());
   if (fd_ < 0) throw os_error(target_.string(), "cannot create a file there");
+  remove_on_interrupt();
+}
+
+void AtomicFile::remove_on_interrupt() {
+  install_interrupt_cleanup();
   for (auto& slot : g_pending_files) {
     const char* expected = nullptr;
     if (slot.compare_exchange_strong(expected, temp_.c_str())) {
@@ -164,9 +170,11 @@ void AtomicFile::close_for_commit(mode_t mode) {
 }
 
 void AtomicFile::close_linked() {
-  committed_ = true;  // the file is in place: a failed close can't take that back
-  const int fd = std::exchange(fd_, -1);
-  if (::close(fd) != 0) fail("close failed");
+  committed_ = true;
+  // In place already: a failed close couldn't take that back, and would only lead the caller to
+  // undo what goes with it (unnamed files exist on local file systems, where closing reports
+  // nothing a write didn't).
+  ::close(std::exchange(fd_, -1));
 }
 
 bool AtomicFile::link_unnamed(const std::string& name) {
@@ -182,10 +190,13 @@ void AtomicFile::commit(mode_t mode) {
       close_linked();
       return;
     }
-    // A file has that name: linked under a temporary name, then renamed over it.
+    // A file has that name: linked under a hidden temporary name, then renamed over it.
+    std::string name;
     do {
-      temp_ = temporary_name(target_, random_suffix());
-    } while (!link_unnamed(temp_));
+      name = temporary_name(target_, unique_suffix());
+    } while (!link_unnamed(name));
+    temp_ = std::move(name);
+    remove_on_interrupt();
   }
   close_for_commit(mode);
   if (::rename(temp_.c_str(), target_.c_str()) != 0) fail("cannot rename the temporary file into place");

@@ -16,9 +16,10 @@ namespace onnx_rewrite {
 std::filesystem::path directory_of(const std::filesystem::path& file);
 
 // A file in the directory of `target` that becomes `target` on commit() and disappears
-// otherwise. Where the file system allows, it has no name until then (O_TMPFILE), so that nothing
-// is left whatever ends the process; elsewhere it is a hidden temporary file next to the target,
-// removed when destroyed uncommitted and when the process gets SIGINT, SIGTERM or SIGHUP.
+// otherwise. Where the file system allows, it has no name until then (O_TMPFILE), so that even a
+// killed process leaves nothing; elsewhere, and for the instant between a link and a rename when
+// it replaces a file, it is a hidden temporary file next to the target, removed when destroyed
+// uncommitted and when the process gets SIGINT, SIGTERM or SIGHUP.
 // Throws InputError naming the target on any failure.
 class AtomicFile {
  public:
@@ -53,6 +54,8 @@ class AtomicFile {
   bool link_unnamed(const std::string& name);
   // Closes the file just linked into place, which is then committed.
   void close_linked();
+  // Puts temp_ in the table of files removed when the process is interrupted.
+  void remove_on_interrupt();
 
   std::filesystem::path target_;
   std::string temp_;  // empty while the file has no name
