@@ -38,14 +38,15 @@ struct WriteOptions {
 class AtomicFile;
 
 // A model written with its external data, in two steps so that it can be committed together
-// with other files (its report). The constructor prepares everything as hidden temporary files
-// (the model, and copies of the data files it needs when `path` lies in another directory than
-// the model's) and fails, leaving nothing behind, on anything it can find wrong; commit() moves
-// them into place. A data file already at the destination is reused when its bytes are the same
-// and never replaced when they differ, also against other processes writing into the same
-// directory at the same time: commit() holds an flock() on the directories involved and
-// creates each data file with renameat2(RENAME_NOREPLACE) (link() where a file system lacks
-// it), comparing with what it finds when the name is taken. Destroyed uncommitted, it removes
+// with other files (its report). The constructor prepares everything as temporary files,
+// unnamed where the file system allows (the model, and copies of the data files it needs when
+// `path` lies in another directory than the model's) and fails, leaving nothing behind, on
+// anything it can find wrong; commit() puts them in place. A data file already at the
+// destination is reused when its bytes are the same and never replaced when they differ, also
+// against other processes writing into the same directory at the same time: commit() holds an
+// flock() on the directories involved and creates each data file only if its name is free
+// (linkat() of an unnamed file, else renameat2(RENAME_NOREPLACE), or link() where a file system
+// lacks it), comparing with what it finds when the name is taken. Destroyed uncommitted, it removes
 // its temporary files and the directories it created.
 class PendingModel {
  public:

@@ -169,12 +169,15 @@ void AtomicFile::close_for_commit(mode_t mode) {
   fd_ = -1;
 }
 
-void AtomicFile::close_linked() {
+bool AtomicFile::link_as_target(mode_t mode) {
+  if (::fchmod(fd_, mode) != 0) fail("cannot set permissions");
+  if (!link_unnamed(target_.string())) return false;
   committed_ = true;
   // In place already: a failed close couldn't take that back, and would only lead the caller to
   // undo what goes with it (unnamed files exist on local file systems, where closing reports
   // nothing a write didn't).
   ::close(std::exchange(fd_, -1));
+  return true;
 }
 
 bool AtomicFile::link_unnamed(const std::string& name) {
@@ -185,11 +188,7 @@ bool AtomicFile::link_unnamed(const std::string& name) {
 
 void AtomicFile::commit(mode_t mode) {
   if (temp_.empty()) {
-    if (::fchmod(fd_, mode) != 0) fail("cannot set permissions");
-    if (link_unnamed(target_.string())) {
-      close_linked();
-      return;
-    }
+    if (link_as_target(mode)) return;
     // A file has that name: linked under a hidden temporary name, then renamed over it.
     std::string name;
     do {
@@ -206,12 +205,7 @@ void AtomicFile::commit(mode_t mode) {
 void AtomicFile::commit() { commit(mode_of_existing_or_default(target_)); }
 
 bool AtomicFile::commit_if_absent(mode_t mode) {
-  if (temp_.empty()) {
-    if (::fchmod(fd_, mode) != 0) fail("cannot set permissions");
-    if (!link_unnamed(target_.string())) return false;
-    close_linked();
-    return true;
-  }
+  if (temp_.empty()) return link_as_target(mode);
   close_for_commit(mode);
   if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, target_.c_str(), RENAME_NOREPLACE) == 0) {
     committed_ = true;

@@ -36,13 +36,15 @@ class AtomicFile {
   // process. Without a file (`source_fd` < 0) it writes the range of `source_data`.
   void copy_from(int source_fd, const uint8_t* source_data, FileRange range);
 
-  // Gives the file `mode` and renames it over the target.
+  // Gives the file `mode` and puts it in place of the target (linked in if it has no name and
+  // the target none either, else renamed over it).
   void commit(mode_t mode);
   // Same with the permissions of the file it replaces, or the default ones for a new file.
   void commit();
   // Gives the file `mode` and moves it to the target only if no file of that name exists, in one
   // step no other process can come between: false (and the temporary file still removed
-  // later) when one does. renameat2(RENAME_NOREPLACE), or link() where a file system lacks it.
+  // later) when one does. linkat() of the unnamed file; else renameat2(RENAME_NOREPLACE), or
+  // link() where a file system lacks it.
   bool commit_if_absent(mode_t mode);
 
   const std::filesystem::path& target() const { return target_; }
@@ -52,8 +54,9 @@ class AtomicFile {
   void close_for_commit(mode_t mode);
   // Gives the unnamed file `name`: false if a file has that name.
   bool link_unnamed(const std::string& name);
-  // Closes the file just linked into place, which is then committed.
-  void close_linked();
+  // Gives the unnamed file `mode` and links it in as the target, then closes it, committed:
+  // false (still open, unnamed) if a file has that name.
+  bool link_as_target(mode_t mode);
   // Puts temp_ in the table of files removed when the process is interrupted.
   void remove_on_interrupt();
 
