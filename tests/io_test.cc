@@ -604,6 +604,54 @@ TEST(AtomicWrite, AModelBeingWrittenHasNoNameWhereTheFileSystemAllows) {
   }
 }
 
+TEST(AtomicWrite, WithoutUnnamedFilesNamedTemporaryOnesDoTheSameAndLeaveNothing) {
+  // A file system without O_TMPFILE (or no /proc): each output is a hidden temporary file until
+  // committed. Run the tool with open() refusing O_TMPFILE, against a plain run.
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "a preloaded library would come before the sanitizer's runtime";
+#endif
+  TempDir dir;
+  fs::create_directories(dir / "in/sub");
+  write_file(dir / "in/m.onnx", two_file_model("a.bin", "sub/b.bin"));  // data files: written only if absent
+  write_file(dir / "in/a.bin", std::string(16, 'a'));
+  write_file(dir / "in/sub/b.bin", std::string(16, 'b'));
+  for (const char* out : {"plain", "named", "batch"}) fs::create_directories(dir / out);
+  const std::string input = (dir / "in/m.onnx").string();
+  const fs::path refused = dir / "refused";
+  const auto without_unnamed_files = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv{"env", std::string("LD_PRELOAD=") + NO_UNNAMED_FILES_LIBRARY, "NO_UNNAMED_FILES_LOG=" + refused.string(),
+                                  cli_path().string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv);
+  };
+  const auto plain = run_cli({"rewrite", input, "-o", (dir / "plain/m.onnx").string(), "--target", "ort"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const std::string expected = read_file(dir / "plain/m.onnx");
+
+  for (int round = 0; round < 2; ++round) {  // a new file, then the same file replaced
+    const auto named = without_unnamed_files({"rewrite", input, "-o", (dir / "named/m.onnx").string(), "--target", "ort"});
+    ASSERT_EQ(named.exit_code, 0) << named.err;
+    ASSERT_TRUE(fs::exists(refused)) << "the run never asked for an unnamed file";
+    EXPECT_EQ(read_file(dir / "named/m.onnx"), expected);
+    EXPECT_EQ(names_in(dir / "named"), (std::vector<std::string>{"a.bin", "m.onnx", "sub"})) << "a temporary file left behind";
+    EXPECT_EQ(names_in(dir / "named/sub"), std::vector<std::string>{"b.bin"});
+    EXPECT_EQ(read_file(dir / "named/sub/b.bin"), std::string(16, 'b'));
+    const auto permissions = fs::status(dir / "named/m.onnx").permissions();
+    if (round == 0) {
+      EXPECT_EQ(permissions, fs::status(dir / "plain/m.onnx").permissions()) << "a new file: the default permissions";
+      fs::permissions(dir / "named/m.onnx", fs::perms(0640));
+    } else {
+      EXPECT_EQ(permissions, fs::perms(0640)) << "a replaced file keeps its own";
+    }
+  }
+  fs::remove(refused);
+  const auto batch = without_unnamed_files({"batch", (dir / "in").string(), "-o", (dir / "batch").string(), "-j", "2", "--target", "ort"});
+  ASSERT_EQ(batch.exit_code, 0) << batch.err;
+  ASSERT_TRUE(fs::exists(refused));
+  EXPECT_EQ(read_file(dir / "batch/m.onnx"), expected);
+  EXPECT_EQ(names_in(dir / "batch"), (std::vector<std::string>{"a.bin", "m.onnx", "sub"}));
+}
+
 TEST(ExternalData, OffsetsBeyond4GiBSurviveARewrite) {
   // A model too big for one protobuf: its weight sits 5 GiB into a (sparse) data file.
   TempDir dir;
