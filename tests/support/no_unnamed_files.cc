@@ -2,6 +2,7 @@
 // as a file system without unnamed files does, so that the run writes through named temporary
 // files. Each refusal appends a byte to the file NO_UNNAMED_FILES_LOG names: the test's proof
 // that the fallback ran.
+#undef _FILE_OFFSET_BITS  // else <fcntl.h> names open() open64 too, and the two definitions clash
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
