@@ -577,8 +577,8 @@ TEST(AtomicWrite, AModelBeingWrittenHasNoNameWhereTheFileSystemAllows) {
   // Nothing for an interrupted or killed run to leave behind (O_TMPFILE, linked in at commit).
   TempDir dir;
   const int probe = ::open(dir.path().c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (probe >= 0) ::close(probe);
   if (probe < 0 || ::access("/proc/self/fd", X_OK) != 0) GTEST_SKIP() << "no unnamed files here, or no /proc to link them by";
-  ::close(probe);
   write_file(dir / "m.onnx", serialize(rich_model()));
   Model model = load_model(dir / "m.onnx");
   model.changed = true;
@@ -611,7 +611,7 @@ TEST(AtomicWrite, WithoutUnnamedFilesNamedTemporaryOnesDoTheSameAndLeaveNothing)
   GTEST_SKIP() << "GCC's sanitizer runtime must come first in the library list";
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-  GTEST_SKIP() << "the sanitizer's runtime must come first";
+  GTEST_SKIP() << "not tried with clang's sanitizer runtime and a preloaded library";
 #endif
 #endif
   if (::access("/proc/self/fd", X_OK) != 0) GTEST_SKIP() << "no /proc: the tool never asks for an unnamed file here";
@@ -660,7 +660,7 @@ TEST(AtomicWrite, WithoutUnnamedFilesNamedTemporaryOnesDoTheSameAndLeaveNothing)
   fs::copy_file(dir / "in/m.onnx", dir / "in/m2.onnx");
   const auto batch = without_unnamed_files({"batch", (dir / "in").string(), "-o", (dir / "batch").string(), "-j", "2", "--target", "ort"});
   ASSERT_EQ(batch.exit_code, 0) << batch.err;
-  EXPECT_GE(refusals(), 2u);
+  EXPECT_GE(refusals(), 4u) << "both models, and each data file at least once (the other worker may reuse it)";
   EXPECT_EQ(read_file(dir / "batch/m.onnx"), expected);
   EXPECT_EQ(read_file(dir / "batch/m2.onnx"), expected);
   EXPECT_EQ(names_in(dir / "batch"), (std::vector<std::string>{"a.bin", "m.onnx", "m2.onnx", "sub"}));

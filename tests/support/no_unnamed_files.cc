@@ -15,14 +15,17 @@ namespace {
 
 using OpenFunction = int (*)(const char*, int, ...);
 
-OpenFunction real(const char* name) { return reinterpret_cast<OpenFunction>(::dlsym(RTLD_NEXT, name)); }
+// The C library's open(), looked up once.
+OpenFunction real_open() {
+  static const OpenFunction next = reinterpret_cast<OpenFunction>(::dlsym(RTLD_NEXT, "open"));
+  return next;
+}
 
 bool unnamed(int flags) { return (flags & O_TMPFILE) == O_TMPFILE; }
 
 int refuse() {
   if (const char* log = std::getenv("NO_UNNAMED_FILES_LOG")) {
-    static const OpenFunction open_file = real("open");
-    const int fd = open_file(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    const int fd = real_open()(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd >= 0) {
       [[maybe_unused]] const ssize_t written = ::write(fd, "x", 1);
       ::close(fd);
@@ -32,27 +35,20 @@ int refuse() {
   return -1;
 }
 
-int forward(const char* name, const char* path, int flags, va_list arguments) {
-  // The mode is there only with O_CREAT or O_TMPFILE.
-  const mode_t mode = (flags & O_CREAT) || unnamed(flags) ? static_cast<mode_t>(va_arg(arguments, unsigned)) : 0;
-  if (unnamed(flags)) return refuse();
-  return real(name)(path, flags, mode);
-}
-
 }  // namespace
 
 extern "C" int open(const char* path, int flags, ...) {
-  va_list arguments;
-  va_start(arguments, flags);
-  const int fd = forward("open", path, flags, arguments);
-  va_end(arguments);
-  return fd;
+  // The mode is there only with O_CREAT or O_TMPFILE.
+  mode_t mode = 0;
+  if ((flags & O_CREAT) || unnamed(flags)) {
+    va_list arguments;
+    va_start(arguments, flags);
+    mode = static_cast<mode_t>(va_arg(arguments, unsigned));
+    va_end(arguments);
+  }
+  if (unnamed(flags)) return refuse();
+  return real_open()(path, flags, mode);
 }
 
-extern "C" int open64(const char* path, int flags, ...) {
-  va_list arguments;
-  va_start(arguments, flags);
-  const int fd = forward("open64", path, flags, arguments);
-  va_end(arguments);
-  return fd;
-}
+// On 64-bit Linux open64() is open(): one function under both names.
+extern "C" int open64(const char* path, int flags, ...) __attribute__((alias("open")));
