@@ -34,7 +34,7 @@ struct RewriteOptions {
   // in such a graph (main graph, subgraph or function body: engine/match_ahead.h); collecting
   // names and checking a round's result while the next starts, when the main graph is that big.
   // A smaller one is done before a thread would have started.
-  int second_thread_from = 50'000;
+  int second_thread_from = static_cast<int>(kBigGraphNodes);
 };
 
 struct RuleStats {

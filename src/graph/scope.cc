@@ -154,9 +154,6 @@ bool holds_a_graph(const onnx::NodeProto& node) {
   return false;
 }
 
-// From this many nodes on, what the nodes read is indexed on two threads.
-constexpr size_t kReadsInHalvesFrom = 50'000;
-
 }  // namespace
 
 void Scope::Index::build(const Scope& scope) {
@@ -224,7 +221,7 @@ void Scope::Index::build(const Scope& scope) {
     positions[&node] = position++;
   }
   writes_begin.push_back(static_cast<uint32_t>(written.size()));
-  if (count >= kReadsInHalvesFrom && !any_subgraph) index_reads_in_halves(nodes);
+  if (count >= kBigGraphNodes && !any_subgraph) index_reads_in_halves(nodes);
   else index_reads(nodes);
 
   output_values.resize(values.size());

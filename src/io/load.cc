@@ -121,17 +121,14 @@ class NodeBytes {
   std::string copy_;
 };
 
-// From this many nodes on, the second half of a graph's nodes is parsed on a second thread:
-// parsing the nodes is most of loading a big graph.
-constexpr size_t kNodesParsedInHalves = 50'000;
-
 // Parses the graph: its fields but the nodes (`rest`), then its node fields (`nodes`: where they
 // lie in `source`, in order), which alone are a GraphProto's serialization, nested as the graph's
-// own. A failure is named as one parse of the whole graph would name it: too deeply nested only
+// own; a big graph's second half of nodes on another thread (parsing the nodes is most of loading
+// one). A failure is named as one parse of the whole graph would name it: too deeply nested only
 // if every part that failed parses with a deeper limit.
 void parse_graph(onnx::GraphProto& graph, const std::string& rest, const SourceBytes& source, const std::vector<FileRange>& nodes,
                  const std::string& name) {
-  const size_t half = nodes.size() >= kNodesParsedInHalves ? nodes.size() / 2 : nodes.size();
+  const size_t half = nodes.size() >= kBigGraphNodes ? nodes.size() / 2 : nodes.size();
   const NodeBytes first_nodes(source, nodes, 0, half);
   const NodeBytes second_nodes(source, nodes, half, nodes.size());
   const std::string_view first_bytes = first_nodes.bytes();

@@ -33,10 +33,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Serialized nodes go out in chunks of this size; from this many nodes on, on a second thread
-// (a smaller graph is written before a thread would have started).
+// Serialized nodes go out in chunks of this size; for a big graph, on a second thread.
 constexpr size_t kChunk = size_t{4} << 20;
-constexpr int kBackgroundNodes = 50000;
 
 // The output as pieces: bytes of our own, or a range of the source to copy verbatim.
 struct Piece {
@@ -457,7 +455,7 @@ PendingModel::PendingModel(const Model& model, const fs::path& path, const Write
     if (!model.changed) {
       state.model->copy_from(source.fd(), source.data(), FileRange{0, source.size()});
     } else {
-      PieceWriter writer(*state.model, source, model.proto.graph().node_size() >= kBackgroundNodes);
+      PieceWriter writer(*state.model, source, static_cast<size_t>(model.proto.graph().node_size()) >= kBigGraphNodes);
       serialize_pieces(model, kChunk, writer);
       writer.finish();
     }
