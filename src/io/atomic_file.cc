@@ -159,9 +159,12 @@ void AtomicFile::copy_from(int source_fd, const uint8_t* source_data, FileRange 
   }
 }
 
-void AtomicFile::close_for_commit(mode_t mode) {
+void AtomicFile::set_mode(mode_t mode) {
+  if (fd_ >= 0 && ::fchmod(fd_, mode) != 0) fail("cannot set permissions");
+}
+
+void AtomicFile::close_for_commit() {
   if (fd_ < 0) return;
-  if (::fchmod(fd_, mode) != 0) fail("cannot set permissions");
   if (::close(fd_) != 0) {
     fd_ = -1;
     fail("close failed");
@@ -169,8 +172,7 @@ void AtomicFile::close_for_commit(mode_t mode) {
   fd_ = -1;
 }
 
-bool AtomicFile::link_as_target(mode_t mode) {
-  if (::fchmod(fd_, mode) != 0) fail("cannot set permissions");
+bool AtomicFile::link_as_target() {
   if (!link_unnamed(target_.string())) return false;
   committed_ = true;
   // In place already: a failed close couldn't take that back, and would only lead the caller to
@@ -187,8 +189,9 @@ bool AtomicFile::link_unnamed(const std::string& name) {
 }
 
 void AtomicFile::commit(mode_t mode) {
+  set_mode(mode);
   if (temp_.empty()) {
-    if (link_as_target(mode)) return;
+    if (link_as_target()) return;
     // A file has that name: linked under a hidden temporary name, then renamed over it.
     std::string name;
     do {
@@ -197,7 +200,7 @@ void AtomicFile::commit(mode_t mode) {
     temp_ = std::move(name);
     remove_on_interrupt();
   }
-  close_for_commit(mode);
+  close_for_commit();
   if (::rename(temp_.c_str(), target_.c_str()) != 0) fail("cannot rename the temporary file into place");
   committed_ = true;
 }
@@ -205,8 +208,9 @@ void AtomicFile::commit(mode_t mode) {
 void AtomicFile::commit() { commit(mode_of_existing_or_default(target_)); }
 
 bool AtomicFile::commit_if_absent(mode_t mode) {
-  if (temp_.empty()) return link_as_target(mode);
-  close_for_commit(mode);
+  set_mode(mode);
+  if (temp_.empty()) return link_as_target();
+  close_for_commit();
   if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, target_.c_str(), RENAME_NOREPLACE) == 0) {
     committed_ = true;
     return true;

@@ -51,12 +51,14 @@ class AtomicFile {
 
  private:
   [[noreturn]] void fail(const std::string& what);
-  void close_for_commit(mode_t mode);
+  // The permissions the file is committed with, set once whichever way it goes into place.
+  void set_mode(mode_t mode);
+  void close_for_commit();
   // Gives the unnamed file `name`: false if a file has that name.
   bool link_unnamed(const std::string& name);
-  // Gives the unnamed file `mode` and links it in as the target, then closes it, committed:
-  // false (still open, unnamed) if a file has that name.
-  bool link_as_target(mode_t mode);
+  // Links the unnamed file in as the target, then closes it, committed: false (still open,
+  // unnamed) if a file has that name.
+  bool link_as_target();
   // Puts temp_ in the table of files removed when the process is interrupted.
   void remove_on_interrupt();
 
