@@ -35,6 +35,7 @@ struct BatchItem {
   std::string relative;  // to the input directory it was found in: what --shard partitions
   std::string output;
   std::string error;  // the entry could not even be read (a directory, a dangling or looping link, ...)
+  int64_t size = -1;  // in bytes, when found: with more than one worker the biggest go first
 };
 
 using FileId = std::pair<dev_t, ino_t>;
@@ -43,6 +44,7 @@ struct Found {
   fs::path path;
   fs::path relative;
   std::string error;
+  int64_t size = -1;
 };
 
 // Walks one input directory. Paths are built from the names met on the way, never from where a
@@ -100,7 +102,7 @@ class BatchWalk {
       }
       walk(path, relative, id);
     } else if (model_name) {
-      if (S_ISREG(st.st_mode)) found_.push_back({path, relative, {}});
+      if (S_ISREG(st.st_mode)) found_.push_back({path, relative, {}, static_cast<int64_t>(st.st_size)});
       else unreadable_.push_back({path, relative, "not a regular file"});
     }
   }
@@ -129,10 +131,11 @@ std::vector<BatchItem> collect_batch(const BatchCommand& command) {
     if (S_ISDIR(st.st_mode)) {
       BatchWalk(out_dir, found, unreadable).walk(input, {}, FileId{st.st_dev, st.st_ino});
     } else {
-      found.push_back({input, fs::path(input).filename(), {}});
+      found.push_back({input, fs::path(input).filename(), {}, static_cast<int64_t>(st.st_size)});
     }
     for (const auto& entry : found) {
-      BatchItem item{entry.path.string(), entry.relative.generic_string(), (fs::path(command.output_dir) / entry.relative).string(), {}};
+      BatchItem item{entry.path.string(), entry.relative.generic_string(), (fs::path(command.output_dir) / entry.relative).string(), {},
+                     entry.size};
       if (!outputs.insert(item.output).second) {
         throw UsageError("two inputs would both be written to " + item.output);
       }
@@ -496,9 +499,8 @@ int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* jun
   if (jobs > 1) {
     // Biggest first: the models left at the end are then the quickest, and no worker waits long
     // for another's last one.
-    std::vector<int64_t> size(entries.size(), -1);
-    for (size_t k : todo) size[k] = stamp_of(all[entries[k].index].input).size;
-    std::stable_sort(todo.begin(), todo.end(), [&](size_t a, size_t b) { return size[a] > size[b]; });
+    const auto size = [&](size_t k) { return all[entries[k].index].size; };
+    std::stable_sort(todo.begin(), todo.end(), [&](size_t a, size_t b) { return size(a) > size(b); });
   }
   std::atomic<size_t> next{0};
   std::atomic<size_t> done{0};
