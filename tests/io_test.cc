@@ -604,17 +604,48 @@ TEST(AtomicWrite, AModelBeingWrittenHasNoNameWhereTheFileSystemAllows) {
   }
 }
 
+// Why tests/support/no_unnamed_files.cc can't be preloaded into the tool here; empty if it can.
+std::string why_not_preloaded() {
+#if defined(__SANITIZE_ADDRESS__)
+  return "GCC's sanitizer runtime must come first in the library list";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  return "not tried with clang's sanitizer runtime and a preloaded library";
+#endif
+#endif
+  if (::access("/proc/self/fd", X_OK) != 0) return "no /proc: the tool never asks for an unnamed file here";
+  return "";
+}
+
+// Runs the tool with tests/support/no_unnamed_files.cc preloaded, `settings` (NAME=value) added
+// to its environment; what it did is logged to `log`, emptied first.
+CommandResult without_unnamed_files(const fs::path& log, const std::vector<std::string>& settings, const std::vector<std::string>& args) {
+  fs::remove(log);
+  std::vector<std::string> argv{"env", std::string("LD_PRELOAD=") + NO_UNNAMED_FILES_LIBRARY, "NO_UNNAMED_FILES_LOG=" + log.string()};
+  argv.insert(argv.end(), settings.begin(), settings.end());
+  argv.push_back(cli_path().string());
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv);
+}
+
+// How often the preloaded library logged `event` ('x' an unnamed file refused, 'r' a no-replace
+// rename refused, 't' a target taken).
+size_t logged(const fs::path& log, char event) {
+  if (!fs::exists(log)) return 0;
+  const std::string events = read_file(log);
+  return static_cast<size_t>(std::count(events.begin(), events.end(), event));
+}
+
+// A default mode that differs from mkstemp's 0600, for the duration of a test.
+struct Umask022 {
+  mode_t old = ::umask(022);
+  ~Umask022() { ::umask(old); }
+};
+
 TEST(AtomicWrite, WithoutUnnamedFilesNamedTemporaryOnesDoTheSameAndLeaveNothing) {
   // A file system without O_TMPFILE (or no /proc): each output is a hidden temporary file until
   // committed. Run the tool with open() refusing O_TMPFILE, against a plain run.
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "GCC's sanitizer runtime must come first in the library list";
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  GTEST_SKIP() << "not tried with clang's sanitizer runtime and a preloaded library";
-#endif
-#endif
-  if (::access("/proc/self/fd", X_OK) != 0) GTEST_SKIP() << "no /proc: the tool never asks for an unnamed file here";
+  if (const std::string why = why_not_preloaded(); !why.empty()) GTEST_SKIP() << why;
   TempDir dir;
   fs::create_directories(dir / "in/sub");
   write_file(dir / "in/m.onnx", two_file_model("a.bin", "sub/b.bin"));  // data files: written only if absent
@@ -622,27 +653,16 @@ TEST(AtomicWrite, WithoutUnnamedFilesNamedTemporaryOnesDoTheSameAndLeaveNothing)
   write_file(dir / "in/sub/b.bin", std::string(16, 'b'));
   for (const char* out : {"plain", "named", "batch"}) fs::create_directories(dir / out);
   const std::string input = (dir / "in/m.onnx").string();
-  const fs::path refused = dir / "refused";  // a byte per file the tool asked to make unnamed
-  const auto without_unnamed_files = [&](std::vector<std::string> args) {
-    fs::remove(refused);
-    std::vector<std::string> argv{"env", std::string("LD_PRELOAD=") + NO_UNNAMED_FILES_LIBRARY, "NO_UNNAMED_FILES_LOG=" + refused.string(),
-                                  cli_path().string()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run_command(argv);
-  };
-  const auto refusals = [&] { return fs::exists(refused) ? fs::file_size(refused) : 0; };
-  const struct Umask {  // a default mode that differs from mkstemp's 0600
-    mode_t old = ::umask(022);
-    ~Umask() { ::umask(old); }
-  } umask_022;
+  const fs::path log = dir / "log";
+  const Umask022 umask_022;
   const auto plain = run_cli({"rewrite", input, "-o", (dir / "plain/m.onnx").string(), "--target", "ort"});
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   const std::string expected = read_file(dir / "plain/m.onnx");
 
   for (int round = 0; round < 2; ++round) {  // a new file and its data files, then the file replaced
-    const auto named = without_unnamed_files({"rewrite", input, "-o", (dir / "named/m.onnx").string(), "--target", "ort"});
+    const auto named = without_unnamed_files(log, {}, {"rewrite", input, "-o", (dir / "named/m.onnx").string(), "--target", "ort"});
     ASSERT_EQ(named.exit_code, 0) << named.err;
-    EXPECT_EQ(refusals(), round == 0 ? 3u : 1u) << "every file written, named (the data files are there the second time)";
+    EXPECT_EQ(logged(log, 'x'), round == 0 ? 3u : 1u) << "every file written, named (the data files are there the second time)";
     EXPECT_EQ(read_file(dir / "named/m.onnx"), expected);
     EXPECT_EQ(names_in(dir / "named"), (std::vector<std::string>{"a.bin", "m.onnx", "sub"})) << "a temporary file left behind";
     EXPECT_EQ(names_in(dir / "named/sub"), std::vector<std::string>{"b.bin"});
@@ -658,14 +678,78 @@ TEST(AtomicWrite, WithoutUnnamedFilesNamedTemporaryOnesDoTheSameAndLeaveNothing)
   }
   // Two models sharing their data files, on two workers.
   fs::copy_file(dir / "in/m.onnx", dir / "in/m2.onnx");
-  const auto batch = without_unnamed_files({"batch", (dir / "in").string(), "-o", (dir / "batch").string(), "-j", "2", "--target", "ort"});
+  const auto batch = without_unnamed_files(log, {}, {"batch", (dir / "in").string(), "-o", (dir / "batch").string(), "-j", "2", "--target", "ort"});
   ASSERT_EQ(batch.exit_code, 0) << batch.err;
-  EXPECT_GE(refusals(), 4u) << "both models, and each data file at least once (the other worker may reuse it)";
+  EXPECT_GE(logged(log, 'x'), 4u) << "both models, and each data file at least once (the other worker may reuse it)";
   EXPECT_EQ(read_file(dir / "batch/m.onnx"), expected);
   EXPECT_EQ(read_file(dir / "batch/m2.onnx"), expected);
   EXPECT_EQ(names_in(dir / "batch"), (std::vector<std::string>{"a.bin", "m.onnx", "m2.onnx", "sub"}));
   EXPECT_EQ(names_in(dir / "batch/sub"), std::vector<std::string>{"b.bin"});
   EXPECT_EQ(read_file(dir / "batch/a.bin"), std::string(16, 'a'));
+}
+
+TEST(ExternalData, ANamedDataFileRacedForIsComparedNeverReplacedWithOrWithoutNoReplaceRenames) {
+  // Named temporary files, moved in with renameat2(RENAME_NOREPLACE) or, where a file system
+  // lacks it (NFS), with link(); and another process putting a file of the same name there just
+  // before the move.
+  if (const std::string why = why_not_preloaded(); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir;
+  fs::create_directories(dir / "in/sub");
+  write_file(dir / "in/m.onnx", two_file_model("a.bin", "sub/b.bin"));
+  write_file(dir / "in/a.bin", std::string(16, 'a'));
+  write_file(dir / "in/sub/b.bin", std::string(16, 'b'));
+  fs::create_directories(dir / "same");  // what the other process writes: the same bytes
+  write_file(dir / "same/a.bin", std::string(16, 'a'));
+  write_file(dir / "same/b.bin", std::string(16, 'b'));
+  fs::create_directories(dir / "other");  // or others, for one file
+  write_file(dir / "other/b.bin", std::string(16, 'X'));
+  fs::create_directories(dir / "plain");
+  const std::string input = (dir / "in/m.onnx").string();
+  const fs::path log = dir / "log";
+  const Umask022 umask_022;
+  const auto plain = run_cli({"rewrite", input, "-o", (dir / "plain/m.onnx").string(), "--target", "ort"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const std::string expected = read_file(dir / "plain/m.onnx");
+
+  for (const bool no_replace : {true, false}) {
+    SCOPED_TRACE(no_replace ? "renameat2(RENAME_NOREPLACE)" : "link()");
+    const std::vector<std::string> lacking = no_replace ? std::vector<std::string>{} : std::vector<std::string>{"NO_UNNAMED_FILES_NO_NOREPLACE=1"};
+    const auto run = [&](const std::string& out, const std::string& taking) {
+      fs::create_directories(dir / out);
+      std::vector<std::string> settings = lacking;
+      if (!taking.empty()) settings.push_back("NO_UNNAMED_FILES_TAKE=" + (dir / taking).string());
+      return without_unnamed_files(log, settings, {"rewrite", input, "-o", (dir / out / "m.onnx").string(), "--target", "ort"});
+    };
+    const std::string tag = no_replace ? "-renamed" : "-linked";
+
+    const auto moved = run("moved" + tag, "");
+    ASSERT_EQ(moved.exit_code, 0) << moved.err;
+    EXPECT_EQ(logged(log, 'r'), no_replace ? 0u : 2u) << "each data file's move refused once";
+    EXPECT_EQ(read_file(dir / ("moved" + tag) / "m.onnx"), expected);
+    EXPECT_EQ(names_in(dir / ("moved" + tag)), (std::vector<std::string>{"a.bin", "m.onnx", "sub"})) << "a temporary file left behind";
+    EXPECT_EQ(names_in(dir / ("moved" + tag) / "sub"), std::vector<std::string>{"b.bin"});
+    EXPECT_EQ(read_file(dir / ("moved" + tag) / "sub/b.bin"), std::string(16, 'b'));
+    EXPECT_EQ(fs::status(dir / ("moved" + tag) / "a.bin").permissions(), fs::perms(0644));
+
+    // The other process's files hold the same bytes: shared.
+    const auto shared = run("shared" + tag, "same");
+    ASSERT_EQ(shared.exit_code, 0) << shared.err;
+    EXPECT_EQ(logged(log, 't'), 2u) << "both data files found taken";
+    EXPECT_EQ(read_file(dir / ("shared" + tag) / "m.onnx"), expected);
+    EXPECT_EQ(names_in(dir / ("shared" + tag)), (std::vector<std::string>{"a.bin", "m.onnx", "sub"})) << "a temporary file left behind";
+    EXPECT_EQ(names_in(dir / ("shared" + tag) / "sub"), std::vector<std::string>{"b.bin"});
+
+    // One holds other bytes: refused, nothing of this run's left, the other's file untouched.
+    const auto refused = run("refused" + tag, "other");
+    EXPECT_EQ(refused.exit_code, 3) << refused.err;
+    EXPECT_EQ(logged(log, 't'), 1u);
+    EXPECT_NE(refused.err.find("external data 'sub/b.bin' would replace a different file already in " + (dir / ("refused" + tag) / "sub").string()),
+              std::string::npos)
+        << refused.err;
+    EXPECT_EQ(names_in(dir / ("refused" + tag)), std::vector<std::string>{"sub"}) << "a.bin, placed first, taken back; no model";
+    EXPECT_EQ(names_in(dir / ("refused" + tag) / "sub"), std::vector<std::string>{"b.bin"});
+    EXPECT_EQ(read_file(dir / ("refused" + tag) / "sub/b.bin"), std::string(16, 'X'));
+  }
 }
 
 TEST(ExternalData, OffsetsBeyond4GiBSurviveARewrite) {
