@@ -125,7 +125,7 @@ std::string nested_model(int nodes, int depth, bool corrupt_node) {
 }
 
 TEST(Loading, AFailureToParseIsNamedAsOneParseOfTheWholeModelWouldName) {
-  for (const int nodes : {3, 60'000}) {
+  for (const int nodes : {3, static_cast<int>(kBigGraphNodes) + 10'000}) {  // parsed in one piece, then in halves
     const std::string what = std::to_string(nodes) + " nodes";
     EXPECT_EQ(parse_error(nested_model(nodes, 10, false)), "") << what;
     EXPECT_NE(parse_error(nested_model(nodes, 60, false)).find("nest deeper than the 100 levels"), std::string::npos) << what;
@@ -155,11 +155,11 @@ TEST(Writing, SplicingReproducesProtobufsOwnSerialization) {
 }
 
 TEST(Writing, ABigGraphWrittenOnASecondThreadIsWhatProtobufWouldWrite) {
-  // 60,000 more nodes (the writer thread starts at 50,000) of about 8 MB: the nodes go out in
-  // chunks of 4 MB, the weights are spliced in after them.
+  // 10,000 nodes more than a big graph has (the writer thread starts there), about 8 MB: the
+  // nodes go out in chunks of 4 MB, the weights are spliced in after them.
   onnx::ModelProto proto = rich_model();
   auto* graph = proto.mutable_graph();
-  for (int i = 0; i < 60000; ++i) {
+  for (int i = 0; i < static_cast<int>(kBigGraphNodes) + 10'000; ++i) {
     auto* node = graph->add_node();
     node->set_op_type("Relu");
     node->add_input(i == 0 ? "z" : "r" + std::to_string(i - 1));
@@ -650,6 +650,7 @@ TEST(AtomicWrite, WithoutUnnamedFilesNamedTemporaryOnesDoTheSameAndLeaveNothing)
   fs::create_directories(dir / "in/sub");
   write_file(dir / "in/m.onnx", two_file_model("a.bin", "sub/b.bin"));  // data files: written only if absent
   write_file(dir / "in/a.bin", std::string(16, 'a'));
+  fs::permissions(dir / "in/a.bin", fs::perms(0640));  // a copy keeps it: neither the default nor mkstemp's 0600
   write_file(dir / "in/sub/b.bin", std::string(16, 'b'));
   for (const char* out : {"plain", "named", "batch"}) fs::create_directories(dir / out);
   const std::string input = (dir / "in/m.onnx").string();
@@ -667,7 +668,7 @@ TEST(AtomicWrite, WithoutUnnamedFilesNamedTemporaryOnesDoTheSameAndLeaveNothing)
     EXPECT_EQ(names_in(dir / "named"), (std::vector<std::string>{"a.bin", "m.onnx", "sub"})) << "a temporary file left behind";
     EXPECT_EQ(names_in(dir / "named/sub"), std::vector<std::string>{"b.bin"});
     EXPECT_EQ(read_file(dir / "named/sub/b.bin"), std::string(16, 'b'));
-    EXPECT_EQ(fs::status(dir / "named/a.bin").permissions(), fs::perms(0644));
+    EXPECT_EQ(fs::status(dir / "named/a.bin").permissions(), fs::perms(0640));
     const auto permissions = fs::status(dir / "named/m.onnx").permissions();
     if (round == 0) {
       EXPECT_EQ(permissions, fs::perms(0644)) << "a new file: the default permissions";
@@ -697,8 +698,9 @@ TEST(ExternalData, ANamedDataFileRacedForIsComparedNeverReplacedWithOrWithoutNoR
   fs::create_directories(dir / "in/sub");
   write_file(dir / "in/m.onnx", two_file_model("a.bin", "sub/b.bin"));
   write_file(dir / "in/a.bin", std::string(16, 'a'));
+  fs::permissions(dir / "in/a.bin", fs::perms(0640));  // a copy keeps it: neither the default nor mkstemp's 0600
   write_file(dir / "in/sub/b.bin", std::string(16, 'b'));
-  fs::create_directories(dir / "same");  // what the other process writes: the same bytes
+  fs::create_directories(dir / "same");  // what the other process writes (with mode 0604): the same bytes
   write_file(dir / "same/a.bin", std::string(16, 'a'));
   write_file(dir / "same/b.bin", std::string(16, 'b'));
   fs::create_directories(dir / "other");  // or others, for one file
@@ -706,7 +708,6 @@ TEST(ExternalData, ANamedDataFileRacedForIsComparedNeverReplacedWithOrWithoutNoR
   fs::create_directories(dir / "plain");
   const std::string input = (dir / "in/m.onnx").string();
   const fs::path log = dir / "log";
-  const Umask022 umask_022;
   const auto plain = run_cli({"rewrite", input, "-o", (dir / "plain/m.onnx").string(), "--target", "ort"});
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   const std::string expected = read_file(dir / "plain/m.onnx");
@@ -725,24 +726,30 @@ TEST(ExternalData, ANamedDataFileRacedForIsComparedNeverReplacedWithOrWithoutNoR
     const auto moved = run("moved" + tag, "");
     ASSERT_EQ(moved.exit_code, 0) << moved.err;
     EXPECT_EQ(logged(log, 'r'), no_replace ? 0u : 2u) << "each data file's move refused once";
+    EXPECT_EQ(logged(log, 'l'), no_replace ? 0u : 2u) << "then linked in";
     EXPECT_EQ(read_file(dir / ("moved" + tag) / "m.onnx"), expected);
     EXPECT_EQ(names_in(dir / ("moved" + tag)), (std::vector<std::string>{"a.bin", "m.onnx", "sub"})) << "a temporary file left behind";
     EXPECT_EQ(names_in(dir / ("moved" + tag) / "sub"), std::vector<std::string>{"b.bin"});
     EXPECT_EQ(read_file(dir / ("moved" + tag) / "sub/b.bin"), std::string(16, 'b'));
-    EXPECT_EQ(fs::status(dir / ("moved" + tag) / "a.bin").permissions(), fs::perms(0644));
+    EXPECT_EQ(fs::status(dir / ("moved" + tag) / "a.bin").permissions(), fs::perms(0640));
 
     // The other process's files hold the same bytes: shared.
     const auto shared = run("shared" + tag, "same");
     ASSERT_EQ(shared.exit_code, 0) << shared.err;
     EXPECT_EQ(logged(log, 't'), 2u) << "both data files found taken";
+    EXPECT_EQ(logged(log, 'l'), no_replace ? 0u : 2u);
     EXPECT_EQ(read_file(dir / ("shared" + tag) / "m.onnx"), expected);
     EXPECT_EQ(names_in(dir / ("shared" + tag)), (std::vector<std::string>{"a.bin", "m.onnx", "sub"})) << "a temporary file left behind";
     EXPECT_EQ(names_in(dir / ("shared" + tag) / "sub"), std::vector<std::string>{"b.bin"});
+    for (const char* name : {"a.bin", "sub/b.bin"}) {
+      EXPECT_EQ(fs::status(dir / ("shared" + tag) / name).permissions(), fs::perms(0604)) << name << ": the other's file, not replaced";
+    }
 
     // One holds other bytes: refused, nothing of this run's left, the other's file untouched.
     const auto refused = run("refused" + tag, "other");
     EXPECT_EQ(refused.exit_code, 3) << refused.err;
     EXPECT_EQ(logged(log, 't'), 1u);
+    EXPECT_EQ(logged(log, 'l'), no_replace ? 0u : 2u);
     EXPECT_NE(refused.err.find("external data 'sub/b.bin' would replace a different file already in " + (dir / ("refused" + tag) / "sub").string()),
               std::string::npos)
         << refused.err;

@@ -202,12 +202,13 @@ TEST(ScopeConstants, AnInitializerIsFoundAfterAnEarlierOneIsRemoved) {
   EXPECT_EQ(b->name(), "b");
 }
 
-// A big graph's reads are indexed on two threads (50,000 nodes and more): the index must be the
-// one a single pass gives. A chain of 60,000 Adds reading one initializer each, the graph input
-// every 1,000th, and a second graph input first read in the second half (where the initializer
-// is read first: its id must still come from the first half's reads).
+// A big graph's reads are indexed on two threads (kBigGraphNodes and more): the index must be the
+// one a single pass gives. A chain of more Adds than that, reading one initializer each,
+// the graph input every 1,000th, and a second graph input first read in the second half (where
+// the initializer is read first: its id must still come from the first half's reads).
 TEST(ScopeIndex, ABigGraphsReadsAreIndexedInNodeOrder) {
-  constexpr int kNodes = 60'000;
+  constexpr int kNodes = (static_cast<int>(kBigGraphNodes) / 4000 + 3) * 4000;  // 60,000: halves and quarters in thousands
+  constexpr int kHalf = kNodes / 2, kLate = kNodes * 3 / 4;
   Model model;
   model.proto.set_ir_version(8);
   model.proto.add_opset_import()->set_version(17);
@@ -223,7 +224,7 @@ TEST(ScopeIndex, ABigGraphsReadsAreIndexedInNodeOrder) {
     auto& node = *graph.add_node();
     node.set_op_type("Add");
     node.add_input(last);
-    node.add_input(i == 45'000 ? "z" : i % 1000 == 7 ? "x" : "w");
+    node.add_input(i == kLate ? "z" : i % 1000 == 7 ? "x" : "w");
     last = "v" + std::to_string(i);
     node.add_output(last);
   }
@@ -236,7 +237,7 @@ TEST(ScopeIndex, ABigGraphsReadsAreIndexedInNodeOrder) {
   EXPECT_EQ(scope.value_id("x")->index, static_cast<uint32_t>(kNodes));
   EXPECT_EQ(scope.value_id("w")->index, static_cast<uint32_t>(kNodes + 1));
   EXPECT_EQ(scope.value_id("z")->index, static_cast<uint32_t>(kNodes + 2));
-  for (const int position : {0, 1, 29'999, 30'000, 45'000, kNodes - 1}) {
+  for (const int position : {0, 1, kHalf - 1, kHalf, kLate, kNodes - 1}) {
     const auto reads = scope.reads_at(position);
     ASSERT_EQ(reads.size(), 2u) << position;
     EXPECT_EQ(scope.name(reads[0]), graph.node(position).input(0)) << position;
@@ -258,10 +259,11 @@ TEST(ScopeIndex, ABigGraphsReadsAreIndexedInNodeOrder) {
   const auto reading_w = positions_of("w");
   EXPECT_EQ(reading_w.size(), static_cast<size_t>(kNodes - kNodes / 1000 - 1));
   EXPECT_TRUE(std::is_sorted(reading_w.begin(), reading_w.end()));
-  EXPECT_EQ(positions_of("z"), std::vector<int>{45'000});
-  EXPECT_EQ(positions_of("v29999"), std::vector<int>{30'000});
-  ASSERT_NE(scope.producer("v29999"), nullptr);
-  EXPECT_EQ(scope.producer("v29999")->position, 29'999);
+  EXPECT_EQ(positions_of("z"), std::vector<int>{kLate});
+  const std::string last_of_first_half = "v" + std::to_string(kHalf - 1);
+  EXPECT_EQ(positions_of(last_of_first_half), std::vector<int>{kHalf});
+  ASSERT_NE(scope.producer(last_of_first_half), nullptr);
+  EXPECT_EQ(scope.producer(last_of_first_half)->position, kHalf - 1);
 }
 
 }  // namespace

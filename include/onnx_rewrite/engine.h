@@ -30,10 +30,10 @@ struct RewriteOptions {
   std::ostream* progress_out = nullptr;  // a terminal: a line of rounds and matches once a model takes over a second
   int record_matches = 0;                // per rule, keep the first N matches' nodes (--html)
   std::optional<int64_t> ir_version;     // --ir-version: write this IR version, if the model allows
-  // Work on a second thread for graphs of this many nodes: matching ahead of each round's walk
-  // in such a graph (main graph, subgraph or function body: engine/match_ahead.h); collecting
-  // names and checking a round's result while the next starts, when the main graph is that big.
-  // A smaller one is done before a thread would have started.
+  // Work on a second thread for graphs of this many nodes (default: a big graph, model.h):
+  // matching ahead of each round's walk in such a graph (main graph, subgraph or function body:
+  // engine/match_ahead.h); collecting names and checking a round's result while the next
+  // starts, when the main graph is that big.
   int second_thread_from = static_cast<int>(kBigGraphNodes);
 };
 

@@ -5,6 +5,7 @@
 // deleted through `remove_initializers`, which keeps that bookkeeping right.
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
 #include <functional>
 #include <memory>

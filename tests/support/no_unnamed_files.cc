@@ -6,24 +6,27 @@
 //   on NFS, so that the run moves a data file into place with link().
 // - With NO_UNNAMED_FILES_TAKE naming a directory, a no-replace move (renameat2 with
 //   RENAME_NOREPLACE, or link()) first finds its target taken by a copy of the file of the same
-//   name there, if there is one: what another process may do between preparing and committing.
+//   name there, if there is one, made with mode 0604: what another process may do between
+//   preparing and committing.
 // Each event appends a byte to the file NO_UNNAMED_FILES_LOG names, the tests' proof that the
-// path ran: 'x' an O_TMPFILE refused, 'r' a no-replace rename refused, 't' a target taken.
+// path ran: 'x' an O_TMPFILE refused, 'r' a no-replace rename refused, 'l' a link() made or
+// tried, 't' a target taken.
 #undef _FILE_OFFSET_BITS  // else <fcntl.h> names open() open64 too, and the two definitions clash
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdarg>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 namespace {
 
-// The C library's function `name`, looked up once per use site.
+// The C library's function `name` (each caller keeps it in a static, looked up once).
 template <typename Function>
 Function next(const char* name) {
   return reinterpret_cast<Function>(::dlsym(RTLD_NEXT, name));
@@ -47,8 +50,9 @@ void note(char event) {
 
 bool unnamed(int flags) { return (flags & O_TMPFILE) == O_TMPFILE; }
 
-// Puts NO_UNNAMED_FILES_TAKE's file of the target's name at `target`, unless one is there.
-void take(const char* target) {
+// Puts NO_UNNAMED_FILES_TAKE's file of the target's name at `target` (relative to `directory`,
+// as the *at() functions take it), unless one is there.
+void take(int directory, const char* target) {
   const char* from_directory = std::getenv("NO_UNNAMED_FILES_TAKE");
   if (!from_directory) return;
   const char* slash = std::strrchr(target, '/');
@@ -59,9 +63,10 @@ void take(const char* target) {
   char buffer[4096];
   for (ssize_t got; (got = ::read(in, buffer, sizeof buffer)) > 0;) bytes.append(buffer, static_cast<size_t>(got));
   ::close(in);
-  const int out = real_open()(target, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const int out = ::openat(directory, target, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0604);
   if (out < 0) return;
   [[maybe_unused]] const ssize_t written = ::write(out, bytes.data(), bytes.size());
+  ::fchmod(out, 0604);  // whatever the umask: the mode tells the other process's file from a copy
   ::close(out);
   note('t');
 }
@@ -92,12 +97,12 @@ extern "C" int renameat2(int from_directory, const char* from, int to_directory,
   using RenameFunction = int (*)(int, const char*, int, const char*, unsigned);
   static const auto real_renameat2 = next<RenameFunction>("renameat2");
   if (flags & RENAME_NOREPLACE) {
-    take(to);
-    if (std::getenv("NO_UNNAMED_FILES_NO_NOREPLACE")) {
+    if (std::getenv("NO_UNNAMED_FILES_NO_NOREPLACE")) {  // before the race: link() runs into it
       note('r');
       errno = EINVAL;
       return -1;
     }
+    take(to_directory, to);
   }
   return real_renameat2(from_directory, from, to_directory, to, flags);
 }
@@ -105,6 +110,7 @@ extern "C" int renameat2(int from_directory, const char* from, int to_directory,
 extern "C" int link(const char* from, const char* to) noexcept {
   using LinkFunction = int (*)(const char*, const char*);
   static const auto real_link = next<LinkFunction>("link");
-  take(to);
+  note('l');
+  take(AT_FDCWD, to);
   return real_link(from, to);
 }
