@@ -1162,6 +1162,15 @@ TEST(RuleFiles, NumbersOutOfRangeAndDeepExpressionsAreErrors) {
   EXPECT_EQ(load_error(rule("  let {\n    b = " + deep + "\n  }")), "test.rules:8:5: expression nested deeper than 200 levels");
 }
 
+// Found by fuzz/parse_rules: a pattern without outputs (`=> ()`) passed the checks, and working
+// out the match order then read the first of none (undefined behaviour; a crash at best).
+TEST(RuleFiles, APatternWithoutOutputsIsAnError) {
+  EXPECT_EQ(load_error("rule s\ntargets:ort\npattern()=>(){}replace with i\nend"),
+            "test.rules:3:14: a pattern needs an output: matching starts from the node that computes the first");
+  EXPECT_EQ(load_error("rule r\n  description: d\n  targets: onnx\n  pattern (a, b) => () {\n    y = Mul (a, b)\n  }\nend\n"),
+            "test.rules:4:23: a pattern needs an output: matching starts from the node that computes the first");
+}
+
 TEST(RuleFiles, ErrorsNameFileLineAndColumn) {
   EXPECT_EQ(load_error("rule x\n  descripton: hi\nend\n"),
             "test.rules:2:3: unknown clause 'descripton' (description, targets, fuses for, priority, requires, where, pattern, let, "

@@ -425,6 +425,7 @@ class RuleFileParser {
     Pattern pattern;
     pattern.line = line_column(pos_).first;
     parse_signature(pattern.inputs, pattern.outputs);
+    if (pattern.outputs.empty()) error("a pattern needs an output: matching starts from the node that computes the first");
     skip_space();
     const size_t at = pos_;
     onnx::NodeList nodes;
