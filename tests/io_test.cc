@@ -629,7 +629,7 @@ CommandResult without_unnamed_files(const fs::path& log, const std::vector<std::
 }
 
 // How often the preloaded library logged `event` ('x' an unnamed file refused, 'r' a no-replace
-// rename refused, 't' a target taken).
+// rename refused, 'l' a link() made or tried, 't' a target taken).
 size_t logged(const fs::path& log, char event) {
   if (!fs::exists(log)) return 0;
   const std::string events = read_file(log);
@@ -642,23 +642,32 @@ struct Umask022 {
   ~Umask022() { ::umask(old); }
 };
 
+// Writes dir/in/m.onnx, its weights in data files written only where absent (a.bin with mode
+// 0640, which a copy keeps: neither the default nor mkstemp's 0600; sub/b.bin), and returns what
+// a plain run of the tool writes for it.
+std::string two_file_input(const TempDir& dir) {
+  fs::create_directories(dir / "in/sub");
+  write_file(dir / "in/m.onnx", two_file_model("a.bin", "sub/b.bin"));
+  write_file(dir / "in/a.bin", std::string(16, 'a'));
+  fs::permissions(dir / "in/a.bin", fs::perms(0640));
+  write_file(dir / "in/sub/b.bin", std::string(16, 'b'));
+  fs::create_directories(dir / "plain");
+  const auto plain = run_cli({"rewrite", (dir / "in/m.onnx").string(), "-o", (dir / "plain/m.onnx").string(), "--target", "ort"});
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  return read_file(dir / "plain/m.onnx");
+}
+
 TEST(AtomicWrite, WithoutUnnamedFilesNamedTemporaryOnesDoTheSameAndLeaveNothing) {
   // A file system without O_TMPFILE (or no /proc): each output is a hidden temporary file until
   // committed. Run the tool with open() refusing O_TMPFILE, against a plain run.
   if (const std::string why = why_not_preloaded(); !why.empty()) GTEST_SKIP() << why;
   TempDir dir;
-  fs::create_directories(dir / "in/sub");
-  write_file(dir / "in/m.onnx", two_file_model("a.bin", "sub/b.bin"));  // data files: written only if absent
-  write_file(dir / "in/a.bin", std::string(16, 'a'));
-  fs::permissions(dir / "in/a.bin", fs::perms(0640));  // a copy keeps it: neither the default nor mkstemp's 0600
-  write_file(dir / "in/sub/b.bin", std::string(16, 'b'));
-  for (const char* out : {"plain", "named", "batch"}) fs::create_directories(dir / out);
+  const Umask022 umask_022;
+  const std::string expected = two_file_input(dir);
+  ASSERT_FALSE(HasFailure()) << "the plain run";
+  for (const char* out : {"named", "batch"}) fs::create_directories(dir / out);
   const std::string input = (dir / "in/m.onnx").string();
   const fs::path log = dir / "log";
-  const Umask022 umask_022;
-  const auto plain = run_cli({"rewrite", input, "-o", (dir / "plain/m.onnx").string(), "--target", "ort"});
-  ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  const std::string expected = read_file(dir / "plain/m.onnx");
 
   for (int round = 0; round < 2; ++round) {  // a new file and its data files, then the file replaced
     const auto named = without_unnamed_files(log, {}, {"rewrite", input, "-o", (dir / "named/m.onnx").string(), "--target", "ort"});
@@ -695,67 +704,63 @@ TEST(ExternalData, ANamedDataFileRacedForIsComparedNeverReplacedWithOrWithoutNoR
   // before the move.
   if (const std::string why = why_not_preloaded(); !why.empty()) GTEST_SKIP() << why;
   TempDir dir;
-  fs::create_directories(dir / "in/sub");
-  write_file(dir / "in/m.onnx", two_file_model("a.bin", "sub/b.bin"));
-  write_file(dir / "in/a.bin", std::string(16, 'a'));
-  fs::permissions(dir / "in/a.bin", fs::perms(0640));  // a copy keeps it: neither the default nor mkstemp's 0600
-  write_file(dir / "in/sub/b.bin", std::string(16, 'b'));
+  const std::string expected = two_file_input(dir);
+  ASSERT_FALSE(HasFailure()) << "the plain run";
   fs::create_directories(dir / "same");  // what the other process writes (with mode 0604): the same bytes
   write_file(dir / "same/a.bin", std::string(16, 'a'));
   write_file(dir / "same/b.bin", std::string(16, 'b'));
   fs::create_directories(dir / "other");  // or others, for one file
   write_file(dir / "other/b.bin", std::string(16, 'X'));
-  fs::create_directories(dir / "plain");
   const std::string input = (dir / "in/m.onnx").string();
   const fs::path log = dir / "log";
-  const auto plain = run_cli({"rewrite", input, "-o", (dir / "plain/m.onnx").string(), "--target", "ort"});
-  ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  const std::string expected = read_file(dir / "plain/m.onnx");
 
   for (const bool no_replace : {true, false}) {
     SCOPED_TRACE(no_replace ? "renameat2(RENAME_NOREPLACE)" : "link()");
     const std::vector<std::string> lacking = no_replace ? std::vector<std::string>{} : std::vector<std::string>{"NO_UNNAMED_FILES_NO_NOREPLACE=1"};
-    const auto run = [&](const std::string& out, const std::string& taking) {
-      fs::create_directories(dir / out);
+    const auto run = [&](const fs::path& out, const std::string& taking) {
+      fs::create_directories(out);
       std::vector<std::string> settings = lacking;
       if (!taking.empty()) settings.push_back("NO_UNNAMED_FILES_TAKE=" + (dir / taking).string());
-      return without_unnamed_files(log, settings, {"rewrite", input, "-o", (dir / out / "m.onnx").string(), "--target", "ort"});
+      return without_unnamed_files(log, settings, {"rewrite", input, "-o", (out / "m.onnx").string(), "--target", "ort"});
     };
     const std::string tag = no_replace ? "-renamed" : "-linked";
 
-    const auto moved = run("moved" + tag, "");
+    const fs::path moved_to = dir / ("moved" + tag);
+    const auto moved = run(moved_to, "");
     ASSERT_EQ(moved.exit_code, 0) << moved.err;
     EXPECT_EQ(logged(log, 'r'), no_replace ? 0u : 2u) << "each data file's move refused once";
     EXPECT_EQ(logged(log, 'l'), no_replace ? 0u : 2u) << "then linked in";
-    EXPECT_EQ(read_file(dir / ("moved" + tag) / "m.onnx"), expected);
-    EXPECT_EQ(names_in(dir / ("moved" + tag)), (std::vector<std::string>{"a.bin", "m.onnx", "sub"})) << "a temporary file left behind";
-    EXPECT_EQ(names_in(dir / ("moved" + tag) / "sub"), std::vector<std::string>{"b.bin"});
-    EXPECT_EQ(read_file(dir / ("moved" + tag) / "sub/b.bin"), std::string(16, 'b'));
-    EXPECT_EQ(fs::status(dir / ("moved" + tag) / "a.bin").permissions(), fs::perms(0640));
+    EXPECT_EQ(read_file(moved_to / "m.onnx"), expected);
+    EXPECT_EQ(names_in(moved_to), (std::vector<std::string>{"a.bin", "m.onnx", "sub"})) << "a temporary file left behind";
+    EXPECT_EQ(names_in(moved_to / "sub"), std::vector<std::string>{"b.bin"});
+    EXPECT_EQ(read_file(moved_to / "sub/b.bin"), std::string(16, 'b'));
+    EXPECT_EQ(fs::status(moved_to / "a.bin").permissions(), fs::perms(0640));
 
     // The other process's files hold the same bytes: shared.
-    const auto shared = run("shared" + tag, "same");
+    const fs::path shared_to = dir / ("shared" + tag);
+    const auto shared = run(shared_to, "same");
     ASSERT_EQ(shared.exit_code, 0) << shared.err;
     EXPECT_EQ(logged(log, 't'), 2u) << "both data files found taken";
     EXPECT_EQ(logged(log, 'l'), no_replace ? 0u : 2u);
-    EXPECT_EQ(read_file(dir / ("shared" + tag) / "m.onnx"), expected);
-    EXPECT_EQ(names_in(dir / ("shared" + tag)), (std::vector<std::string>{"a.bin", "m.onnx", "sub"})) << "a temporary file left behind";
-    EXPECT_EQ(names_in(dir / ("shared" + tag) / "sub"), std::vector<std::string>{"b.bin"});
+    EXPECT_EQ(read_file(shared_to / "m.onnx"), expected);
+    EXPECT_EQ(names_in(shared_to), (std::vector<std::string>{"a.bin", "m.onnx", "sub"})) << "a temporary file left behind";
+    EXPECT_EQ(names_in(shared_to / "sub"), std::vector<std::string>{"b.bin"});
     for (const char* name : {"a.bin", "sub/b.bin"}) {
-      EXPECT_EQ(fs::status(dir / ("shared" + tag) / name).permissions(), fs::perms(0604)) << name << ": the other's file, not replaced";
+      EXPECT_EQ(fs::status(shared_to / name).permissions(), fs::perms(0604)) << name << ": the other's file, not replaced";
     }
 
     // One holds other bytes: refused, nothing of this run's left, the other's file untouched.
-    const auto refused = run("refused" + tag, "other");
+    const fs::path refused_to = dir / ("refused" + tag);
+    const auto refused = run(refused_to, "other");
     EXPECT_EQ(refused.exit_code, 3) << refused.err;
     EXPECT_EQ(logged(log, 't'), 1u);
     EXPECT_EQ(logged(log, 'l'), no_replace ? 0u : 2u);
-    EXPECT_NE(refused.err.find("external data 'sub/b.bin' would replace a different file already in " + (dir / ("refused" + tag) / "sub").string()),
+    EXPECT_NE(refused.err.find("external data 'sub/b.bin' would replace a different file already in " + (refused_to / "sub").string()),
               std::string::npos)
         << refused.err;
-    EXPECT_EQ(names_in(dir / ("refused" + tag)), std::vector<std::string>{"sub"}) << "a.bin, placed first, taken back; no model";
-    EXPECT_EQ(names_in(dir / ("refused" + tag) / "sub"), std::vector<std::string>{"b.bin"});
-    EXPECT_EQ(read_file(dir / ("refused" + tag) / "sub/b.bin"), std::string(16, 'X'));
+    EXPECT_EQ(names_in(refused_to), std::vector<std::string>{"sub"}) << "a.bin, placed first, taken back; no model";
+    EXPECT_EQ(names_in(refused_to / "sub"), std::vector<std::string>{"b.bin"});
+    EXPECT_EQ(read_file(refused_to / "sub/b.bin"), std::string(16, 'X'));
   }
 }
 
