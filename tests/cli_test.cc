@@ -119,7 +119,7 @@ TEST(Cli, PathErrorsNameTheFileTheyAreAbout) {
   expect_error({"batch", model.string(), "-o", (dir / "o").string(), "--report", (missing / "r.json").string()},
                (missing / "r.json").string() + ": report directory '" + missing.string() + "' does not exist");
   expect_error({"rewrite", model.string(), "-o", dir.path().string()}, dir.path().string() + ": the output is a directory");
-  expect_error({"rewrite", model.string(), "-o", model.string()}, model.string() + ": refusing to overwrite the input (use --in-place)");
+  expect_error({"rewrite", model.string(), "-o", model.string()}, model.string() + ": -o would replace the input model; nothing was written");
   EXPECT_FALSE(fs::exists(dir / "o.onnx"));
   // batch creates OUT_DIR, unless something is in the way.
   const auto blocked = run_cli({"batch", model.string(), "-o", (model / "out").string()});
@@ -776,7 +776,7 @@ TEST(Commit, AReportPathThatCantHoldAReportIsRefusedBeforeAnyWork) {
   EXPECT_EQ(directory.err, "onnx-rewrite: error: " + (dir / "r.json").string() + ": the report is a directory\n");
   const auto input = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--report", model.string()});
   EXPECT_EQ(input.exit_code, 2);
-  EXPECT_EQ(input.err, "onnx-rewrite: error: " + model.string() + ": the report would replace the model " + model.string() + "\n");
+  EXPECT_EQ(input.err, "onnx-rewrite: error: " + model.string() + ": --report would replace the input model; nothing was written\n");
   EXPECT_EQ(read_file(model), before);
   EXPECT_FALSE(fs::exists(dir / "out.onnx"));
 }

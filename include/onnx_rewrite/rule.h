@@ -5,6 +5,7 @@
 
 #include <climits>
 #include <map>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -143,6 +144,10 @@ struct Rule {
   // also through `fuses for:`).
   bool serves(const Target& target, bool fuse = false) const;
 };
+
+// The rule files a --rules path names: the file, or a directory's *.rules files, sorted; throws
+// InputError when there is nothing at the path.
+std::vector<std::filesystem::path> rule_files(const std::string& path);
 
 struct RuleSet {
   std::vector<std::shared_ptr<const Rule>> rules;

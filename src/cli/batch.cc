@@ -24,6 +24,7 @@
 #include "cli/commands.h"
 #include "cli/junit.h"
 #include "cli/outcome.h"
+#include "cli/path_guard.h"
 
 namespace onnx_rewrite {
 namespace fs = std::filesystem;
@@ -428,7 +429,35 @@ bool still_done(const JsonValue& line, const BatchItem& item) {
   return line.string_or("output", "") == item.output && fs::exists(item.output, ec);
 }
 
-int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* junit, std::ostream& out, std::ostream& err) {
+// What the command line names, before anything is written: OUT_DIR is no input directory, the
+// reports are none of the files read (rule files, --resume, the models in the input directories)
+// and none of each other.
+PathGuard guard_batch_paths(const BatchCommand& command) {
+  PathGuard guard;
+  guard.reads_rules(command.rules.paths);
+  const FileIdentity out_dir = identify(command.output_dir);
+  for (const auto& input : command.inputs) {
+    std::error_code ec;
+    if (!fs::is_directory(input, ec)) continue;
+    if (same_file(identify(input), out_dir)) {
+      throw PathCollision(input + ": -o names this input directory, and batch writes each model to its own relative path under "
+                                  "OUT_DIR: that would replace the inputs; choose another OUT_DIR (batch never rewrites in place; "
+                                  "`rewrite --in-place` replaces one model)");
+    }
+    guard.reads_tree(input, command.output_dir);
+  }
+  for (const auto& [path, what] : {std::pair{command.report, "--report"}, {command.junit, "--junit"}, {command.report_jsonl, "--report-jsonl"}}) {
+    if (!path.empty()) guard.writes(path, what);
+  }
+  // Resuming from the file the new lines are appended to is what --resume is for.
+  if (!command.resume.empty() && (command.report_jsonl.empty() || !same_file(identify(command.resume), identify(command.report_jsonl)))) {
+    guard.reads(command.resume, "--resume");
+  }
+  return guard;
+}
+
+int batch_all(const BatchCommand& command, PathGuard& guard, PendingFile* report, PendingFile* junit, std::ostream& out,
+              std::ostream& err) {
   const auto started = std::chrono::steady_clock::now();
   const Target& target = find_target(command.options.target);
   const Shard shard = command.shard.empty() ? Shard{} : parse_shard(command.shard);
@@ -441,26 +470,32 @@ int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* jun
     write_options_json(json, command.options, command.rules, command.provenance);
     return json.str();
   }();
+  const auto all = collect_batch(command);
+  for (const auto& item : all) {
+    guard.reads(item.input, "the input model");
+    if (item.error.empty()) guard.writes(item.output, "its output in -o OUT_DIR", false);
+  }
   const Resumable resumable = read_resumable(command, options_text);
   std::unique_ptr<LineStream> lines;
   if (!command.report_jsonl.empty()) lines = std::make_unique<LineStream>(command.report_jsonl);
   std::error_code ec;
   const bool lines_are_resume_file =
       lines && !command.resume.empty() && fs::exists(command.resume, ec) && fs::equivalent(command.report_jsonl, command.resume, ec);
-
-  const auto all = collect_batch(command);
-  std::vector<size_t> mine;  // indexes into `all` of this shard's items
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (in_shard(all[i].relative, shard)) mine.push_back(i);
-  }
+  const bool made_output_dir = !fs::exists(command.output_dir, ec);
   fs::create_directories(command.output_dir, ec);
   if (!fs::is_directory(command.output_dir)) {
     throw UsageError(command.output_dir + ": cannot create the output directory" + (ec ? ": " + ec.message() : ""));
+  }
+
+  std::vector<size_t> mine;  // indexes into `all` of this shard's items
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (in_shard(all[i].relative, shard)) mine.push_back(i);
   }
   ProcessOptions how;
   how.in_batch = true;
   how.provenance = command.provenance;
   how.write.inside = command.output_dir;
+  how.guard = &guard;
 
   // A line: the run's fields, where the model stands in the whole batch, its input's stamp, then
   // the model's report object.
@@ -506,6 +541,7 @@ int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* jun
   std::atomic<size_t> done{0};
   std::mutex print;
   std::exception_ptr stream_error;
+  std::exception_ptr collision;  // a model's data file is a report's path: the batch stops, no report written
   auto work = [&] {
     for (size_t t = next++; t < todo.size(); t = next++) {
       const size_t k = todo[t];
@@ -519,6 +555,12 @@ int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* jun
         processed.outcome.timing.write += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         outcome = std::move(processed.outcome);
       } catch (...) {
+        if (is_path_collision(std::current_exception())) {
+          std::lock_guard lock(print);
+          if (!collision) collision = std::current_exception();
+          next = todo.size();
+          continue;
+        }
         outcome = ModelOutcome{};
         outcome.input = item.input;
         outcome.output = item.output;
@@ -547,6 +589,10 @@ int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* jun
   for (int t = 0; t < std::min<int>(jobs, static_cast<int>(std::max<size_t>(todo.size(), 1))); ++t) threads.emplace_back(work);
   for (auto& thread : threads) thread.join();
   if (command.progress_line && !todo.empty()) err << "\n";
+  if (collision) {
+    if (made_output_dir) fs::remove(command.output_dir, ec);  // only if still empty: nothing was written
+    std::rethrow_exception(collision);
+  }
   if (stream_error) std::rethrow_exception(stream_error);
 
   const BatchTotals totals = totals_of(entries);
@@ -588,10 +634,11 @@ int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* jun
 
 int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err) {
   if (command.output_dir.empty()) throw UsageError("batch needs -o OUT_DIR");
+  PathGuard guard = guard_batch_paths(command);
   const auto report = reserve_report(command.report);
   const auto junit = reserve_report(command.junit);
   try {
-    return batch_all(command, report.get(), junit.get(), out, err);
+    return batch_all(command, guard, report.get(), junit.get(), out, err);
   } catch (...) {
     report_failure(report.get(), std::current_exception(), [&](JsonWriter& json) {
       write_run_json(json, command.options, command.rules, command.provenance, false);
@@ -602,6 +649,10 @@ int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err)
 }
 
 int run_merge_reports(const MergeCommand& command, std::ostream& out, std::ostream& err) {
+  PathGuard guard;
+  for (const auto& path : command.inputs) guard.reads(path, "a report being merged");
+  if (!command.output.empty()) guard.writes(command.output, "-o");
+  if (!command.junit.empty()) guard.writes(command.junit, "--junit");
   const auto report = reserve_report(command.output);
   const auto junit = reserve_report(command.junit);
   // The last line per model wins (a resumed shard may have failed on it first); every line must

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/outcome.h"
+#include "cli/path_guard.h"
 #include "onnx_rewrite/error.h"
 
 namespace onnx_rewrite {
@@ -13,12 +14,13 @@ namespace onnx_rewrite {
 namespace {
 
 int check_one(const std::string& input, const std::string& target_name, std::optional<int> max_opset,
-              const RuleSources& sources, bool json, std::ostream& out, CheckReport& report) {
+              const RuleSources& sources, const PathGuard& guard, bool json, std::ostream& out, CheckReport& report) {
   const Target& target = find_target(target_name);
   const RuleSet rules = sources.load();
   const Coverage coverage{rules, target};
   LoadedModel loaded(input, true, kGraphOnly);
   const Model& model = *loaded;
+  guard.check_model_data(model, "");
   refuse_invalid(model);
   report = check_model(model, target, max_opset);
   if (!model.missing_external_data.empty()) report.notes.push_back(missing_data_note(model));
@@ -55,6 +57,10 @@ int check_one(const std::string& input, const std::string& target_name, std::opt
 int run_check(const std::string& input, const std::string& target_name, std::optional<int> max_opset,
               const RuleSources& rules, bool json, std::ostream& out, std::ostream& err, const std::string& junit) {
   (void)err;
+  PathGuard guard;
+  guard.reads(input, "the input model");
+  guard.reads_rules(rules.paths);
+  if (!junit.empty()) guard.writes(junit, "--junit");
   const auto junit_file = reserve_report(junit);
   const auto start = std::chrono::steady_clock::now();
   // The model as JUnit sees it: the fields of a batch report's model object that it reads.
@@ -73,7 +79,7 @@ int run_check(const std::string& input, const std::string& target_name, std::opt
   };
   try {
     CheckReport report;
-    const int code = check_one(input, target_name, max_opset, rules, json, out, report);
+    const int code = check_one(input, target_name, max_opset, rules, guard, json, out, report);
     commit_junit([&](JsonWriter& model) {
       model.key("status").value(report.ok() ? "met" : "target-not-met");
       model.key("check");
@@ -83,6 +89,7 @@ int run_check(const std::string& input, const std::string& target_name, std::opt
   } catch (...) {
     const auto error = std::current_exception();
     if (json) print_json_failure(input, error, out);
+    if (is_path_collision(error)) throw;
     try {
       commit_junit([&](JsonWriter& model) {
         model.key("status").value("failed");
@@ -94,4 +101,5 @@ int run_check(const std::string& input, const std::string& target_name, std::opt
     throw;
   }
 }
+
 }  // namespace onnx_rewrite

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/path_guard.h"
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/opset.h"
 
@@ -310,10 +311,11 @@ std::unique_ptr<PendingFile> reserve_report(const std::string& path) {
 }
 
 // On a failed command: the report holds `prefix`'s fields and the error object, and is committed
-// alone. The error itself is what matters, so a report that fails now is left unwritten.
+// alone; not on a collision of paths, where it may be the very file to protect. The error
+// itself is what matters, so a report that fails now is left unwritten.
 void report_failure(PendingFile* report, const std::exception_ptr& error,
                     const std::function<void(JsonWriter&)>& prefix) {
-  if (!report) return;
+  if (!report || is_path_collision(error)) return;
   try {
     JsonWriter json;
     json.begin_object();
@@ -349,6 +351,7 @@ Processed process(const std::string& input, const std::string& output, const Rul
   Model& model = *loaded;
   outcome.timing.load = seconds_since(start);
   start = std::chrono::steady_clock::now();
+  if (how.guard) how.guard->check_model_data(model, how.dry_run ? "" : output);
   const InputCheck checked = refuse_invalid(model);
   if (const auto opsets = impossible_opset_imports(model.proto); !opsets.empty()) throw InputError(input, opsets.front());
   outcome.result = rewrite_model(model, rules, options, &checked);

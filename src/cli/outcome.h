@@ -112,11 +112,14 @@ struct Processed {
   ModelOutcome outcome;
   std::unique_ptr<PendingModel> output;
 };
+class PathGuard;
+
 struct ProcessOptions {
   bool dry_run = false;
   bool provenance = true;  // record what was done in the output's metadata_props
   bool in_batch = false;   // free each model when done (a long-running batch)
   WriteOptions write;
+  const PathGuard* guard = nullptr;  // the model's data files are checked against it once loaded
 };
 Processed process(const std::string& input, const std::string& output, const RuleSet& rules, const RewriteOptions& options,
                   const Target& target, const ProcessOptions& how);
@@ -129,7 +132,8 @@ RewriteOptions effective_options(RewriteOptions options, std::optional<bool> inl
 void require_directory_of(const std::string& path, const std::string& what);
 // A report's temporary file, made before any work (none for an empty path).
 std::unique_ptr<PendingFile> reserve_report(const std::string& path);
-// On a failed command: the report holds `prefix`'s fields and the error object, committed alone.
+// On a failed command: the report holds `prefix`'s fields and the error object, committed alone
+// (nothing on a collision of paths: PathCollision).
 void report_failure(PendingFile* report, const std::exception_ptr& error, const std::function<void(JsonWriter&)>& prefix);
 
 }  // namespace onnx_rewrite

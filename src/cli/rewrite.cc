@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/html.h"
 #include "cli/outcome.h"
+#include "cli/path_guard.h"
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/opset.h"
 
@@ -54,9 +55,19 @@ void print_summary(const ModelOutcome& outcome, const std::string& target, bool 
 }
 
 
-int rewrite_one(const RewriteCommand& command, PendingFile* report, PendingFile* html, std::ostream& out, std::ostream& err) {
-  if (command.in_place && !command.output.empty()) throw UsageError("--in-place and -o exclude each other");
-  if (!command.in_place && !command.dry_run && command.output.empty()) throw UsageError("rewrite needs -o OUT.onnx (or --in-place, --dry-run)");
+// Every file the command reads and writes, before any of them is touched.
+PathGuard guard_paths(const RewriteCommand& command) {
+  PathGuard guard;
+  guard.reads(command.input, "the input model");
+  guard.reads_rules(command.rules.paths);
+  if (!command.in_place && !command.dry_run) guard.writes(command.output, "-o");
+  if (!command.report.empty()) guard.writes(command.report, "--report");
+  if (!command.html.empty()) guard.writes(command.html, "--html");
+  return guard;
+}
+
+int rewrite_one(const RewriteCommand& command, const PathGuard& guard, PendingFile* report, PendingFile* html, std::ostream& out,
+                std::ostream& err) {
   const Target& target = find_target(command.options.target);
   const RuleSet rules = command.rules.load();
   RewriteOptions options = effective_options(command.options, command.inline_functions);
@@ -68,6 +79,7 @@ int rewrite_one(const RewriteCommand& command, PendingFile* report, PendingFile*
   how.dry_run = command.dry_run;
   how.provenance = command.provenance;
   how.write.allow_overwrite_input = command.in_place;
+  how.guard = &guard;
   Processed processed = process(command.input, output, rules, options, target, how);
   ModelOutcome& outcome = processed.outcome;
   // The page first: a picture that can't be drawn leaves nothing written.
@@ -102,17 +114,14 @@ int rewrite_one(const RewriteCommand& command, PendingFile* report, PendingFile*
 }  // namespace
 
 int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& err) {
-  std::error_code ec;
-  for (const auto& model : {command.input, command.output}) {
-    if (!command.report.empty() && !model.empty() && fs::equivalent(command.report, model, ec)) {
-      throw UsageError(command.report + ": the report would replace the model " + model);
-    }
-  }
+  if (command.in_place && !command.output.empty()) throw UsageError("--in-place and -o exclude each other");
+  if (!command.in_place && !command.dry_run && command.output.empty()) throw UsageError("rewrite needs -o OUT.onnx (or --in-place, --dry-run)");
+  const PathGuard guard = guard_paths(command);
   if (!command.html.empty()) require_graphviz();
   const auto report = reserve_report(command.report);
   const auto html = reserve_report(command.html);
   try {
-    return rewrite_one(command, report.get(), html.get(), out, err);
+    return rewrite_one(command, guard, report.get(), html.get(), out, err);
   } catch (...) {
     report_failure(report.get(), std::current_exception(), [&](JsonWriter& json) {
       write_run_json(json, command.options, command.rules, command.provenance, command.dry_run);

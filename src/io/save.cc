@@ -15,7 +15,6 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <system_error>
 #include <thread>
 #include <tuple>
@@ -23,8 +22,8 @@
 #include <vector>
 
 #include "onnx_rewrite/error.h"
-#include "graph/walk.h"
 #include "io/atomic_file.h"
+#include "io/file_identity.h"
 #include "io/os_error.h"
 #include "io/wire.h"
 
@@ -253,23 +252,6 @@ bool same_contents(const fs::path& a, const fs::path& b) {
   return true;
 }
 
-bool same_file(const fs::path& a, const fs::path& b) {
-  std::error_code ec;
-  return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec);
-}
-
-// External-data files the model refers to, relative to its directory.
-std::set<std::string> external_locations(const Model& model) {
-  std::set<std::string> locations;
-  for_each_tensor(model.proto, [&](const onnx::TensorProto& tensor, const Place&) {
-    if (tensor.data_location() != onnx::TensorProto::EXTERNAL) return;
-    for (const auto& entry : tensor.external_data()) {
-      if (entry.key() == "location") locations.insert(entry.value());
-    }
-  });
-  return locations;
-}
-
 bool lies_inside(const fs::path& path, const fs::path& root) {
   const fs::path inside = path.lexically_relative(root);
   return !inside.empty() && *inside.begin() != "..";
@@ -418,20 +400,20 @@ PendingModel::PendingModel(const Model& model, const fs::path& path, const Write
     // Inside OUT_DIR a symbolic link at the output is replaced; elsewhere (--in-place on a linked
     // model, -o naming a link) what it points to is.
     const bool follow = !confined && fs::is_symlink(path, ec);
-    const fs::path target = follow ? fs::canonical(path, ec) : path;
+    const fs::path target = follow ? resolve_path(path, true) : path;
     if (!options.allow_overwrite_input && !model.path.empty() && !(confined && fs::is_symlink(path, ec)) &&
-        same_file(model.path, target)) {
+        same_existing_file(model.path, target)) {
       throw UsageError(path.string() + ": refusing to overwrite the input (use --in-place)");
     }
 
     // The data files, next to the output, where the model will look for them.
-    if (!same_file(model.directory(), directory)) {
+    if (!same_existing_file(model.directory(), directory)) {
       for (const auto& location : external_locations(model)) {
         State::Data item;
         item.location = location;
         item.from = model.directory() / location;
         item.to = directory / location;
-        if (same_file(item.from, item.to)) continue;
+        if (same_existing_file(item.from, item.to)) continue;
         make_directories(directory_of(item.to), confined ? options.inside : fs::path(), path);
         struct stat st {};
         if (::lstat(item.to.c_str(), &st) == 0) {
