@@ -111,7 +111,46 @@ TEST(Targets, ABadFileIsAnErrorNamingFileAndLine) {
             "t.target:2: '5..2' is not a version range (5, 1..16, >= 14, <= 16)");
   EXPECT_EQ(parse_error("frobnicate yes\n").rfind("t.target:1: unknown key 'frobnicate'", 0), 0u);
   EXPECT_EQ(parse_error("description nothing loads\n"), "t.target: the target loads no domain");
+  EXPECT_EQ(parse_error("inherits onnx\nsource\n"), "t.target:2: expected 'source TEXT'");
+  EXPECT_EQ(parse_error("inherits onnx\nload-tested maybe\n"), "t.target:2: expected 'load-tested yes' or 'load-tested no'");
+  EXPECT_EQ(parse_error("inherits onnx\ncaveat ai.onnx Resize\n"), "t.target:2: expected 'caveat DOMAIN OP TEXT'");
 }
+
+// Where a target's tables come from is said once, in its file, and carried by what builds on it;
+// whether the suite holds it to the runtime is each file's own word. Exceptions may name domains
+// no op table describes (a runtime's plugins), and caveats are what the runtime asks of a node.
+TEST(Targets, SourcesCaveatsAndExceptionsOfOtherDomains) {
+  TempDir dir;
+  write_file(dir / "warp-base.target", "inherits ort\nop acme Warp >= 1\ncaveat acme Warp   input 4-D  \ncaveat ai.onnx TopK sorted 1\n");
+  write_file(dir / "warp-capped.target", "inherits warp-base\nmax-opset ai.onnx 17\n");
+  const Target& base = find_target((dir / "warp-base.target").string());
+  const Target& capped = find_target((dir / "warp-capped.target").string());
+  EXPECT_NE(find_target("ort").source.find("ONNX Runtime ~1.30"), std::string::npos) << find_target("ort").source;
+  EXPECT_EQ(capped.source, find_target("ort").source);
+  EXPECT_TRUE(find_target("ort").load_tested);
+  EXPECT_FALSE(base.load_tested) << "each file's own word";
+  EXPECT_FALSE(capped.refuses("acme", "Warp", 1));
+  EXPECT_EQ(capped.refuses("acme", "Bend", 1), "domain acme is not loadable by target warp-capped");
+  ASSERT_NE(capped.caveat("acme", "Warp"), nullptr);
+  EXPECT_EQ(capped.caveat("acme", "Warp")->text, "input 4-D");
+  ASSERT_NE(capped.caveat("", "TopK"), nullptr);
+  EXPECT_EQ(capped.caveat("", "TopK")->text, "sorted 1");
+  EXPECT_EQ(capped.caveat("", "Relu"), nullptr);
+  EXPECT_EQ(find_target("ort").caveat("", "TopK"), nullptr);
+
+  // `check` notes a caveat where the model has such nodes, and nowhere else.
+  const auto model = write_model_text(R"(<ir_version: 8, opset_import: ["": 13]>
+g (float[2, 3] x, int64[1] k) => (float[2, 1] v, int64[2, 1] i) {
+  v, i = TopK (x, k)
+})", dir / "topk.onnx");
+  const auto noted = run_cli({"check", model.string(), "--target", (dir / "warp-base.target").string()});
+  EXPECT_EQ(noted.exit_code, 0) << noted.out << noted.err;
+  EXPECT_NE(noted.out.find("  note: ai.onnx.TopK x1 (main graph): target warp-base restricts it: sorted 1 (not checked here)"),
+            std::string::npos)
+      << noted.out;
+  EXPECT_EQ(run_cli({"check", model.string(), "--target", "ort"}).out.find("restricts"), std::string::npos);
+}
+
 
 // A target file given on the command line: rules for what it builds on serve it, its cap lowers
 // the model, and `check` holds the model to it.
