@@ -197,6 +197,25 @@ TEST(Targets, AReplacementTheTargetCantLoadIsDeclined) {
       << result.out;
 }
 
+// A target that loads an op the target it builds on refuses keeps such nodes: the rules serving it
+// through that one are there to make them loadable there (docs/rules.md, "Targets").
+TEST(Targets, RulesServingWhatATargetBuildsOnLeaveWhatItLoads) {
+  TempDir dir;
+  write_file(dir / "with-one.target", "inherits onnx\nop test.customop CustomOpOne >= 1\n");
+  const auto input = write_model_text(kCustomOpModel, dir / "in.onnx");
+  const std::string target = (dir / "with-one.target").string();
+  const auto kept =
+      run_cli({"rewrite", input.string(), "-o", (dir / "kept.onnx").string(), "--target", target, "--explain", "CustomOpOne"});
+  EXPECT_EQ(kept.exit_code, 0) << kept.out << kept.err;
+  EXPECT_NE(kept.out.find("customop-one-to-add (families/registry-tutorial/registry-tutorial.rules:23): no: target with-one loads "
+                          "this node as it is (the rule serves it through onnx, which does not)"),
+            std::string::npos)
+      << kept.out;
+  EXPECT_EQ(op_types(read_model(dir / "kept.onnx").graph()), (std::vector<std::string>{"CustomOpOne", "Relu"}));
+  EXPECT_EQ(run_cli({"rewrite", input.string(), "-o", (dir / "onnx.onnx").string()}).exit_code, 0);
+  EXPECT_EQ(op_types(read_model(dir / "onnx.onnx").graph()), (std::vector<std::string>{"Add", "Relu"}));
+}
+
 // ---- the ort target agrees with ONNX Runtime ---------------------------------------------------
 
 struct Verdict {
