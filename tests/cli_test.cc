@@ -88,7 +88,7 @@ TEST(Cli, UsageErrorsExitWith2AndOneLine) {
       {"frobnicate"},
       {"rewrite", model.string()},
       {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--in-place"},
-      {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--target", "tensorrt"},
+      {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--target", "tvm"},
       {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--only", "no-such-rule"},
       {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--opset", "zero"},
       {"rewrite", model.string(), "-o", (dir / "missing-dir" / "o.onnx").string()},
@@ -704,7 +704,7 @@ TEST(JsonErrors, CheckAndInspectPrintAnErrorObjectBesidesTheErrorLine) {
     expect_error_object(fields.at("error"), missing.string(), "no such file", 3);
   }
   const auto model = write_model_text(kCustomOpModel, dir / "m.onnx");
-  const auto target = run_cli({"check", model.string(), "--target", "tensorrt", "--json"});
+  const auto target = run_cli({"check", model.string(), "--target", "tvm", "--json"});
   EXPECT_EQ(target.exit_code, 2);
   const auto fields = parse_json(target.out).struct_value().fields();
   EXPECT_EQ(target.err, "onnx-rewrite: error: " + fields.at("error").struct_value().fields().at("message").string_value() + "\n");

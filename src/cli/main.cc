@@ -28,7 +28,7 @@ void add_rule_sources(CLI::App& command, RuleSources& sources) {
   command.add_flag("--no-builtin-rules{false}", sources.builtin, "Drop the rules compiled into the binary");
 }
 
-// The targets compiled in, for help texts: "onnx, onnx-opset13, ort".
+// The targets compiled in, for help texts: "onnx, onnx-opset13, openvino, ort, tensorrt".
 std::string target_names() {
   std::string names;
   for (const Target* target : all_targets()) names += (names.empty() ? "" : ", ") + target->name;

@@ -30,6 +30,8 @@ int run_targets(bool json, std::ostream& out) {
       writer.key("domains").strings(domains(*target));
       writer.key("max_opsets").strings(caps(*target));
       writer.key("local_functions").value(target->local_functions);
+      writer.key("source").value(target->source);
+      writer.key("load_tested").value(target->load_tested);
       writer.key("file").value(target->file);
       writer.end_object();
     }
@@ -42,6 +44,9 @@ int run_targets(bool json, std::ostream& out) {
     if (target->lineage.size() > 1) out << fmt::format("; builds on {}", fmt::join(target->lineage.begin() + 1, target->lineage.end(), ", "));
     if (!target->max_opsets.empty()) out << fmt::format("; imports {}", fmt::join(caps(*target), ", "));
     out << fmt::format("; model-local functions {} ({})\n", target->local_functions ? "run" : "inlined first", target->file);
+    if (!target->source.empty()) out << fmt::format("    source: {}\n", target->source);
+    out << (target->load_tested ? "    load-tested: the test suite loads models in the runtime to check it\n"
+                                : "    not load-tested here: what it says comes from its tables alone\n");
   }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -189,7 +190,11 @@ class Run {
         candidates_(index_by_anchor(rules)),
         policy_(model, options.max_opset, lower, options.exact_opset), names_(model.proto), rewriter_(model), worklist_(rules), result_(result), ordered_(ordered),
         progress_(options.progress_out),
-        canonicalizing_(std::any_of(rules.begin(), rules.end(), [](const Rule* rule) { return is_canonicalization(*rule); })) {}
+        canonicalizing_(std::any_of(rules.begin(), rules.end(), [](const Rule* rule) { return is_canonicalization(*rule); })) {
+    for (const Rule* rule : rules) {
+      if (const Target* through = served_through(*rule)) inherited_.emplace(rule, through);
+    }
+  }
 
   // Returns why the requested opset can't be reached, if it can't.
   std::optional<std::string> execute() {
@@ -429,6 +434,10 @@ class Run {
         if (explain) say(candidate, "no: built by a replacement for a version the pattern is not for");
         continue;
       }
+      if (auto why = loaded_as_is(scope, node, *candidate.rule)) {
+        if (explain) say(candidate, "no: " + *why);
+        continue;
+      }
       std::string why;
       bool on_facts = false;
       std::optional<Match> match;
@@ -480,6 +489,35 @@ class Run {
     if (std::any_of(covered.begin(), covered.end(), [&](const onnx::NodeProto* node) { return claimed.contains(node); })) return false;
     match = std::exchange(found->match, std::nullopt);
     return true;
+  }
+
+  // The nearest target this one builds on that the rule names, when it does not name this one:
+  // the rule serves this target through that one.
+  const Target* served_through(const Rule& rule) const {
+    auto names = [&](const std::string& name) {
+      const auto in = [&](const std::vector<std::string>& targets) {
+        return std::find(targets.begin(), targets.end(), name) != targets.end();
+      };
+      return in(rule.targets) || (options_.fuse && in(rule.fuse_targets));
+    };
+    if (names(target_.name)) return nullptr;
+    for (auto it = target_.lineage.begin() + 1; it != target_.lineage.end(); ++it) {
+      if (names(*it)) return &find_target(*it);
+    }
+    return nullptr;
+  }
+
+  // A rule serving this target through one it builds on is there to make nodes loadable by that
+  // one: it leaves alone an anchor this target loads as it is and that one does not
+  // (`--target tensorrt` keeps EfficientNMS_TRT, which rules for onnx spell out in standard ops).
+  std::optional<std::string> loaded_as_is(const Scope& scope, const onnx::NodeProto& node, const Rule& rule) const {
+    auto through = inherited_.find(&rule);
+    if (through == inherited_.end()) return std::nullopt;
+    const std::string domain = normalize_domain(node.domain());
+    const int version = scope.opset(domain);
+    if (target_.refuses(domain, node.op_type(), version) || !through->second->refuses(domain, node.op_type(), version)) return std::nullopt;
+    return fmt::format("target {} loads this node as it is (the rule serves it through {}, which does not)", target_.name,
+                       through->second->name);
   }
 
   bool fits_built_version(const Scope& scope, const Pattern& pattern) const {
@@ -620,6 +658,7 @@ class Run {
   const Target& target_;
   const std::set<std::pair<ImportOwner, std::string>>& domains_before_;
   CandidateIndex candidates_;
+  std::unordered_map<const Rule*, const Target*> inherited_;  // rules serving the target through one it builds on
   std::map<std::pair<ImportOwner, const std::vector<Candidate>*>, std::vector<Candidate>> viable_;  // this round's
   OpsetPolicy policy_;
   NameRegistry names_;
