@@ -192,7 +192,7 @@ TEST(Targets, AReplacementTheTargetCantLoadIsDeclined) {
   const auto result = run_cli({"rewrite", input.string(), "--dry-run", "--target", (dir / "no-add.target").string(),
                                "--explain", "CustomOpOne"});
   EXPECT_EQ(result.exit_code, 1);
-  EXPECT_NE(result.out.find("customop-one-to-add (families/registry-tutorial/registry-tutorial.rules:23): matched, but declined: "
+  EXPECT_NE(result.out.find("customop-one-to-add (rules/registry-tutorial/registry-tutorial.rules:23): matched, but declined: "
                             "the replacement's ai.onnx.Add can't be loaded: target no-add does not load Add at ai.onnx opset 17"),
             std::string::npos)
       << result.out;
@@ -208,7 +208,7 @@ TEST(Targets, RulesServingWhatATargetBuildsOnLeaveWhatItLoads) {
   const auto kept =
       run_cli({"rewrite", input.string(), "-o", (dir / "kept.onnx").string(), "--target", target, "--explain", "CustomOpOne"});
   EXPECT_EQ(kept.exit_code, 0) << kept.out << kept.err;
-  EXPECT_NE(kept.out.find("customop-one-to-add (families/registry-tutorial/registry-tutorial.rules:23): no: target with-one loads "
+  EXPECT_NE(kept.out.find("customop-one-to-add (rules/registry-tutorial/registry-tutorial.rules:23): no: target with-one loads "
                           "this node as it is (the rule serves it through onnx, which does not)"),
             std::string::npos)
       << kept.out;
@@ -294,7 +294,7 @@ TEST(RuntimeTargets, TheTablesDecideOpByOp) {
 
 // The seed's custom ops: `check` names them for both runtimes, and `rewrite` for the runtime makes
 // models `check` passes, except com.microsoft::Inverse, which neither runtime has and no rule
-// turns into standard ops (families/aten).
+// turns into standard ops (rules/aten).
 TEST(RuntimeTargets, TheSeedsCustomOpsAreNamedAndTheirRewritesPass) {
   TempDir dir;
   const fs::path group_norm = source_dir() / "testdata" / "mygroupnorm-opset9.onnx";
@@ -363,7 +363,7 @@ g (float[1, 100, 4] boxes, float[1, 100, 3] scores) => (int32[1, 1] num, float[1
   const auto kept = run_cli({"rewrite", nms.string(), "-o", (dir / "nms-trt.onnx").string(), "--target", "tensorrt", "--explain",
                              "EfficientNMS_TRT"});
   EXPECT_EQ(kept.exit_code, 0) << kept.out << kept.err;
-  EXPECT_NE(kept.out.find("efficient-nms-trt (families/trt-nms/trt-nms.rules:50): no: target tensorrt loads this node as it is "
+  EXPECT_NE(kept.out.find("efficient-nms-trt (rules/trt-nms/trt-nms.rules:50): no: target tensorrt loads this node as it is "
                           "(the rule serves it through onnx, which does not)"),
             std::string::npos)
       << kept.out;
@@ -499,7 +499,7 @@ TEST(OrtTarget, AgreesWithOnnxRuntimeOnWhatItLoads) {
     produced.push_back(dir / (rule->id + "-example.onnx"));
     write_file(produced.back(), serialize(parse_model_text(rule->example->model_text)));
   }
-  for (const auto& entry : fs::recursive_directory_iterator(source_dir() / "families")) {
+  for (const auto& entry : fs::recursive_directory_iterator(source_dir() / "rules")) {
     if (entry.path().extension() == ".onnx") produced.push_back(entry.path());
   }
   std::vector<Verdict> verdicts = ort_verdicts(produced, dir, "produced", /*optimize=*/true);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Do two onnx-rewrite binaries write the same bytes? Rewrites every model under the given
-# directories (default: testdata/, families/*/testdata/ and the conformance corpus) with every
+# directories (default: testdata/, rules/*/testdata/ and the conformance corpus) with every
 # built-in rule, under each target, with both binaries, and compares exit codes and outputs.
 # Used to prove that a restructure changed no behaviour:
 #
@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
 done
 [ ${#targets[@]} -gt 0 ] || targets=(onnx ort)
 if [ ${#dirs[@]} -eq 0 ]; then
-  dirs=(testdata families/*/testdata)
+  dirs=(testdata rules/*/testdata)
   corpus=${ONNX_CONFORMANCE_DIR:-../shared/conformance}
   [ -d "$corpus" ] && dirs+=("$corpus")
 fi

@@ -75,7 +75,7 @@ struct RewriteResult {
   }
 };
 
-// A canonicalization (families/canonicalize/): a rewrite other rules match better after, never a
+// A canonicalization (rules/canonicalize/): a rewrite other rules match better after, never a
 // change for its own sake. A run in which only these fire keeps the model as it was, unless --only
 // asks for them by id.
 bool is_canonicalization(const Rule& rule);

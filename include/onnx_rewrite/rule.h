@@ -156,7 +156,7 @@ struct RuleSet {
   void load_path(const std::string& path);
   // Adds rules from text; `name` is used in errors.
   void load_text(const std::string& text, const std::string& name);
-  // The rules compiled into the binary (families/ at build time).
+  // The rules compiled into the binary (rules/ at build time).
   void load_builtin();
   // Adds parsed rules; throws InputError naming a rule whose id is already used.
   void add(std::vector<std::shared_ptr<const Rule>> parsed);

@@ -102,7 +102,7 @@ void RuleSet::load_path(const std::string& path) {
 void RuleSet::load_builtin() {
   std::vector<const EmbeddedFile*> files;
   for (const auto& file : embedded_files()) {
-    if (file.path.starts_with("families/") && file.path.ends_with(".rules")) files.push_back(&file);
+    if (file.path.starts_with("rules/") && file.path.ends_with(".rules")) files.push_back(&file);
   }
   // Parsed on two threads, about half the text each (this is most of the start of every run,
   // which a batch waits for), then added in order: what they hold, or the first failure, is

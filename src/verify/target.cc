@@ -421,7 +421,7 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
       check_import(import_map(function.opset_import()), fmt::format("function {}.{}", function.domain(), function.name()));
     }
     // Which nodes keep the import above N, and why: what `rewrite --opset N` would have to lower
-    // with a rule (its own rules lower many: families/opset-down).
+    // with a rule (its own rules lower many: rules/opset-down).
     const OpTable* table = OpRegistry::builtin().table("");
     const auto types = model_types(model.proto);
     std::unique_ptr<NodeTypes> node_types;  // inferred once a node is in the way
@@ -451,10 +451,10 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
       report.opset_problems.push_back(fmt::format("  {} x{} ({}) keeps it there as it is: {}", key.first, entry.first, entry.second, key.second));
     }
     if (!blocked.empty()) {
-      report.notes.push_back(exact ? fmt::format("`rewrite --to-opset {}` converts many such nodes with rules (families/opset-up, "
-                                                 "families/opset-down); what it can't is named then",
+      report.notes.push_back(exact ? fmt::format("`rewrite --to-opset {}` converts many such nodes with rules (rules/opset-up, "
+                                                 "rules/opset-down); what it can't is named then",
                                                  *max_opset)
-                                   : fmt::format("`rewrite --opset {}` lowers many such nodes with rules (families/opset-down); what it "
+                                   : fmt::format("`rewrite --opset {}` lowers many such nodes with rules (rules/opset-down); what it "
                                                  "can't is named then",
                                                  *max_opset));
     }

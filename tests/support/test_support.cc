@@ -298,7 +298,7 @@ void report_numbers(const std::string& what, const OrtComparison& comparison) {
   std::cout << fmt::format("[ numbers  ] {}: max_abs {:.2e}\n", what, comparison.max_abs);
 }
 
-fs::path family_file(const std::string& family, const std::string& name) { return source_dir() / "families" / family / name; }
+fs::path family_file(const std::string& family, const std::string& name) { return source_dir() / "rules" / family / name; }
 
 OrtComparison ort_compare_reference(const fs::path& model, const fs::path& reference_module, const std::string& params_json,
                                     const std::vector<std::string>& extra) {
