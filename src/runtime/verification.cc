@@ -102,18 +102,31 @@ Verification verify_models(const Runtime& runtime, const VerifiedModel& original
     verification.reason = after.status == "unsupported" ? after.message : before.message;
     return verification;
   }
-  if (after.status != "ran") {
+  // The original loaded but did not run: the inputs don't fit it (a length a Conv can't take, an
+  // id the model checks), and the rewrite can't be judged on them, unless it does not even load.
+  const bool inputs_unfit = before.status == "run-error" || before.status == "crashed";
+  if (after.status == "load-error" || (after.status != "ran" && !inputs_unfit)) {
     verification.status = "rewritten-failed";
     verification.reason = fmt::format("ONNX Runtime {} the rewritten model: {}", after.status == "load-error" ? "does not load" : "fails to run",
                                       after.message);
     return verification;
   }
   if (before.status != "ran") {
+    const std::string rewritten_too = after.status == "ran" ? "" : ", nor does the rewritten model";
     verification.status = "not-compared";
-    verification.reason = fmt::format("the original does not {} in ONNX Runtime ({}), so there is nothing to compare with; the rewritten "
-                                      "model loads and runs",
-                                      before.status == "load-error" ? "load" : "run", before.message);
-    for (const auto& name : runs[1].outputs) verification.outputs.push_back(alone(name, after.outputs.at(name)));
+    if (before.status == "crashed") {
+      verification.reason = fmt::format("ONNX Runtime died running the original ({}){}", before.message, rewritten_too);
+    } else if (inputs_unfit) {
+      verification.reason = fmt::format("the original does not run on these inputs ({}){}; give inputs that fit it (--input-shape, --inputs)",
+                                        before.message, rewritten_too);
+    } else {
+      verification.reason = fmt::format("the original does not load in ONNX Runtime ({}), so there is nothing to compare with; the "
+                                        "rewritten model loads and runs",
+                                        before.message);
+    }
+    for (const auto& name : runs[1].outputs) {
+      if (after.outputs.count(name)) verification.outputs.push_back(alone(name, after.outputs.at(name)));
+    }
     return verification;
   }
   for (const auto& name : runs[0].outputs) {
