@@ -55,6 +55,25 @@ std::string declared_text(const onnx::TensorShapeProto& shape) {
   return fmt::format("[{}]", fmt::join(dims, ", "));
 }
 
+// Integers are drawn from [0, 8): ids and indices valid for any vocabulary or axis of 8 or more.
+constexpr int64_t kIntegerLimit = 8;
+
+// Inputs of ops that index a table by their values (whose size along the op's axis bounds them)
+// or take a mask of 0 and 1 (table -1).
+struct IndexUse {
+  const char* domain;
+  const char* op;
+  int index;
+  int table;
+};
+constexpr IndexUse kIndexUses[] = {
+    {"", "Gather", 1, 0},
+    {"com.microsoft", "EmbedLayerNormalization", 0, 2},   // input_ids: word_embedding
+    {"com.microsoft", "EmbedLayerNormalization", 1, 4},   // segment_ids: segment_embedding
+    {"com.microsoft", "EmbedLayerNormalization", 7, -1},  // mask
+    {"com.microsoft", "Attention", 3, -1},                // mask_index, as a 0/1 mask
+};
+
 // A .pb's values in raw_data, as the drivers read them.
 TensorProto with_raw_data(const TensorProto& tensor, const std::filesystem::path& file) {
   if (tensor.data_location() == TensorProto::EXTERNAL) throw InputError(file.string(), "a TensorProto with external data; give its values inline");
@@ -82,7 +101,7 @@ TensorProto read_input_file(const std::filesystem::path& file) {
   return with_raw_data(tensor, file);
 }
 
-TensorProto random_tensor(int32_t type, const std::vector<int64_t>& dims, Random& random) {
+TensorProto random_tensor(int32_t type, const std::vector<int64_t>& dims, int64_t limit, Random& random) {
   int64_t count = 1;
   for (int64_t dim : dims) count *= dim;
   std::vector<double> numbers(static_cast<size_t>(count));
@@ -94,7 +113,7 @@ TensorProto random_tensor(int32_t type, const std::vector<int64_t>& dims, Random
       case TensorProto::INT8: number = static_cast<double>(random.next() % 256) - 128; break;
       case TensorProto::UINT8: number = static_cast<double>(random.next() % 256); break;
       case TensorProto::BOOL: number = static_cast<double>(random.next() >> 63); break;
-      default: number = static_cast<double>(random.next() % 8); break;  // indices and ids valid for sizes of 8 and more
+      default: number = static_cast<double>(random.next() % static_cast<uint64_t>(limit)); break;
     }
   }
   return make_tensor(type, dims, numbers);
@@ -112,14 +131,66 @@ bool fed_at_random(int32_t type) {
   }
 }
 
+
+using Constants = std::map<std::string, const TensorProto*>;
+
+// The bound `node` puts on the values of its input `value` (exclusive; 0: none).
+int64_t limit_at(const onnx::NodeProto& node, const std::string& value, const Constants& constants) {
+  const auto constant = [&](int index) -> const TensorProto* {
+    auto found = node.input_size() > index ? constants.find(node.input(index)) : constants.end();
+    return found == constants.end() ? nullptr : found->second;
+  };
+  for (const auto& use : kIndexUses) {
+    if (node.domain() != use.domain || node.op_type() != use.op || node.input_size() <= use.index || node.input(use.index) != value) continue;
+    if (use.table < 0) return 2;
+    const TensorProto* table = constant(use.table);
+    if (!table) continue;
+    int64_t axis = 0;
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == "axis") axis = attribute.i();
+    }
+    if (axis < 0) axis += table->dims_size();
+    if (axis >= 0 && axis < table->dims_size() && table->dims(static_cast<int>(axis)) > 0) return table->dims(static_cast<int>(axis));
+  }
+  // c - mask, c a scalar: a mask of 0 and 1, scaled next.
+  const TensorProto* scalar = node.op_type() == "Sub" && node.domain().empty() && node.input(1) == value ? constant(0) : nullptr;
+  if (scalar && (scalar->dims_size() == 0 || (scalar->dims_size() == 1 && scalar->dims(0) == 1))) return 2;
+  return 0;
+}
+
 }  // namespace
 
 ModelInterface interface_of(const onnx::GraphProto& graph) {
-  std::set<std::string> initializers;
-  for (const auto& tensor : graph.initializer()) initializers.insert(tensor.name());
+  Constants constants;  // initializers and Constant values: their dims are what is read
+  for (const auto& tensor : graph.initializer()) constants.emplace(tensor.name(), &tensor);
+  std::multimap<std::string, const onnx::NodeProto*> readers;
+  for (const auto& node : graph.node()) {
+    for (const auto& input : node.input()) readers.emplace(input, &node);
+    if (node.op_type() == "Constant" && node.domain().empty() && node.output_size() == 1 && node.attribute_size() == 1 &&
+        node.attribute(0).has_t()) {
+      constants.emplace(node.output(0), &node.attribute(0).t());
+    }
+  }
   ModelInterface interface;
   for (const auto& input : graph.input()) {
-    if (!initializers.count(input.name())) interface.inputs.push_back(input);
+    if (constants.count(input.name())) continue;
+    interface.inputs.push_back(input);
+    // Where the input's values go, through ops that keep them (casts and reshapes).
+    std::vector<std::string> values{input.name()};
+    for (size_t k = 0; k < values.size() && k < 16; ++k) {
+      for (auto [at, end] = readers.equal_range(values[k]); at != end; ++at) {
+        const onnx::NodeProto& node = *at->second;
+        const std::string& op = node.op_type();
+        if (node.domain().empty() && (op == "Cast" || op == "Unsqueeze" || op == "Squeeze" || op == "Reshape" || op == "Flatten" || op == "Identity")) {
+          if (node.input(0) == values[k]) values.push_back(node.output(0));
+          continue;
+        }
+        if (const int64_t limit = limit_at(node, values[k], constants)) {
+          auto [bound, fresh] = interface.limits.emplace(input.name(), limit);
+          if (!fresh) bound->second = std::min(bound->second, limit);
+        }
+      }
+    }
   }
   interface.outputs.assign(graph.output().begin(), graph.output().end());
   return interface;
@@ -202,7 +273,9 @@ std::vector<TensorProto> make_feeds(const ModelInterface& interface, const std::
       auto bound = dim.has_dim_param() ? symbols.find(dim.dim_param()) : symbols.end();
       dims.push_back(dim.has_dim_value() ? dim.dim_value() : bound != symbols.end() ? bound->second : kDefaultDim);
     }
-    TensorProto tensor = random_tensor(declared->elem_type(), dims, random);
+    auto bound = interface.limits.find(input.name());
+    const int64_t limit = bound == interface.limits.end() ? kIntegerLimit : std::min(kIntegerLimit, bound->second);
+    TensorProto tensor = random_tensor(declared->elem_type(), dims, limit, random);
     tensor.set_name(input.name());
     feeds.push_back(std::move(tensor));
   }

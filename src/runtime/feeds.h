@@ -16,6 +16,12 @@ namespace onnx_rewrite {
 struct ModelInterface {
   std::vector<onnx::ValueInfoProto> inputs;
   std::vector<onnx::ValueInfoProto> outputs;
+  // Integer inputs whose values the graph bounds (exclusive), directly or through casts and
+  // reshapes: the indices of a Gather (or of EmbedLayerNormalization) over a table of V rows stay
+  // below V (BERT's token_type_ids: 2); a mask subtracted from a scalar (`(1 - mask) * lowest`, as
+  // Hugging Face's exports scale attention masks: any other value overflows to infinity) or taken
+  // by ONNX Runtime's Attention or EmbedLayerNormalization stays 0 or 1.
+  std::map<std::string, int64_t> limits;
 };
 ModelInterface interface_of(const onnx::GraphProto& graph);
 // The interface with --input-shape applied to its declarations (apply_input_shapes; throws
@@ -30,7 +36,7 @@ inline constexpr int64_t kDefaultDim = 2;
 // One tensor per input of `interface`, named as the input, its values in raw_data: the file
 // `files` names for it (a .npy, or else a TensorProto .pb), or seeded random values (floats
 // uniform in [-1, 1), int8 and uint8 over their whole range, other integers in [0, 8), bools 0 or
-// 1; the same for a seed and an interface, whatever runs the models). Random inputs take their
+// 1; the same for a seed and an interface, whatever runs the models), below an input's limit. Random inputs take their
 // dims from the declaration: a symbolic dim the size a file or another input gives it, else
 // kDefaultDim, like an unknown one. Throws UsageError naming `model_name` and the input for what
 // can't be fed (a string or non-tensor input without a file, a rank nothing gives, a file's type or
