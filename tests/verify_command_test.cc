@@ -122,7 +122,7 @@ std::string npy_float32(const std::vector<int64_t>& dims, const std::vector<floa
 
 // ---- verify: what is compared, and how --------------------------------------------------------
 
-TEST(Verify, AModelAgainstItselfMatches) {
+TEST(VerifyCommand, AModelAgainstItselfMatches) {
   TempDir dir;
   const auto result = verify_texts(dir, parse_model_text(kReluModel), parse_model_text(kReluModel));
   EXPECT_EQ(result.exit_code, 0) << result.out << result.err;
@@ -143,7 +143,7 @@ TEST(Verify, AModelAgainstItselfMatches) {
       << text.out;
 }
 
-TEST(Verify, OtherNumbersAreExit4NamingTheOutput) {
+TEST(VerifyCommand, OtherNumbersAreExit4NamingTheOutput) {
   TempDir dir;
   const auto result = verify_texts(dir, parse_model_text(kReluModel), rewrite_text(kReluModel, rules_from_text(kReluToAbs)).model);
   EXPECT_EQ(result.exit_code, 4) << result.out << result.err;
@@ -164,7 +164,7 @@ TEST(Verify, OtherNumbersAreExit4NamingTheOutput) {
   EXPECT_EQ(number(verify_object(seeded), "seed"), 7);
 }
 
-TEST(Verify, AnOutputMissingFromTheRewriteIsAMismatch) {
+TEST(VerifyCommand, AnOutputMissingFromTheRewriteIsAMismatch) {
   TempDir dir;
   const auto result = verify_texts(dir, parse_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
 g (float[2] x) => (float[2] y, float[2] z) { y = Relu (x)  z = Neg (x) })"),
@@ -177,7 +177,7 @@ g (float[2] x) => (float[2] y) { y = Relu (x) })"));
   EXPECT_EQ(field(outputs.values(1), "status"), "missing");
 }
 
-TEST(Verify, ARewrittenModelOnnxRuntimeRefusesIsExit4WithItsMessage) {
+TEST(VerifyCommand, ARewrittenModelOnnxRuntimeRefusesIsExit4WithItsMessage) {
   TempDir dir;
   // The output declared int64, computed as float: ONNX Runtime refuses the model at load.
   const auto result = verify_texts(dir, parse_model_text(kReluModel), parse_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
@@ -190,7 +190,7 @@ g (float[2, 3] x) => (int64[2, 3] y) { y = Relu (x) })"));
       << result.err;
 }
 
-TEST(Verify, AnOriginalOnnxRuntimeCantLoadIsNotComparedWhileTheRewriteMustRun) {
+TEST(VerifyCommand, AnOriginalOnnxRuntimeCantLoadIsNotComparedWhileTheRewriteMustRun) {
   TempDir dir;
   const auto original = parse_model_text(kCustomOpModel);
   const auto rewritten = rewrite_text(kCustomOpModel, builtin_rules()).model;
@@ -208,7 +208,7 @@ TEST(Verify, AnOriginalOnnxRuntimeCantLoadIsNotComparedWhileTheRewriteMustRun) {
   EXPECT_EQ(field(verify_object(both), "status"), "rewritten-failed");
 }
 
-TEST(Verify, InputsThatDontFitTheOriginalProveNothingButTheRewriteMustLoad) {
+TEST(VerifyCommand, InputsThatDontFitTheOriginalProveNothingButTheRewriteMustLoad) {
   // Six elements reshaped: the default 2 x 2 is four, so the original does not run on it.
   const auto model = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
 g (float[n, m] x) => (float[6] y) { s = Constant <value = int64[1] {6}> ()  y = Reshape (x, s) })");
@@ -228,7 +228,7 @@ g (float[n, m] x) => (float[6] y) { s = Constant <value = int64[1] {6}> ()  y = 
   EXPECT_EQ(verify_texts(dir, model, unloadable).exit_code, 4);
 }
 
-TEST(Verify, Float16IsJudgedAtItsOwnPrecision) {
+TEST(VerifyCommand, Float16IsJudgedAtItsOwnPrecision) {
   // x * 1.00390625: 0.4 % off, within float16's rtol (1e-2) but not float32's (1e-4).
   const char* scaled = R"(<ir_version: 8, opset_import: ["": 17]>
 g (float[2, 3] x) => (float[2, 3] y) { c = Constant <value = float {SCALE}> () y = Mul (x, c) })";
@@ -252,7 +252,7 @@ g (float[2, 3] x) => (float[2, 3] y) { c = Constant <value = float {SCALE}> () y
   EXPECT_EQ(verify_texts(dir, as_float16(model("1")), as_float16(model("1.00390625")), {"--rtol", "1e-4", "--atol", "0"}).exit_code, 4);
 }
 
-TEST(Verify, QuantizedOutputsMayDifferByOneStep) {
+TEST(VerifyCommand, QuantizedOutputsMayDifferByOneStep) {
   const auto model = [](int zero_point) {
     return parse_model_text(fmt::format(R"(<ir_version: 8, opset_import: ["": 17]>
 g (float[4, 8] x) => (int8[4, 8] q) {{
@@ -270,7 +270,7 @@ g (float[4, 8] x) => (int8[4, 8] q) {{
   EXPECT_EQ(verify_texts(dir, model(0), model(1), {"--atol", "0"}).exit_code, 4);
 }
 
-TEST(Verify, NaNWhereTheOriginalIsFiniteIsAMismatchAndNaNOnBothSidesIsNot) {
+TEST(VerifyCommand, NaNWhereTheOriginalIsFiniteIsAMismatchAndNaNOnBothSidesIsNot) {
   // sqrt(x) - sqrt(x): NaN where x < 0, else 0.
   const char* nan_where_negative = R"(<ir_version: 8, opset_import: ["": 17]>
 g (float[4, 8] x) => (float[4, 8] y) { r = Relu (x)  s = Sqrt (x)  d = Sub (s, s)  y = Add (r, d) })";
@@ -294,7 +294,7 @@ g (float[2, 3] x) => (float[2, 3] y) { r = Relu (x)  s = Sqrt (x)  d = Sub (s, s
   EXPECT_NE(text.out.find("non-finite values ("), std::string::npos) << text.out;
 }
 
-TEST(Verify, AnOutputConstantOnBothSidesIsFlagged) {
+TEST(VerifyCommand, AnOutputConstantOnBothSidesIsFlagged) {
   // Zeros shaped like x: the same whatever x holds.
   const auto model = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
 g (float[2, 3] x) => (float[2, 3] y) { s = Shape (x)  y = ConstantOfShape (s) })");
@@ -308,7 +308,7 @@ g (float[2, 3] x) => (float[2, 3] y) { s = Shape (x)  y = ConstantOfShape (s) })
   EXPECT_TRUE(flags(first_output(verify_object(verify_texts(dir, parse_model_text(kReluModel), parse_model_text(kReluModel))))).empty());
 }
 
-TEST(Verify, TheUsersOwnInputsFromNpyAndPbFiles) {
+TEST(VerifyCommand, TheUsersOwnInputsFromNpyAndPbFiles) {
   // Relu and Abs agree on x >= 0 only: random inputs tell them apart, the files here don't.
   TempDir dir;
   const auto original = parse_model_text(kReluModel);
@@ -339,7 +339,7 @@ TEST(Verify, TheUsersOwnInputsFromNpyAndPbFiles) {
   wrong("x=" + (dir / "absent.npy").string(), 3, (dir / "absent.npy").string() + ": cannot read");
 }
 
-TEST(Verify, SymbolicDimsDefaultTo2OrWhatInputShapeSays) {
+TEST(VerifyCommand, SymbolicDimsDefaultTo2OrWhatInputShapeSays) {
   const auto model = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
 g (float[batch, seq, 4] x, float[batch, 4] m) => (float[batch, seq, 4] y) {
   one = Constant <value = int64[1] {1}> ()
