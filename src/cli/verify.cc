@@ -116,6 +116,14 @@ void write_verify_json(JsonWriter& json, const Verification& verification) {
   json.end_array();
   optional_text(json, "original_error", verification.original_error);
   optional_text(json, "rewritten_error", verification.rewritten_error);
+  json.key("timing").begin_object();
+  for (const auto& [side, run] :
+       {std::pair{"original", &verification.original_run}, {"rewritten", &verification.rewritten_run}}) {
+    json.key(side).begin_object();
+    json.key("load_seconds").value(run->load_seconds).key("run_seconds").value(run->run_seconds);
+    json.end_object();
+  }
+  json.end_object();
   json.key("seconds").value(verification.seconds);
   json.end_object();
 }

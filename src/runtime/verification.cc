@@ -93,6 +93,8 @@ Verification verify_models(const Runtime& runtime, const VerifiedModel& original
     if (!result->version.empty()) verification.runtime = result->runtime, verification.runtime_version = result->version;
   }
   if (verification.runtime.empty()) verification.runtime = runtime.name;
+  verification.original_run = {before.load_seconds, before.run_seconds};
+  verification.rewritten_run = {after.load_seconds, after.run_seconds};
   if (before.status != "ran") verification.original_error = before.message;
   if (after.status != "ran") verification.rewritten_error = after.message;
   verification.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

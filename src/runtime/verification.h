@@ -46,7 +46,11 @@ struct Verification {
   std::vector<Input> inputs;
   std::vector<OutputComparison> outputs;
   std::string original_error, rewritten_error;  // ONNX Runtime's, when a model did not load or run
-  double seconds = 0;
+  struct Run {
+    double load_seconds = 0, run_seconds = 0;  // in ONNX Runtime: creating the session, running it
+  };
+  Run original_run, rewritten_run;
+  double seconds = 0;  // the whole verification: inputs, the driver process, comparing
   // Exit 4: the rewritten model computes other numbers, or does not load or run.
   bool failed() const { return status == "mismatch" || status == "rewritten-failed"; }
 };
