@@ -9,6 +9,10 @@ set(ONNX_REWRITE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/onnx_rewrite)
 
 install(TARGETS onnx-rewrite RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tool)
 install(FILES ${PROJECT_SOURCE_DIR}/docs/onnx-rewrite.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT tool)
+# The runtime drivers `verify` and `--verify` run models with (src/runtime/driver.cc looks for them
+# here, relative to the tool); ONNX Runtime itself comes from npm or pip.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/tools/ort-driver/ DESTINATION ${CMAKE_INSTALL_DATADIR}/onnx-rewrite/ort-driver COMPONENT tool
+        FILES_MATCHING PATTERN "*.js" PATTERN "*.py" PATTERN "*.md")
 install(TARGETS onnx_rewrite EXPORT onnx_rewrite_targets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT library
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
@@ -29,6 +33,8 @@ set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)          # onnx-rewrite_<version>_amd64.deb
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)           # Depends: the shared libraries the binary links
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "graphviz")    # `--html` draws its pictures with dot
+# `--html` draws its pictures with dot; `verify` runs ONNX Runtime from Node.js (npm's
+# onnxruntime-node) or Python (pip's onnxruntime, with numpy).
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "graphviz, nodejs, python3-numpy")
 set(CPACK_PACKAGE_INSTALL_DIRECTORY onnx-rewrite)
 include(CPack)

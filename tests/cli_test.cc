@@ -73,7 +73,7 @@ TEST(Cli, VersionAndHelpForEverySubcommand) {
   const auto version = run_cli({"--version"});
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_EQ(version.out.rfind("onnx-rewrite 0.", 0), 0u) << version.out;
-  for (const char* command : {"rewrite", "check", "inspect", "rules", "batch"}) {
+  for (const char* command : {"rewrite", "check", "verify", "inspect", "rules", "batch"}) {
     const auto help = run_cli({command, "--help"});
     EXPECT_EQ(help.exit_code, 0) << command;
     EXPECT_NE(help.out.find("Usage:"), std::string::npos) << command;
@@ -131,7 +131,7 @@ TEST(Cli, PathErrorsNameTheFileTheyAreAbout) {
 TEST(Cli, AnUnknownSubcommandIsNamedWithTheKnownOnes) {
   const auto result = run_cli({"frob", "m.onnx"});
   EXPECT_EQ(result.exit_code, 2);
-  EXPECT_EQ(result.err, "onnx-rewrite: error: unknown subcommand 'frob' (known: rewrite, check, inspect, rules, targets, batch, merge-reports) (see --help)\n");
+  EXPECT_EQ(result.err, "onnx-rewrite: error: unknown subcommand 'frob' (known: rewrite, check, verify, inspect, rules, targets, batch, merge-reports) (see --help)\n");
 }
 
 TEST(Cli, RepeatableOptionsTakeOneValueEach) {

@@ -20,6 +20,7 @@
 
 const path = require('path');
 const lib = path.join(__dirname, '..', '..', 'tests', 'ort', 'lib');
+const driverLib = path.join(__dirname, '..', '..', 'tools', 'ort-driver', 'lib');
 const { parseArgs, parseRange, parseAssignment, runMain, UsageError } = require(path.join(lib, 'args'));
 
 const USAGE = 'usage: node quant_compare.js A.onnx B.onnx [--trials 3] [--seed 1] [--level disabled] ' +
@@ -41,9 +42,9 @@ async function main() {
     dim: { type: 'string', multiple: true },
   });
   if (positionals.length !== 2) throw new UsageError('expected A.onnx and B.onnx');
-  const tp = require(path.join(lib, 'tensor_proto'));
-  const { readModel } = require(path.join(lib, 'onnx_model'));
-  const { createSession } = require(path.join(lib, 'ort_session'));
+  const tp = require(path.join(driverLib, 'tensor_proto'));
+  const { readModel } = require(path.join(driverLib, 'onnx_model'));
+  const { createSession } = require(path.join(driverLib, 'ort_session'));
 
   const floatRange = parseRange(opts['float-range'], '--float-range');
   const ranges = new Map(opts.range.map((a) => {

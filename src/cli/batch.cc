@@ -284,7 +284,7 @@ class LineStream {
 
 // ---- Reports of the whole batch ----------------------------------------------------------------
 
-const std::vector<std::string> kStatuses = {"rewritten", "unchanged", "target-not-met", "failed"};
+const std::vector<std::string> kStatuses = {"rewritten", "unchanged", "target-not-met", "verify-failed", "failed"};
 
 // One model as the batch report and JUnit see it: fresh from this run, or read back from a line.
 struct Entry {
@@ -315,6 +315,10 @@ JunitCase junit_case(const JsonValue& model, const std::string& command) {
     if (error && error->find("file") && error->find("file")->kind == JsonValue::Kind::kString) {
       test.details = error->string_or("file", "") + ": " + test.message;
     }
+  } else if (status == "verify-failed") {
+    test.result = JunitCase::Result::kFailed;
+    const JsonValue* error = model.find("error");
+    test.message = error ? error->string_or("message", "verify failed") : "verify failed";
   } else if (status == "target-not-met") {
     test.result = JunitCase::Result::kFailed;
     std::vector<std::string> lines;
@@ -418,7 +422,8 @@ Resumable read_resumable(const BatchCommand& command, const std::string& options
 // A line of an earlier run stands for this model when the model is unchanged since, it did not
 // fail, and what it wrote is still there.
 bool still_done(const JsonValue& line, const BatchItem& item) {
-  if (line.string_or("status", "failed") == "failed" || !item.error.empty()) return false;
+  const std::string status = line.string_or("status", "failed");
+  if (status == "failed" || status == "verify-failed" || !item.error.empty()) return false;
   const JsonValue* stamp = line.find("input_stamp");
   const InputStamp now = stamp_of(item.input);
   if (!stamp || stamp->number_or("size", -2) != static_cast<double>(now.size) ||
@@ -464,12 +469,15 @@ int batch_all(const BatchCommand& command, PathGuard& guard, PendingFile* report
   const RuleSet rules = command.rules.load();
   const RewriteOptions options = effective_options(command.options, command.inline_functions);
   active_rules(rules, options);
-  const auto run_fields = [&](JsonWriter& json) { write_run_json(json, command.options, command.rules, command.provenance, false); };
+  const VerifyOptions* verify = command.verify ? &command.verify_options : nullptr;
+  const auto run_fields = [&](JsonWriter& json) { write_run_json(json, command.options, command.rules, command.provenance, false, verify); };
   const std::string options_text = [&] {
     JsonWriter json(true);
-    write_options_json(json, command.options, command.rules, command.provenance);
+    write_options_json(json, command.options, command.rules, command.provenance, verify);
     return json.str();
   }();
+  // Found before any work: without a runtime to run them in, nothing is worth doing.
+  const std::optional<Runtime> runtime = command.verify ? std::optional(find_runtime(command.verify_options.runtime)) : std::nullopt;
   const auto all = collect_batch(command);
   for (const auto& item : all) {
     guard.reads(item.input, "the input model");
@@ -491,11 +499,16 @@ int batch_all(const BatchCommand& command, PathGuard& guard, PendingFile* report
   for (size_t i = 0; i < all.size(); ++i) {
     if (in_shard(all[i].relative, shard)) mine.push_back(i);
   }
+  const int jobs = command.jobs > 0 ? command.jobs : std::max(1u, std::thread::hardware_concurrency());
   ProcessOptions how;
   how.in_batch = true;
   how.provenance = command.provenance;
   how.write.inside = command.output_dir;
   how.guard = &guard;
+  // Each worker's ONNX Runtime gets its share of the cores.
+  VerifyOptions verify_options = command.verify_options;
+  verify_options.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / jobs);
+  if (runtime) how.runtime = &*runtime, how.verify = &verify_options;
 
   // A line: the run's fields, where the model stands in the whole batch, its input's stamp, then
   // the model's report object.
@@ -530,7 +543,6 @@ int batch_all(const BatchCommand& command, PathGuard& guard, PendingFile* report
     }
   }
 
-  const int jobs = command.jobs > 0 ? command.jobs : std::max(1u, std::thread::hardware_concurrency());
   if (jobs > 1) {
     // Biggest first: the models left at the end are then the quickest, and no worker waits long
     // for another's last one.
@@ -550,9 +562,11 @@ int batch_all(const BatchCommand& command, PathGuard& guard, PendingFile* report
       try {
         if (!item.error.empty()) throw InputError(item.input, item.error);
         Processed processed = process(item.input, item.output, rules, options, target, how);
-        const auto start = std::chrono::steady_clock::now();
-        processed.output->commit();
-        processed.outcome.timing.write += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (processed.outcome.status != "verify-failed") {
+          const auto start = std::chrono::steady_clock::now();
+          processed.output->commit();
+          processed.outcome.timing.write += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        }
         outcome = std::move(processed.outcome);
       } catch (...) {
         if (is_path_collision(std::current_exception())) {
@@ -599,17 +613,19 @@ int batch_all(const BatchCommand& command, PathGuard& guard, PendingFile* report
   std::string scope = command.shard.empty() ? "" : fmt::format(" (shard {} of {} models)", command.shard, all.size());
   out << fmt::format("batch: {} model(s){}: {} rewritten, {} unchanged, {} target not met, {} failed", entries.size(), scope,
                      totals.count("rewritten"), totals.count("unchanged"), totals.count("target-not-met"), totals.count("failed"));
+  if (command.verify) out << fmt::format(", {} failed verification", totals.count("verify-failed"));
   if (totals.resumed) out << fmt::format("; {} done by an earlier run (--resume)", totals.resumed);
   out << "\n";
   for (const auto& entry : entries) {
     const JsonValue& model = entry.object;
     const std::string status = model.string_or("status", "");
-    if (status != "failed") continue;
+    if (status != "failed" && status != "verify-failed") continue;
     const JsonValue* error = model.find("error");
     const std::string file = error ? error->string_or("file", "") : "";
     const std::string message = error ? error->string_or("message", "") : "";
     const std::string input = model.string_or("model", "");
-    out << fmt::format("  failed: {}: {}\n", input, file.empty() || file == input ? message : file + ": " + message);
+    out << fmt::format("  {}: {}: {}\n", status == "failed" ? "failed" : "verify failed", input,
+                       file.empty() || file == input ? message : file + ": " + message);
   }
   for (const auto& entry : entries) {
     if (entry.object.string_or("status", "") != "target-not-met") continue;
@@ -627,7 +643,8 @@ int batch_all(const BatchCommand& command, PathGuard& guard, PendingFile* report
   if (junit) junit->set_contents(junit_report("batch", target.name, entries));
   if (report) report->commit();
   if (junit) junit->commit();
-  return totals.count("failed") + totals.count("target-not-met") > 0 ? static_cast<int>(ExitCode::kTargetNotMet) : 0;
+  return totals.count("failed") + totals.count("target-not-met") + totals.count("verify-failed") > 0 ? static_cast<int>(ExitCode::kTargetNotMet)
+                                                                                                 : 0;
 }
 
 }  // namespace
@@ -641,7 +658,7 @@ int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err)
     return batch_all(command, guard, report.get(), junit.get(), out, err);
   } catch (...) {
     report_failure(report.get(), std::current_exception(), [&](JsonWriter& json) {
-      write_run_json(json, command.options, command.rules, command.provenance, false);
+      write_run_json(json, command.options, command.rules, command.provenance, false, command.verify ? &command.verify_options : nullptr);
       json.key("target").value(command.options.target);
     });
     throw;
@@ -701,10 +718,13 @@ int run_merge_reports(const MergeCommand& command, std::ostream& out, std::ostre
   if (report) report->commit();
   if (junit) junit->commit();
   const BatchTotals totals = totals_of(entries);
-  out << fmt::format("merged {} model(s) from {} file(s): {} rewritten, {} unchanged, {} target not met, {} failed{}\n", entries.size(),
+  const int64_t verify_failed = totals.count("verify-failed");
+  out << fmt::format("merged {} model(s) from {} file(s): {} rewritten, {} unchanged, {} target not met, {} failed{}{}\n", entries.size(),
                      command.inputs.size(), totals.count("rewritten"), totals.count("unchanged"), totals.count("target-not-met"), totals.count("failed"),
-                     missing > 0 ? fmt::format(", {} missing", missing) : "");
-  return totals.count("failed") + totals.count("target-not-met") + std::max<int64_t>(missing, 0) > 0 ? static_cast<int>(ExitCode::kTargetNotMet) : 0;
+                     verify_failed ? fmt::format(", {} failed verification", verify_failed) : "", missing > 0 ? fmt::format(", {} missing", missing) : "");
+  return totals.count("failed") + totals.count("target-not-met") + verify_failed + std::max<int64_t>(missing, 0) > 0
+             ? static_cast<int>(ExitCode::kTargetNotMet)
+             : 0;
 }
 
 }  // namespace onnx_rewrite

@@ -13,15 +13,16 @@ namespace onnx_rewrite {
 
 namespace {
 
-int check_one(const std::string& input, const std::string& target_name, std::optional<int> max_opset,
+int check_one(const std::string& input, const std::string& target_name, std::optional<int> max_opset, const InputShapes& input_shapes,
               const RuleSources& sources, const PathGuard& guard, bool json, std::ostream& out, CheckReport& report) {
   const Target& target = find_target(target_name);
   const RuleSet rules = sources.load();
   const Coverage coverage{rules, target};
   LoadedModel loaded(input, true, kGraphOnly);
-  const Model& model = *loaded;
+  Model& model = *loaded;
   guard.check_model_data(model, "");
   refuse_invalid(model);
+  apply_input_shapes(*model.proto.mutable_graph(), input_shapes, input);
   report = check_model(model, target, max_opset);
   if (!model.missing_external_data.empty()) report.notes.push_back(missing_data_note(model));
   if (json) {
@@ -55,7 +56,8 @@ int check_one(const std::string& input, const std::string& target_name, std::opt
 }  // namespace
 
 int run_check(const std::string& input, const std::string& target_name, std::optional<int> max_opset,
-              const RuleSources& rules, bool json, std::ostream& out, std::ostream& err, const std::string& junit) {
+              const RuleSources& rules, bool json, std::ostream& out, std::ostream& err, const std::string& junit,
+              const InputShapes& input_shapes) {
   (void)err;
   PathGuard guard;
   guard.reads(input, "the input model");
@@ -79,7 +81,7 @@ int run_check(const std::string& input, const std::string& target_name, std::opt
   };
   try {
     CheckReport report;
-    const int code = check_one(input, target_name, max_opset, rules, guard, json, out, report);
+    const int code = check_one(input, target_name, max_opset, input_shapes, rules, guard, json, out, report);
     commit_junit([&](JsonWriter& model) {
       model.key("status").value(report.ok() ? "met" : "target-not-met");
       model.key("check");

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "cli/path_guard.h"
+#include "io/atomic_file.h"
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/opset.h"
 
@@ -63,6 +64,8 @@ ErrorInfo describe_error(const std::exception_ptr& error) {
     return {e.file(), e.what(), ExitCode::kBadInput};
   } catch (const UsageError& e) {
     return {"", e.what(), ExitCode::kUsage};
+  } catch (const VerifyError& e) {
+    return {e.file(), e.what(), ExitCode::kVerifyFailed};
   } catch (const std::bad_alloc&) {
     return {"", "out of memory", ExitCode::kBadInput};
   } catch (const std::exception& e) {
@@ -188,7 +191,8 @@ int64_t node_total(const OpCounts& counts) {
   return total;
 }
 
-void write_options_json(JsonWriter& json, const RewriteOptions& options, const RuleSources& rules, bool provenance) {
+void write_options_json(JsonWriter& json, const RewriteOptions& options, const RuleSources& rules, bool provenance,
+                        const VerifyOptions* verify) {
   json.begin_object();
   json.key("target").value(options.target);
   json.key("opset");
@@ -206,13 +210,40 @@ void write_options_json(JsonWriter& json, const RewriteOptions& options, const R
   json.key("canonicalize").value(options.canonicalize);
   json.key("max_rounds").value(options.max_rounds);
   json.key("provenance").value(provenance);
+  json.key("input_shapes").begin_object();
+  for (const auto& [name, dims] : options.input_shapes) {
+    json.key(name).begin_array();
+    for (int64_t dim : dims) json.value(dim);
+    json.end_array();
+  }
+  json.end_object();
+  json.key("verify");
+  if (!verify) {
+    json.null();
+  } else {
+    const auto optional = [&](const char* key, const std::optional<double>& value) {
+      json.key(key);
+      if (value) json.value(*value);
+      else json.null();
+    };
+    json.begin_object().key("seed").value(verify->seed);
+    optional("rtol", verify->tolerance.rtol);
+    optional("atol", verify->tolerance.atol);
+    json.key("runtime");
+    if (verify->runtime.empty()) json.null();
+    else json.value(verify->runtime);
+    json.key("inputs").begin_object();
+    for (const auto& [name, file] : verify->input_files) json.key(name).value(file.string());
+    json.end_object().end_object();
+  }
   json.end_object();
 }
 
-void write_run_json(JsonWriter& json, const RewriteOptions& options, const RuleSources& rules, bool provenance, bool dry_run) {
+void write_run_json(JsonWriter& json, const RewriteOptions& options, const RuleSources& rules, bool provenance, bool dry_run,
+                    const VerifyOptions* verify) {
   json.key("tool").begin_object().key("name").value("onnx-rewrite").key("version").value(ONNX_REWRITE_VERSION).end_object();
   json.key("options");
-  write_options_json(json, options, rules, provenance);
+  write_options_json(json, options, rules, provenance, verify);
   json.key("dry_run").value(dry_run);
 }
 
@@ -221,15 +252,16 @@ void write_outcome_fields(JsonWriter& json, const ModelOutcome& outcome, const s
   json.key("output").value(outcome.output);
   json.key("target").value(target);
   json.key("status").value(outcome.status);
-  if (outcome.error) {
+  const auto write_error = [&] {
     json.key("error");
     write_error_json(json, *outcome.error);
-    return;
-  }
+  };
+  if (outcome.error && !outcome.verification) return write_error();
   json.key("timing").begin_object();
   json.key("load_seconds").value(outcome.timing.load);
   json.key("rewrite_seconds").value(outcome.timing.rewrite);
   json.key("write_seconds").value(outcome.timing.write);
+  json.key("verify_seconds").value(outcome.timing.verify);
   json.key("total_seconds").value(outcome.timing.total());
   json.end_object();
   json.key("nodes").begin_object();
@@ -283,6 +315,11 @@ void write_outcome_fields(JsonWriter& json, const ModelOutcome& outcome, const s
   json.key("notes").strings(outcome.result.notes);
   json.key("check");
   write_check_json(json, outcome.check);
+  if (outcome.verification) {
+    json.key("verify");
+    write_verify_json(json, *outcome.verification);
+  }
+  if (outcome.error) write_error();  // a verification that failed
 }
 
 void write_outcome_json(JsonWriter& json, const ModelOutcome& outcome, const std::string& target) {
@@ -340,6 +377,27 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+namespace {
+
+// The prepared output against its input in ONNX Runtime, unless there is nothing to prove (the
+// output is the input) or ONNX Runtime can't load it by its own tables (ops the target allows, or
+// left because no rule covers them).
+Verification verify_output(const Model& model, const ModelInterface& original, const std::string& input, PendingModel& output,
+                           const RewriteResult& result, const ProcessOptions& how) {
+  if (!result.changed()) return verification_skipped("identical", "the output is the input, byte for byte", *how.verify);
+  const CheckReport ort = check_model(model, find_target("ort"), std::nullopt, false);
+  if (!ort.ok()) {
+    std::vector<std::string> ops;
+    for (const auto& entry : ort.unloadable) ops.push_back(op_text(entry));
+    for (const auto& problem : ort.opset_problems) ops.push_back(problem);
+    return verification_skipped("not-compared", fmt::format("the rewritten model keeps what ONNX Runtime does not load: {}", fmt::join(ops, ", ")),
+                                *how.verify);
+  }
+  return verify_models(*how.runtime, {input, original}, {output.expose(), interface_of(model.proto.graph())}, *how.verify);
+}
+
+}  // namespace
+
 Processed process(const std::string& input, const std::string& output, const RuleSet& rules, const RewriteOptions& options,
                   const Target& target, const ProcessOptions& how) {
   Processed processed;
@@ -354,15 +412,35 @@ Processed process(const std::string& input, const std::string& output, const Rul
   if (how.guard) how.guard->check_model_data(model, how.dry_run ? "" : output);
   const InputCheck checked = refuse_invalid(model);
   if (const auto opsets = impossible_opset_imports(model.proto); !opsets.empty()) throw InputError(input, opsets.front());
+  // What the original takes and gives, before the rewrite: the inputs are made from it.
+  const ModelInterface original = how.runtime ? with_input_shapes(interface_of(model.proto.graph()), options.input_shapes, input)
+                                              : ModelInterface{};
   outcome.result = rewrite_model(model, rules, options, &checked);
   outcome.check = check_model(model, target, options.max_opset, options.exact_opset);
   if (outcome.result.ir_version_problem) outcome.check.opset_problems.push_back(*outcome.result.ir_version_problem);
   if (how.provenance && outcome.result.changed()) record_provenance(model, outcome.result, options);
   outcome.timing.rewrite = seconds_since(start);
   start = std::chrono::steady_clock::now();
-  if (!how.dry_run) processed.output = std::make_unique<PendingModel>(model, output, how.write);
+  // A dry run verifies a copy written to a private temporary directory.
+  std::unique_ptr<TemporaryDirectory> scratch;
+  if (how.dry_run && how.runtime) {
+    scratch = std::make_unique<TemporaryDirectory>(fs::temp_directory_path(), "onnx-rewrite-dry-run-");
+    processed.output = std::make_unique<PendingModel>(model, scratch->path() / fs::path(input).filename(), how.write);
+  } else if (!how.dry_run) {
+    processed.output = std::make_unique<PendingModel>(model, output, how.write);
+  }
   outcome.timing.write = seconds_since(start);
   outcome.status = !outcome.check.ok() ? "target-not-met" : outcome.result.changed() ? "rewritten" : "unchanged";
+  if (how.runtime) {
+    start = std::chrono::steady_clock::now();
+    outcome.verification = verify_output(model, original, input, *processed.output, outcome.result, how);
+    outcome.timing.verify = seconds_since(start);
+    if (outcome.verification->failed()) {
+      outcome.status = "verify-failed";
+      outcome.error = describe_error(std::make_exception_ptr(verify_error(*outcome.verification, output, false)));
+    }
+  }
+  if (scratch) processed.output.reset();  // before its directory goes
   return processed;
 }
 

@@ -62,18 +62,28 @@ struct Timing {
   double load = 0;
   double rewrite = 0;  // rewriting and checking the target
   double write = 0;    // preparing and committing the output
-  double total() const { return load + rewrite + write; }
+  double verify = 0;   // --verify: running both models and comparing
+  double total() const { return load + rewrite + write + verify; }
 };
 
 struct ModelOutcome {
   std::string input;
   std::string output;
-  std::string status;  // rewritten, unchanged, target-not-met, failed
+  std::string status;  // rewritten, unchanged, target-not-met, verify-failed (error set too), failed
   std::optional<ErrorInfo> error;
   RewriteResult result;
   CheckReport check;
+  std::optional<Verification> verification;  // --verify
   Timing timing;
 };
+
+// The "verify" object of a report (docs/cli.md).
+void write_verify_json(JsonWriter& json, const Verification& verification);
+// The lines a summary gives a verification: one per output (only those with something to say when
+// there are many), then the verdict.
+void print_verification(const Verification& verification, std::ostream& out);
+// The error a verification that failed ends the command with, about `file` (the rewritten model).
+VerifyError verify_error(const Verification& verification, const std::string& file, bool written);
 
 // --json on a failure: the model and the error object on stdout, as CI reads it; the one-line
 // error still goes to stderr.
@@ -102,12 +112,16 @@ JunitCase junit_case(const JsonValue& model, const std::string& command);
 // One model's report fields, and the same as an object (docs/cli.md, "--report").
 void write_outcome_fields(JsonWriter& json, const ModelOutcome& outcome, const std::string& target);
 void write_outcome_json(JsonWriter& json, const ModelOutcome& outcome, const std::string& target);
-// The "options" object of a report; compact, it is what --resume compares.
-void write_options_json(JsonWriter& json, const RewriteOptions& options, const RuleSources& rules, bool provenance);
+// The "options" object of a report; compact, it is what --resume compares. `verify`: --verify's
+// options, null without it.
+void write_options_json(JsonWriter& json, const RewriteOptions& options, const RuleSources& rules, bool provenance,
+                        const VerifyOptions* verify);
 // "tool": {"name", "version"}, "options": {...}, "dry_run": the fields every report starts with.
-void write_run_json(JsonWriter& json, const RewriteOptions& options, const RuleSources& rules, bool provenance, bool dry_run);
+void write_run_json(JsonWriter& json, const RewriteOptions& options, const RuleSources& rules, bool provenance, bool dry_run,
+                    const VerifyOptions* verify);
 
-// One model loaded, rewritten and checked, its output prepared (unless dry) but not yet in place.
+// One model loaded, rewritten and checked, its output prepared (unless dry) and verified (with
+// --verify) but not yet in place.
 struct Processed {
   ModelOutcome outcome;
   std::unique_ptr<PendingModel> output;
@@ -120,6 +134,10 @@ struct ProcessOptions {
   bool in_batch = false;   // free each model when done (a long-running batch)
   WriteOptions write;
   const PathGuard* guard = nullptr;  // the model's data files are checked against it once loaded
+  // --verify: the prepared output (under --dry-run, one in a private temporary directory) is run
+  // in this runtime with these options; a failure makes the status verify-failed.
+  const Runtime* runtime = nullptr;
+  const VerifyOptions* verify = nullptr;
 };
 Processed process(const std::string& input, const std::string& output, const RuleSet& rules, const RewriteOptions& options,
                   const Target& target, const ProcessOptions& how);

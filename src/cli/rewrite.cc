@@ -19,7 +19,9 @@ namespace {
 
 void print_summary(const ModelOutcome& outcome, const std::string& target, bool dry_run, std::ostream& out) {
   const RewriteResult& result = outcome.result;
-  const std::string destination = dry_run ? "(dry run, nothing written)" : outcome.output;
+  const std::string destination = dry_run ? "(dry run, nothing written)"
+                                  : outcome.status == "verify-failed" ? outcome.output + " (not written: it failed its verification)"
+                                                                      : outcome.output;
   if (!result.changed()) {
     out << fmt::format("{} -> {}: no rule applies; the output is an exact copy\n", outcome.input, destination);
   } else {
@@ -55,11 +57,14 @@ void print_summary(const ModelOutcome& outcome, const std::string& target, bool 
 }
 
 
+const VerifyOptions* verify_options(const RewriteCommand& command) { return command.verify ? &command.verify_options : nullptr; }
+
 // Every file the command reads and writes, before any of them is touched.
 PathGuard guard_paths(const RewriteCommand& command) {
   PathGuard guard;
   guard.reads(command.input, "the input model");
   guard.reads_rules(command.rules.paths);
+  for (const auto& [name, file] : command.verify_options.input_files) guard.reads(file, "--inputs " + name);
   if (!command.in_place && !command.dry_run) guard.writes(command.output, "-o");
   if (!command.report.empty()) guard.writes(command.report, "--report");
   if (!command.html.empty()) guard.writes(command.html, "--html");
@@ -80,15 +85,21 @@ int rewrite_one(const RewriteCommand& command, const PathGuard& guard, PendingFi
   how.provenance = command.provenance;
   how.write.allow_overwrite_input = command.in_place;
   how.guard = &guard;
+  // Found before any work: without a runtime to run them in, nothing is worth doing.
+  const std::optional<Runtime> runtime = command.verify ? std::optional(find_runtime(command.verify_options.runtime)) : std::nullopt;
+  if (runtime) how.runtime = &*runtime, how.verify = &command.verify_options;
   Processed processed = process(command.input, output, rules, options, target, how);
   ModelOutcome& outcome = processed.outcome;
+  const bool verified = !outcome.verification || !outcome.verification->failed();
   // The page first: a picture that can't be drawn leaves nothing written.
   if (html) {
     html->set_contents(html_report({command.input, command.dry_run ? "(dry run, nothing written)" : output, target.name,
-                                    outcome.check.ok(), &outcome.result, &rules}));
+                                    outcome.check.ok(), &outcome.result, &rules,
+                                    outcome.verification ? &*outcome.verification : nullptr}));
   }
-  // Everything is prepared: the model, its data files and the reports appear together.
-  if (processed.output) {
+  // Everything is prepared: the model, its data files and the reports appear together (the
+  // report alone when the model failed its verification).
+  if (processed.output && verified) {
     const auto start = std::chrono::steady_clock::now();
     processed.output->commit();
     outcome.timing.write += seconds_since(start);
@@ -96,14 +107,16 @@ int rewrite_one(const RewriteCommand& command, const PathGuard& guard, PendingFi
   if (report) {
     JsonWriter json;
     json.begin_object();
-    write_run_json(json, command.options, command.rules, command.provenance, command.dry_run);
+    write_run_json(json, command.options, command.rules, command.provenance, command.dry_run, verify_options(command));
     write_outcome_fields(json, outcome, target.name);
     json.end_object();
     report->set_contents(json.str());
   }
   if (report) report->commit();
-  if (html) html->commit();
+  if (html && verified) html->commit();
   print_summary(outcome, target.name, command.dry_run, out);
+  if (outcome.verification) print_verification(*outcome.verification, out);
+  if (!verified) throw verify_error(*outcome.verification, output, false);
   if (!outcome.check.ok()) {
     print_unmet(target, outcome.check, rules, err);
     return static_cast<int>(ExitCode::kTargetNotMet);
@@ -122,9 +135,11 @@ int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& 
   const auto html = reserve_report(command.html);
   try {
     return rewrite_one(command, guard, report.get(), html.get(), out, err);
+  } catch (const VerifyError&) {
+    throw;  // its report is written already, with the verification
   } catch (...) {
     report_failure(report.get(), std::current_exception(), [&](JsonWriter& json) {
-      write_run_json(json, command.options, command.rules, command.provenance, command.dry_run);
+      write_run_json(json, command.options, command.rules, command.provenance, command.dry_run, verify_options(command));
       json.key("model").value(command.input);
       json.key("output").value(command.in_place ? command.input : command.output);
       json.key("target").value(command.options.target);

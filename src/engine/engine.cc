@@ -721,6 +721,13 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
   RewriteResult result;
   result.before = count_ops(model.proto);
   const auto imports_before = imports(model.proto);
+  // Before matching, and again whenever the model is reloaded: the rules see the fixed shapes.
+  const auto fix_input_shapes = [&] {
+    if (apply_input_shapes(*model.proto.mutable_graph(), options.input_shapes, model.path.string())) {
+      result.input_shapes_fixed = model.changed = true;
+    }
+  };
+  fix_input_shapes();
 
   std::vector<std::string> lowering_declines;  // of the attempt that lowered
   auto attempt = [&](bool lower) {
@@ -742,6 +749,7 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
   if (auto problem = attempt(true)) {
     // The requested opset can't be reached: rewrite again at the model's own opset.
     model = reload_model(model);
+    fix_input_shapes();
     const auto declines = lowering_declines;
     auto again = attempt(false);
     result.notes.push_back(*problem);
@@ -754,8 +762,10 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
                                     return is_canonicalization(fired.first) && !options.only.count(fired.first);
                                   });
   if (canonicalized_only) {
-    // Nothing matched what canonicalization made: the model stays an exact copy.
+    // Nothing matched what canonicalization made: the model stays an exact copy (but for the
+    // input shapes asked for).
     model = reload_model(model);
+    fix_input_shapes();
     std::string what;
     for (const auto& [id, stats] : result.rules) what += fmt::format("{}{} ({})", what.empty() ? "" : ", ", id, stats.matches);
     result.notes.push_back("canonicalization alone was undone, no other rule fired after it: " + what);

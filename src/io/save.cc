@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <system_error>
 #include <thread>
 #include <tuple>
@@ -360,8 +361,13 @@ struct PendingModel::State {
     bool placed = false;                // the copy was moved into place by this commit
   };
   fs::path output;  // as named, for errors
+  fs::path directory;  // the output's, where the model reads its data files
+  std::set<std::string> locations;  // of every data file the model reads
   std::vector<Data> data;
   std::unique_ptr<AtomicFile> model;
+  // The model and its data files under a hidden name for a reader (expose()); removed after the
+  // commit, whose links must come while these names still hold the unnamed files.
+  std::unique_ptr<TemporaryDirectory> exposed;
 
   [[noreturn]] void conflict(const Data& item) const {
     throw InputError(output.string(), "external data '" + printable(item.location) +
@@ -391,6 +397,8 @@ PendingModel::PendingModel(const Model& model, const fs::path& path, const Write
                                               "' is missing, and a written model needs it");
   }
   const fs::path directory = directory_of(path);
+  state.directory = directory;
+  state.locations = external_locations(model);
   try {
     if (confined) {
       make_directories(directory, options.inside, path);
@@ -408,7 +416,7 @@ PendingModel::PendingModel(const Model& model, const fs::path& path, const Write
 
     // The data files, next to the output, where the model will look for them.
     if (!same_existing_file(model.directory(), directory)) {
-      for (const auto& location : external_locations(model)) {
+      for (const auto& location : state.locations) {
         State::Data item;
         item.location = location;
         item.from = model.directory() / location;
@@ -496,6 +504,27 @@ void PendingModel::commit() {
     }
   }
   state_.reset();
+}
+
+fs::path PendingModel::expose() {
+  if (!state_) throw std::logic_error("PendingModel exposed after its commit");
+  State& state = *state_;
+  const fs::path target = state.model->target();
+  if (state.exposed) return state.exposed->path() / target.filename();
+  auto exposed = std::make_unique<TemporaryDirectory>(directory_of(target), "." + target.filename().string() + ".onnx-rewrite-verify-");
+  state.model->link_to(exposed->path() / target.filename());
+  for (const auto& location : state.locations) {
+    const fs::path to = exposed->path() / location;
+    std::error_code ec;
+    fs::create_directories(to.parent_path(), ec);
+    if (ec) throw InputError(state.output.string(), "cannot create '" + to.parent_path().string() + "': " + ec.message());
+    const auto copy = std::find_if(state.data.begin(), state.data.end(), [&](const State::Data& item) { return item.location == location; });
+    // Else the file the output will read is there already: reused, or the input's own beside it.
+    if (copy != state.data.end() && copy->copy) copy->copy->link_to(to);
+    else link_or_copy(state.directory / location, to);
+  }
+  state.exposed = std::move(exposed);
+  return state.exposed->path() / target.filename();
 }
 
 void write_model(const Model& model, const fs::path& path, const WriteOptions& options) {

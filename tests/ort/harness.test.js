@@ -10,9 +10,9 @@ const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
 
-const tp = require('./lib/tensor_proto');
+const tp = require('../../tools/ort-driver/lib/tensor_proto');
 const { compareTensors } = require('./lib/tensor_compare');
-const { readModel } = require('./lib/onnx_model');
+const { readModel } = require('../../tools/ort-driver/lib/onnx_model');
 const models = require('./lib/test_models');
 
 const HERE = __dirname;
