@@ -1,4 +1,4 @@
-// The ONNX backend corpus (../shared/conformance, ground truth nobody here wrote):
+// The ONNX backend corpus (the conformance data set, ground truth nobody here wrote):
 // - every model loads and round-trips byte-identical, through the copy path and the splicing
 //   serializer;
 // - every case ONNX Runtime runs natively still reproduces its expected outputs after a default
@@ -34,14 +34,8 @@ std::vector<std::pair<fs::path, fs::path>> corpus_cases(const fs::path& root) {
   return cases;
 }
 
-fs::path corpus_or_skip() {
-  auto root = conformance_dir();
-  if (!root) throw std::runtime_error("the conformance corpus is missing: set ONNX_CONFORMANCE_DIR");
-  return *root;
-}
-
 TEST(Conformance, EveryModelRoundTripsByteIdentical) {
-  const fs::path root = corpus_or_skip();
+  ASSERT_TEST_DATA(root, "conformance");
   const auto cases = corpus_cases(root);
   ASSERT_GT(cases.size(), 1800u);
   RuleSet no_rules;
@@ -119,31 +113,27 @@ fs::path rewritten_path(const fs::path& root, const fs::path& model, const TempD
 
 class ConformanceInOrt : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    root_ = new fs::path(corpus_or_skip());
-    baseline_dir_ = new TempDir();
-    std::vector<std::pair<fs::path, fs::path>> originals;
-    for (const auto& [case_path, model_path] : corpus_cases(*root_)) originals.emplace_back(case_path, model_path);
-    baseline_ = new std::map<std::string, std::string>(run_in_ort(originals, *baseline_dir_, "baseline"));
-  }
-  static void TearDownTestSuite() {
-    delete baseline_;
-    delete baseline_dir_;
-    delete root_;
+  void SetUp() override {
+    ASSERT_TEST_DATA(corpus, "conformance");
+    root_ = corpus;
+    // The original models' verdicts, once per process (ctest runs each test in its own).
+    static TempDir baseline_dir;
+    static const auto baseline = run_in_ort(corpus_cases(corpus), baseline_dir, "baseline");
+    baseline_ = &baseline;
   }
 
   // Every case that passes natively and whose rewrite `counts` must pass after the rewrite.
   void expect_reproduced(const std::vector<std::string>& options,
                          const std::function<bool(const google::protobuf::Struct&)>& counts, int minimum_checked) {
     TempDir dir;
-    const auto reports = batch_rewrite(*root_, dir, options);
+    const auto reports = batch_rewrite(root_, dir, options);
     std::vector<std::pair<fs::path, fs::path>> jobs;
-    for (const auto& [case_path, model_path] : corpus_cases(*root_)) {
+    for (const auto& [case_path, model_path] : corpus_cases(root_)) {
       if (baseline_->at(case_path.string()) != "pass") continue;
       auto report = reports.find(model_path.string());
       ASSERT_NE(report, reports.end()) << model_path;
       if (!counts(report->second)) continue;
-      jobs.emplace_back(case_path, rewritten_path(*root_, model_path, dir));
+      jobs.emplace_back(case_path, rewritten_path(root_, model_path, dir));
     }
     const auto statuses = run_in_ort(jobs, dir, "rewritten");
     std::vector<std::string> failures;
@@ -155,14 +145,9 @@ class ConformanceInOrt : public ::testing::Test {
     EXPECT_GE(static_cast<int>(jobs.size()), minimum_checked);
   }
 
-  static fs::path* root_;
-  static TempDir* baseline_dir_;
-  static std::map<std::string, std::string>* baseline_;
+  fs::path root_;
+  const std::map<std::string, std::string>* baseline_ = nullptr;
 };
-
-fs::path* ConformanceInOrt::root_ = nullptr;
-TempDir* ConformanceInOrt::baseline_dir_ = nullptr;
-std::map<std::string, std::string>* ConformanceInOrt::baseline_ = nullptr;
 
 TEST_F(ConformanceInOrt, DefaultRewriteReproducesExpectedOutputs) {
   int natively = 0;

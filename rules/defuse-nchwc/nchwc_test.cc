@@ -390,9 +390,8 @@ class OptimizedLightModel : public ::testing::TestWithParam<std::string> {};
 // ORT writes NCHWc (and FusedConv / FusedGemm) for these CNNs; the rewrite has none left, passes
 // `check --target onnx`, computes the original's outputs and the corpus' expected output.
 TEST_P(OptimizedLightModel, DefusedComputesTheOriginal) {
-  const auto corpus = conformance_dir();
-  if (!corpus || !fs::exists(*corpus / "light")) GTEST_SKIP() << "no conformance corpus (ONNX_CONFORMANCE_DIR)";
-  const auto original = *corpus / "light" / ("light_" + GetParam() + ".onnx");
+  ASSERT_TEST_DATA(corpus, "conformance");
+  const auto original = corpus / "light" / ("light_" + GetParam() + ".onnx");
   TempDir dir;
   const auto optimized = dir / "optimized.onnx", defused = dir / "defused.onnx";
   const auto optimize = run_command({"node", (source_dir() / "tests" / "ort" / "optimize.js").string(), original.string(),
