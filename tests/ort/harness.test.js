@@ -1,7 +1,6 @@
 'use strict';
-// Self-tests of the ORT harness: `node --test tests/ort/` (about 10 s).
-// Conformance-corpus checks run only when the corpus is found (ONNX_CONFORMANCE_DIR, or
-// ../shared/conformance beside the repository).
+// Self-tests of the ORT harness: `node --test tests/ort/` (about 10 s; ctest runs it as
+// OrtHarness.SelfTest). The corpus samples need the conformance data set (tests/ort/lib/test_data.js).
 
 const test = require('node:test');
 const assert = require('node:assert');
@@ -14,9 +13,10 @@ const tp = require('./lib/tensor_proto');
 const { compareTensors } = require('./lib/tensor_compare');
 const { readModel } = require('./lib/onnx_model');
 const models = require('./lib/test_models');
+const { testData } = require('./lib/test_data');
 
 const HERE = __dirname;
-const CORPUS = process.env.ONNX_CONFORMANCE_DIR || path.resolve(HERE, '../../../shared/conformance');
+const CONFORMANCE = testData('conformance');
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ort-harness-'));
 test.after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
@@ -229,12 +229,13 @@ test('conformance.js: pass, mismatch, load_error, timeout, in job order', () => 
   assert.strictEqual(run('conformance.js', ['--jobs', jobsFile, '--workers', '0']).code, 2);
 });
 
-test('conformance.js on corpus samples (skipped without the corpus)', { skip: !fs.existsSync(CORPUS) && `no corpus at ${CORPUS}` }, () => {
+test('conformance.js on corpus samples', { skip: CONFORMANCE.optedOut && CONFORMANCE.missing }, () => {
+  assert.ok(!CONFORMANCE.missing, CONFORMANCE.missing);
   const names = ['node/test_abs', 'node/test_cast_FLOAT_to_FLOAT16', 'node/test_optional_get_element_optional_tensor',
     'node/test_sequence_insert_at_back', 'node/test_cast_FLOAT_to_INT4', 'pytorch-converted/test_AvgPool1d',
     'pytorch-converted/test_ConvTranspose2d', 'simple/test_expand_shape_model1', 'light/light_squeezenet.onnx'];
   const jobsFile = path.join(tmp, 'corpus_jobs.json');
-  fs.writeFileSync(jobsFile, JSON.stringify(names.map((n) => ({ case: path.join(CORPUS, n) }))));
+  fs.writeFileSync(jobsFile, JSON.stringify(names.map((n) => ({ case: path.join(CONFORMANCE.dir, n) }))));
   const r = run('conformance.js', ['--jobs', jobsFile]);
   assert.strictEqual(r.code, 0, r.stderr);
   assert.deepStrictEqual(JSON.parse(r.stdout).map((x) => x.status),
