@@ -241,3 +241,40 @@ test('conformance.js on corpus samples', { skip: CONFORMANCE.optedOut && CONFORM
   assert.deepStrictEqual(JSON.parse(r.stdout).map((x) => x.status),
     ['pass', 'pass', 'pass', 'unsupported', 'unsupported', 'load_error', 'pass', 'pass', 'pass']);
 });
+
+test('opset_matrix.js --check: below the committed figures, a WRONG case, a page quoting another table all fail', () => {
+  const bin = path.join(process.env.BUILD_DIR || path.resolve(HERE, '../../build'), 'onnx-rewrite');
+  assert.ok(fs.existsSync(bin), `no ${bin}: build first`);
+  const dir = path.join(tmp, 'matrix');
+  fs.cpSync(makeAddCase(), path.join(dir, 'corpus', 'node', 'test_add'), { recursive: true });
+  const doc = path.join(dir, 'matrix.md');
+  const page = path.join(dir, 'page.md');
+  const quote = '<!-- opset-matrix: a test -->\n<!-- /opset-matrix -->\n';
+  fs.writeFileSync(page, quote);
+  const matrix = (...args) => run('opset_matrix.js', ['--bin', bin, '--corpus', path.join(dir, 'corpus'), ...args]);
+  assert.strictEqual(matrix('--opsets', '11', '--markdown', doc, '--table-in', page).code, 0);
+  const written = fs.readFileSync(doc, 'utf8');
+  assert.match(written, /^\| 11 \| 1 \(100\.0 %\) \| 1 \| 0 \(0\.0 %\) \| 0 \|$/m);
+  assert.ok(fs.readFileSync(page, 'utf8').includes('| 11 | 1 (100.0 %) | 1 |'));
+  assert.strictEqual(matrix('--check', doc).code, 0);
+
+  fs.writeFileSync(doc, written.replace('| 11 | 1 (100.0 %) | 1 |', '| 11 | 2 (100.0 %) | 1 |'));
+  const below = matrix('--check', doc);
+  assert.strictEqual(below.code, 1);
+  assert.match(below.stdout, /FAILED against .*: 11: converted 1, below the committed 2/);
+  assert.match(below.stdout, /page\.md quotes another table than/);
+
+  fs.writeFileSync(doc, written);
+  fs.writeFileSync(page, quote);
+  assert.match(matrix('--check', doc).stdout, /page\.md quotes another table than/);
+
+  // A tool that writes another model than it says: SUB in place of every rewritten one.
+  matrix('--opsets', '11', '--markdown', doc, '--table-in', page);
+  const liar = path.join(dir, 'liar.sh');
+  fs.writeFileSync(liar, `#!/bin/sh\n"${bin}" "$@"; status=$?\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n` +
+    `for m in "$out"/*/model.onnx; do cp "${SUB}" "$m"; done\nexit $status\n`);
+  fs.chmodSync(liar, 0o755);
+  const wrong = run('opset_matrix.js', ['--bin', liar, '--corpus', path.join(dir, 'corpus'), '--check', doc]);
+  assert.strictEqual(wrong.code, 1);
+  assert.match(wrong.stdout, /11: 1 WRONG \(node\/test_add\)/);
+});
