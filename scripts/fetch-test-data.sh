@@ -38,12 +38,12 @@ sparse_patterns() {
   done
 }
 
-# sha256 over every file of the listed cases (a folder, or a light/ model with its expected
-# output), by relative path: the same corpus gives the same digest wherever it came from.
+# sha256 over every file of the cases on stdin (a folder, or a light/ model with its expected
+# output) in DIR, by relative path: the same corpus gives the same digest wherever it came from.
 corpus_digest() {
   (
     cd "$1"
-    listed_cases | while IFS= read -r case; do
+    while IFS= read -r case; do
       if [[ $case == *.onnx ]]; then
         printf '%s\n' "$case" "${case%.onnx}_output_0.pb"
       else
@@ -72,7 +72,7 @@ not_the_pinned_corpus() {
     echo "lacks $(wc -l <<<"$missing") listed case(s), $(head -n 1 <<<"$missing") first"
     return
   fi
-  digest=$(corpus_digest "$1")
+  digest=$(listed_cases | corpus_digest "$1")
   [[ $digest == "$(pin_field digest)" ]] || echo "its files differ from the pinned ones (digest $digest, pinned $(pin_field digest))"
 }
 
@@ -189,22 +189,19 @@ fetch_models() {
   say "models: fetched $(ls "$data/models" | wc -l)"
 }
 
+# The pin's comments and source kept, its cases and digest those of the corpus in DIR.
 pin_conformance() {
-  local corpus source
-  corpus=$(realpath "$1")
-  source=$(pin_field source)
+  local cases digest
+  cases=$(cd "$1" && { find node pytorch-converted pytorch-operator simple -mindepth 1 -maxdepth 1 -type d &&
+    find light -name 'light_*.onnx'; } | LC_ALL=C sort)
+  digest=$(corpus_digest "$1" <<<"$cases")
   {
-    sed -n '/^#/p' "$pins/conformance.pin"
-    echo "source $source"
-    (cd "$corpus" && find node pytorch-converted pytorch-operator simple -mindepth 1 -maxdepth 1 -type d &&
-      find light -name 'light_*.onnx') | LC_ALL=C sort >"$pins/conformance.pin.new"
-    echo "digest pending"
-    cat "$pins/conformance.pin.new"
+    grep -e '^#' -e '^source ' "$pins/conformance.pin"
+    echo "digest $digest"
+    echo "$cases"
   } >"$pins/conformance.pin.tmp"
-  rm "$pins/conformance.pin.new"
   mv "$pins/conformance.pin.tmp" "$pins/conformance.pin"
-  sed -i "s/^digest pending$/digest $(corpus_digest "$corpus")/" "$pins/conformance.pin"
-  say "pinned $(listed_cases | wc -l) cases of $corpus"
+  say "pinned $(listed_cases | wc -l) cases of $1"
 }
 
 if [[ ${1:-} == --pin-conformance ]]; then
