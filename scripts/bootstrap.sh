@@ -4,9 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# graphviz: `rewrite --html` draws with dot. The test suite also renders that page in Chromium.
+# graphviz: `rewrite --html` draws with dot. The test suite also renders that page in Chromium,
+# reads the benchmarks' JSON with jq, and may fetch the conformance corpus with git.
 packages=(cmake make g++ libonnx-dev libprotobuf-dev libcli11-dev libfmt-dev libmimalloc-dev libgtest-dev ca-certificates dpkg-dev graphviz)
-[ "${ONNX_REWRITE_TESTS:-0}" = 1 ] && packages+=(chromium)
+[ "${ONNX_REWRITE_TESTS:-0}" = 1 ] && packages+=(chromium jq git)
 node_ok() { command -v node >/dev/null && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 18 ]; }
 node_ok && command -v npm >/dev/null || packages+=(nodejs npm)
 

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -1289,17 +1288,16 @@ TEST(MatMulFolds, NearMissesStayAsTheyAre) {
 
 // ---- Real models: at least what ORT's optimizer fuses (bench/fusion_parity.sh) -----------------
 
-// The real models of /work/shared/models (fetch.sh puts them in $MODELS_DIR, default /work/models;
-// never committed): skipped when absent. Three that cover every fusion of these rules: PP-OCRv4
-// rec (opset 9 LayerNorm, QuickGelu, FusedMatMul, Conv + BatchNormalization + activation), the
-// PP-OCR classifier (35 BatchNormalizations) and openWakeWord (FusedGemm, an If).
+// The real models of the models data set (scripts/fetch-test-data.sh models). Three that cover
+// every fusion of these rules: PP-OCRv4 rec (opset 9 LayerNorm, QuickGelu, FusedMatMul, Conv +
+// BatchNormalization + activation), the PP-OCR classifier (35 BatchNormalizations) and
+// openWakeWord (FusedGemm, an If).
 TEST(RealModels, FuseAtLeastWhatOrtExtendedFusesAndComputeTheSame) {
-  const char* env = std::getenv("MODELS_DIR");
-  const fs::path models = env ? env : "/work/models";
+  ASSERT_TEST_DATA(models, "models");
   const std::vector<std::string> names = {"ppocr-v4-rec", "ppocr-mobile-v2-cls", "oww-hey-jarvis"};
   TempDir dir;
   for (const auto& name : names) {
-    if (!fs::exists(models / name / "model.onnx")) GTEST_SKIP() << "no " << (models / name / "model.onnx") << " (/work/shared/models/fetch.sh)";
+    ASSERT_TRUE(fs::exists(models / name / "model.onnx")) << models / name / "model.onnx";
     fs::create_directories(dir / "models" / name);
     fs::create_symlink(models / name / "model.onnx", dir / "models" / name / "model.onnx");
   }

@@ -507,9 +507,10 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The ONNX backend cases of GroupNormalization-21, lowered, reproduce their expected outputs.
 TEST(GroupNormalization21Lowering, ConformanceCasesKeepTheirOutputs) {
+  ASSERT_TEST_DATA(corpus, "conformance");
   for (int opset : {18, 17}) {
     SCOPED_TRACE(opset);
-    expect_conformance_cases_lowered({"test_group_normalization_epsilon", "test_group_normalization_example"}, opset,
+    expect_conformance_cases_lowered(corpus, {"test_group_normalization_epsilon", "test_group_normalization_example"}, opset,
                                      {"GroupNormalization"}, 1e-4);
   }
 }

@@ -46,11 +46,13 @@ std::vector<std::string> case_names() {
 }
 
 TEST(AttentionLowering, ConformanceCasesKeepTheirOutputsAtOpset13) {
-  expect_conformance_cases_lowered(case_names(), 13, {"Attention"});
+  ASSERT_TEST_DATA(corpus, "conformance");
+  expect_conformance_cases_lowered(corpus, case_names(), 13, {"Attention"});
 }
 
 TEST(AttentionLowering, ConformanceCasesKeepTheirOutputsAtOpset11) {
-  expect_conformance_cases_lowered(case_names(), 11, {"Attention"});
+  ASSERT_TEST_DATA(corpus, "conformance");
+  expect_conformance_cases_lowered(corpus, case_names(), 11, {"Attention"});
 }
 
 // node/test_rotary_embedding_*: 3-D and 4-D, interleaved or halves, partial rotation, with and
@@ -62,17 +64,19 @@ const std::vector<std::string> kRotaryCases = {
     "test_rotary_embedding_with_rotary_dim"};
 
 TEST(RotaryEmbeddingLowering, ConformanceCasesKeepTheirOutputs) {
+  ASSERT_TEST_DATA(corpus, "conformance");
   for (int opset : {17, 11}) {
     SCOPED_TRACE(opset);
-    expect_conformance_cases_lowered(kRotaryCases, opset, {"RotaryEmbedding"});
+    expect_conformance_cases_lowered(corpus, kRotaryCases, opset, {"RotaryEmbedding"});
   }
 }
 
 TEST(TensorScatterLowering, ConformanceCasesKeepTheirOutputs) {
+  ASSERT_TEST_DATA(corpus, "conformance");
   for (int opset : {17, 11}) {
     SCOPED_TRACE(opset);
-    expect_conformance_cases_lowered({"test_tensorscatter", "test_tensorscatter_3d", "test_tensorscatter_circular"}, opset,
-                                     {"TensorScatter"});
+    expect_conformance_cases_lowered(corpus, {"test_tensorscatter", "test_tensorscatter_3d", "test_tensorscatter_circular"},
+                                     opset, {"TensorScatter"});
   }
 }
 

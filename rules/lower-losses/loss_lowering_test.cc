@@ -14,11 +14,9 @@ namespace {
 using namespace testing;
 
 // The corpus' node/ cases named `prefix`*, but not their function-body (_expanded) versions.
-std::vector<std::string> cases_named(const std::string& prefix) {
+std::vector<std::string> cases_named(const fs::path& corpus, const std::string& prefix) {
   std::vector<std::string> names;
-  const auto corpus = conformance_dir();
-  if (!corpus) return names;
-  for (const auto& entry : fs::directory_iterator(*corpus / "node")) {
+  for (const auto& entry : fs::directory_iterator(corpus / "node")) {
     const std::string name = entry.path().filename().string();
     if (name.starts_with(prefix) && !name.ends_with("_expanded")) names.push_back(name);
   }
@@ -27,17 +25,17 @@ std::vector<std::string> cases_named(const std::string& prefix) {
 }
 
 TEST(LossLowering, NegativeLogLikelihoodCasesKeepTheirOutputsAtOpset11) {
-  const auto cases = cases_named("test_nllloss_");
-  if (cases.empty()) GTEST_SKIP() << "no conformance corpus";
+  ASSERT_TEST_DATA(corpus, "conformance");
+  const auto cases = cases_named(corpus, "test_nllloss_");
   EXPECT_GE(cases.size(), 18u);
-  expect_conformance_cases_lowered(cases, 11, {"NegativeLogLikelihoodLoss"});
+  expect_conformance_cases_lowered(corpus, cases, 11, {"NegativeLogLikelihoodLoss"});
 }
 
 TEST(LossLowering, SoftmaxCrossEntropyCasesKeepTheirOutputsAtOpset11) {
-  const auto cases = cases_named("test_sce_");
-  if (cases.empty()) GTEST_SKIP() << "no conformance corpus";
+  ASSERT_TEST_DATA(corpus, "conformance");
+  const auto cases = cases_named(corpus, "test_sce_");
   EXPECT_GE(cases.size(), 34u);
-  expect_conformance_cases_lowered(cases, 11, {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"});
+  expect_conformance_cases_lowered(corpus, cases, 11, {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"});
 }
 
 // A reduction the op doesn't have is named, and the node keeps the model at its opset.

@@ -82,7 +82,8 @@ const std::vector<Adapted> kAdapted = {
 class OpsetDown : public ::testing::TestWithParam<Adapted> {};
 
 TEST_P(OpsetDown, ConformanceCasesKeepTheirOutputsBelowTheStep) {
-  expect_conformance_cases_lowered(GetParam().cases, GetParam().opset);
+  ASSERT_TEST_DATA(corpus, "conformance");
+  expect_conformance_cases_lowered(corpus, GetParam().cases, GetParam().opset);
 }
 
 INSTANTIATE_TEST_SUITE_P(Adapters, OpsetDown, ::testing::ValuesIn(kAdapted), [](const auto& info) {
@@ -271,10 +272,9 @@ INSTANTIATE_TEST_SUITE_P(Adapters, OpsetDownWritten, ::testing::ValuesIn(kWritte
 
 // Operands of another type than the base have no older spelling: the lowering is refused.
 TEST(OpsetDown, PowWithAnExponentOfAnotherTypeStaysAboveOpset12) {
-  const auto corpus = conformance_dir();
-  if (!corpus) GTEST_SKIP() << "no conformance corpus";
+  ASSERT_TEST_DATA(corpus, "conformance");
   TempDir dir;
-  const fs::path model = *corpus / "node" / "test_pow_types_float32_int32" / "model.onnx";
+  const fs::path model = corpus / "node" / "test_pow_types_float32_int32" / "model.onnx";
   const auto result = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--opset", "11"});
   EXPECT_EQ(result.exit_code, 1) << result.err;
   EXPECT_NE(result.err.find("Pow x1 (main graph) keeps it there as it is"), std::string::npos) << result.err;
@@ -296,12 +296,11 @@ TEST(OpsetDown, ANodeOfATypeTheOlderVersionLacksStaysAbove) {
 
 // A rewrite that does not lower keeps every adapted op as it is (`--opset` at the model's own).
 TEST(OpsetDown, NothingChangesWithoutALowerOpset) {
-  const auto corpus = conformance_dir();
-  if (!corpus) GTEST_SKIP() << "no conformance corpus";
+  ASSERT_TEST_DATA(corpus, "conformance");
   TempDir dir;
   for (const auto& adapted : kAdapted) {
     const std::string& name = adapted.cases.front();
-    const fs::path model = *corpus / "node" / name / "model.onnx";
+    const fs::path model = corpus / "node" / name / "model.onnx";
     const auto result = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string()});
     EXPECT_EQ(result.exit_code, 0) << name << ": " << result.err;
     EXPECT_EQ(read_file(dir / "out.onnx"), read_file(model)) << name;
