@@ -326,7 +326,10 @@ class RewriteResult:
         _core.write(self._held, os.fsencode(os.fspath(path)))
 
     def __repr__(self) -> str:
-        fired = ", ".join(f"{rule_id} x{stats.matches}" for rule_id, stats in self.rules.items()) or "no rule fired"
+        done = [f"{rule_id} x{stats.matches}" for rule_id, stats in self.rules.items()]
+        if self.functions_inlined:
+            done.append(f"{self.functions_inlined} function call(s) inlined")
+        fired = ", ".join(done) or "no rule fired"
         return f"<onnx_rewrite.RewriteResult {self.status}: {fired}; target {self.check.target} " \
                f"{'met' if self.target_met else 'NOT met'}>"
 
