@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # The Python tests export the seed scenarios with PyTorch and compare in ONNX Runtime.
 packages=(cmake make g++ libonnx-dev libprotobuf-dev libcli11-dev libfmt-dev libmimalloc-dev libgtest-dev ca-certificates dpkg-dev graphviz
           pybind11-dev python3-dev python3-pip python3-setuptools python3-wheel)
-[ "${ONNX_REWRITE_TESTS:-0}" = 1 ] && packages+=(chromium python3-pytest python3-onnx python3-numpy python3-torch python3-torchvision python3-venv)
+[ "${ONNX_REWRITE_TESTS:-0}" = 1 ] && packages+=(chromium python3-pytest python3-onnx python3-numpy python3-torch python3-torchvision python3-venv python3-mypy)
 node_ok() { command -v node >/dev/null && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 18 ]; }
 node_ok && command -v npm >/dev/null || packages+=(nodejs npm)
 

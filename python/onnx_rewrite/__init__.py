@@ -28,10 +28,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple, Union
 
 from . import _core
 from ._errors import Error, InputError, UsageError
+
+if TYPE_CHECKING:
+    import onnx  # type: ignore[import]  # optional, and untyped in Debian 12
 
 __version__: str = _core.__version__
 
@@ -55,7 +58,7 @@ __all__ = [
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: What :func:`rewrite` and :func:`check` take as a model.
-ModelLike = Union["onnx.ModelProto", bytes, bytearray, memoryview, str, "os.PathLike[str]"]  # noqa: F821
+ModelLike = Union["onnx.ModelProto", bytes, bytearray, memoryview, str, "os.PathLike[str]"]
 #: What ``rules=`` takes: a rule set, a rule file or directory, rule text, or several of these.
 RulesLike = Union["RuleSet", str, "os.PathLike[str]", Iterable[Union["RuleSet", str, "os.PathLike[str]"]]]
 
@@ -171,7 +174,7 @@ class RuleSet:
             self._rules = tuple(
                 Rule(id=r["id"], description=r["description"], targets=tuple(r["targets"]),
                      fuse_targets=tuple(r["fuse_targets"]), priority=r["priority"],
-                     matches=tuple(tuple(m) for m in r["matches"]), file=r["file"], line=r["line"])
+                     matches=tuple((m[0], m[1]) for m in r["matches"]), file=r["file"], line=r["line"])
                 for r in self._held.describe())
         return self._rules
 
@@ -273,9 +276,9 @@ class RewriteResult:
         self.rules: Dict[str, RuleStats] = {rule_id: RuleStats(*stats) for rule_id, stats in info["rules"].items()}
         self.ops_before: Dict[Tuple[str, str], int] = {(d, op): n for d, op, n in info["ops_before"]}
         self.ops_after: Dict[Tuple[str, str], int] = {(d, op): n for d, op, n in info["ops_after"]}
-        self.opset_changes: Dict[str, Tuple[int, int]] = {d: tuple(c) for d, c in info["opset_changes"].items()}
+        self.opset_changes: Dict[str, Tuple[int, int]] = {d: (c[0], c[1]) for d, c in info["opset_changes"].items()}
         change = info["ir_version_change"]
-        self.ir_version_change: Optional[Tuple[int, int]] = tuple(change) if change is not None else None
+        self.ir_version_change: Optional[Tuple[int, int]] = (change[0], change[1]) if change is not None else None
         self.notes: Tuple[str, ...] = tuple(info["notes"])
         self.check: CheckReport = _check_report(info["check"], target, max_opset)
         self.rounds: int = info["rounds"]
@@ -306,7 +309,7 @@ class RewriteResult:
         if self._model is None:
             data = self.model_bytes()
             try:
-                import onnx  # noqa: PLC0415 (optional)
+                import onnx  # optional (typed as the import above)
             except ImportError:
                 self._model = data
             else:
@@ -355,8 +358,10 @@ def _source(model: ModelLike) -> Tuple[bytes, bool, str]:
 
 
 def _opset(name: str, value: Optional[int], low: int, high: int) -> Optional[int]:
-    if value is None:
-        return None
+    return None if value is None else _bounded(name, value, low, high)
+
+
+def _bounded(name: str, value: int, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if not low <= value <= high:
@@ -364,7 +369,7 @@ def _opset(name: str, value: Optional[int], low: int, high: int) -> Optional[int
     return value
 
 
-def _names(name: str, values: Union[str, Iterable[str]]) -> set:
+def _names(name: str, values: Union[str, Iterable[str]]) -> Set[str]:
     if isinstance(values, str):
         values = [values]
     result = set(values)
@@ -452,7 +457,7 @@ def rewrite(model: ModelLike, target: PathLike = "onnx", *, opset: Optional[int]
         raise UsageError("opset and to_opset exclude each other")
     max_opset = _opset("opset", opset, 1, 1000) if to_opset is None else _opset("to_opset", to_opset, 1, 1000)
     ir_version = _opset("ir_version", ir_version, 3, 11)
-    max_rounds = _opset("max_rounds", max_rounds, 1, 10000)
+    max_rounds = _bounded("max_rounds", max_rounds, 1, 10000)
     only_ids, skip_ids = _names("only", only), _names("skip", skip)
     if explain is not None and not isinstance(explain, str):
         raise TypeError(f"explain is an op type or node name, not {type(explain).__name__}")

@@ -5,7 +5,7 @@ colon and the message for an :class:`InputError`, the message alone for a :class
 with control characters written as ``\\xNN``, as the CLI writes them.
 """
 
-from typing import Optional
+from typing import Optional, Tuple, Type
 
 
 def _printable(text: str) -> str:
@@ -35,7 +35,7 @@ class Error(Exception):
             return _printable(self.message)
         return f"{_printable(self.file)}: {_printable(self.message)}"
 
-    def __reduce__(self):  # picklable, for multiprocessing
+    def __reduce__(self) -> Tuple[Type["Error"], Tuple[str, Optional[str]]]:  # picklable, for multiprocessing
         return (type(self), (self.message, self.file))
 
 
