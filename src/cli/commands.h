@@ -73,6 +73,10 @@ struct MergeCommand {
 // at a time but left to the operating system.
 void leave_models_to_process_exit();
 
+// The whole command line (main.cc): parses argv as `onnx-rewrite` does, runs the subcommand,
+// prints errors, returns the exit code. The tool's main, and `python3 -m onnx_rewrite`'s.
+int run_command_line(int argc, char** argv);
+
 int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& err);
 int run_check(const std::string& input, const std::string& target, std::optional<int> max_opset,
               const RuleSources& rules, bool json, std::ostream& out, std::ostream& err, const std::string& junit = "",

@@ -1,4 +1,5 @@
 // onnx-rewrite: the command line (docs/cli.md). Parses options and hands over to commands.h.
+// run_command_line is the tool's main, and `python3 -m onnx_rewrite`'s (python/).
 #include <unistd.h>
 
 #include <algorithm>
@@ -164,7 +165,9 @@ std::string parse_error_text(const CLI::App& app, int argc, char** argv, const C
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace onnx_rewrite {
+
+int run_command_line(int argc, char** argv) {
   google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char*, int, const std::string&) {});
 
   CLI::App app{"Rewrites ONNX models with pattern rules so that a target runtime can load them.", kProgram};
@@ -262,7 +265,6 @@ int main(int argc, char** argv) {
     return static_cast<int>(ExitCode::kUsage);
   }
 
-  leave_models_to_process_exit();
   try {
     if (*rewrite_app) {
       rewrite.options.explain_out = &std::cout;
@@ -290,3 +292,13 @@ int main(int argc, char** argv) {
   }
   return static_cast<int>(ExitCode::kUsage);
 }
+
+}  // namespace onnx_rewrite
+
+// The Python module compiles this file too (python3 -m onnx_rewrite), without a main of its own.
+#ifndef ONNX_REWRITE_NO_MAIN
+int main(int argc, char** argv) {
+  onnx_rewrite::leave_models_to_process_exit();
+  return onnx_rewrite::run_command_line(argc, argv);
+}
+#endif

@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -78,11 +79,17 @@ extern "C" void remove_pending_files(int signal_number) {
   std::raise(signal_number);
 }
 
+// Only where the signal still has its default action: a program that handles one itself (Python
+// turns SIGINT into KeyboardInterrupt) keeps its handler, and a library must not take it over.
 void install_interrupt_cleanup() {
   static const bool installed = [] {
-    std::signal(SIGINT, remove_pending_files);
-    std::signal(SIGTERM, remove_pending_files);
-    std::signal(SIGHUP, remove_pending_files);
+    for (const int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction current {};
+      if (::sigaction(signal_number, nullptr, &current) == 0 && current.sa_handler == SIG_DFL &&
+          !(current.sa_flags & SA_SIGINFO)) {
+        std::signal(signal_number, remove_pending_files);
+      }
+    }
     return true;
   }();
   (void)installed;

@@ -413,6 +413,14 @@ PendingModel::PendingModel(const Model& model, const fs::path& path, const Write
         same_existing_file(model.path, target)) {
       throw UsageError(path.string() + ": refusing to overwrite the input (use --in-place)");
     }
+    // Nor a file the model reads its weights from: the model written would lose them. (The CLI's
+    // guard says so first, in its own words; this holds for every program using the library.)
+    for (const auto& location : external_locations(model)) {
+      if (!(confined && fs::is_symlink(path, ec)) && same_existing_file(model.directory() / location, target)) {
+        throw UsageError(path.string() + ": refusing to overwrite the external data file '" + printable(location) +
+                         "' the model reads its weights from");
+      }
+    }
 
     // The data files, next to the output, where the model will look for them.
     if (!same_existing_file(model.directory(), directory)) {
