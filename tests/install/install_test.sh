@@ -33,7 +33,7 @@ result = onnx_rewrite.rewrite(model, target="onnx", output=output)
 assert result.target_met and result.rules["mygroupnorm-decomposition"].matches == 1, result
 print("imported from", onnx_rewrite.__file__, "-", result)
 ' "$where" "$model" "$work/python.onnx")
-  (cd "$work" && "$@" -m onnx_rewrite --version) | grep -qx "onnx-rewrite $version"
+  grep -qx "onnx-rewrite $version" <<<"$(cd "$work" && "$@" -m onnx_rewrite --version)"
   (cd "$work" && "$@" -m onnx_rewrite check "$work/python.onnx" --target onnx)
   for file in __init__.py __main__.py _errors.py _core.pyi py.typed; do
     [ -f "$where/onnx_rewrite/$file" ] || { echo "not installed: $where/onnx_rewrite/$file"; exit 1; }
@@ -87,7 +87,7 @@ elif [ "$what" = deb ]; then
   echo "Depends: $depends"
   libraries=(libprotobuf libfmt libonnx libc6 libstdc++6)
   # The allocator the tool links, where it links one (not in sanitizer builds).
-  ldd "$build_dir/onnx-rewrite" | grep -q libmimalloc && libraries+=(libmimalloc)
+  grep -q libmimalloc <<<"$(ldd "$build_dir/onnx-rewrite")" && libraries+=(libmimalloc)
   for library in "${libraries[@]}"; do
     grep -q "$library" <<<"$depends" || { echo "Depends lacks $library"; exit 1; }
   done
@@ -97,7 +97,7 @@ elif [ "$what" = deb ]; then
   "$work/root/usr/bin/onnx-rewrite" check "$work/out.onnx" --target onnx
   verify_installed "$work/root/usr/bin/onnx-rewrite"
   [ -f "$work/root/usr/share/man/man1/onnx-rewrite.1" ] || [ -f "$work/root/usr/share/man/man1/onnx-rewrite.1.gz" ]
-  if dpkg-deb -c "$deb" | grep -q dist-packages; then echo "the tool's package holds the Python package"; exit 1; fi
+  if grep -q dist-packages <<<"$(dpkg-deb -c "$deb")"; then echo "the tool's package holds the Python package"; exit 1; fi
 elif [ "$what" = python-install ]; then
   minor=$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
   cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
@@ -137,7 +137,8 @@ elif [ "$what" = python-pip ]; then
   site=$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("platlib"))')
   python_works "$site" "$work/venv/bin/python"
   same_as_tool "$build_dir/onnx-rewrite"
-  "$work/venv/bin/pip" show onnx-rewrite | grep -qx "Version: $version"
+  # Whole, then searched: grep -q stopping early would break pip's pipe.
+  grep -qx "Version: $version" <<<"$("$work/venv/bin/pip" show onnx-rewrite)"
   # The one command docs/python.md gives for the machine's python3 itself, into a scratch user site.
   export PYTHONUSERBASE="$work/user"
   "$python" -m pip install --user --break-system-packages --no-build-isolation --no-index "$source_dir" \
