@@ -120,6 +120,52 @@ std::string npy_float32(const std::vector<int64_t>& dims, const std::vector<floa
   return bytes + header + std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
 }
 
+// ---- verify against the suite's own harness, on real models ------------------------------------
+
+// `rewrite --target ort --verify` on every real model (scripts/fetch-test-data.sh models) gives the
+// verdict the suite's harness (tests/ort/compare.js) gives the same two models on inputs of the
+// same shapes: a match where the harness finds the same numbers, not-compared where the original
+// does not run on them (Silero VAD checks its inputs), and never a mismatch the harness misses.
+TEST(VerifyCommand, ReproducesTheHarnessVerdictsOnTheRealModels) {
+  ASSERT_TEST_DATA(models, "models");
+  TempDir dir;
+  int matched = 0, not_compared = 0;
+  for (const auto& entry : fs::directory_iterator(models)) {
+    const std::string name = entry.path().filename().string();
+    const auto original = entry.path() / "model.onnx";
+    const auto rewritten = dir / (name + ".onnx");
+    const auto report = dir / (name + ".json");
+    const auto run = run_cli({"rewrite", original.string(), "-o", rewritten.string(), "--target", "ort", "--verify",
+                              "--report", report.string()});
+    ASSERT_EQ(run.exit_code, 0) << name << ": " << run.out << run.err;
+    const auto verify = member(parse_json(read_file(report)), "verify");
+    const std::string status = field(verify, "status");
+    if (status == "identical") continue;  // the output is the input byte for byte: nothing to run
+    std::vector<std::string> shapes;
+    const auto inputs = member(verify, "inputs");  // kept: the loops below refer into it
+    for (const auto& input : inputs.list_value().values()) {
+      std::string dims;
+      const auto shape = member(input, "shape");
+      for (const auto& dim : shape.list_value().values()) {
+        dims += (dims.empty() ? "" : ",") + std::to_string(static_cast<int64_t>(dim.number_value()));
+      }
+      shapes.insert(shapes.end(), {"--shape", field(input, "name") + "=" + dims});
+    }
+    const auto harness = ort_compare(original, rewritten, shapes);
+    if (status == "match") {
+      ++matched;
+      EXPECT_TRUE(harness.ok) << name << ": verify matched, the harness did not:\n" << harness.output;
+    } else {
+      ++not_compared;
+      EXPECT_EQ(status, "not-compared") << name << ": " << run.out;
+      EXPECT_NE(field(verify, "reason").find("the original does not run"), std::string::npos) << name;
+      EXPECT_EQ(harness.exit_code, 2) << name << ": the harness ran the original:\n" << harness.output;
+    }
+  }
+  std::cout << "[ verdicts ] " << matched << " matched, " << not_compared << " not compared\n";
+  EXPECT_GE(matched, 8);  // every model whose original runs on inputs made from its declared shapes
+}
+
 // ---- verify: what is compared, and how --------------------------------------------------------
 
 TEST(VerifyCommand, AModelAgainstItselfMatches) {
