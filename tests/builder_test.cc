@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "onnx_rewrite/builder.h"
-#include "onnx_rewrite/matcher.h"
-#include "onnx_rewrite/rule.h"
+#include "rules/matcher.h"
+#include "rules/rule.h"
 #include "onnx_rewrite/tensor.h"
 
 namespace onnx_rewrite {

@@ -14,7 +14,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "onnx_rewrite/builder.h"
-#include "onnx_rewrite/matcher.h"
+#include "rules/matcher.h"
 
 namespace onnx_rewrite {
 

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 #include "onnx_rewrite/tensor.h"
 #include "onnx_rewrite/toolkit.h"
 

@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "onnx_rewrite/error.h"
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 
 extern char** environ;
 

@@ -1,4 +1,5 @@
 #include "onnx_rewrite/engine.h"
+#include "engine/active_rules.h"
 #include "onnx_rewrite/toolkit.h"
 
 #include <algorithm>
@@ -13,14 +14,14 @@
 #include <fmt/format.h>
 
 #include "onnx_rewrite/error.h"
-#include "onnx_rewrite/inline.h"
-#include "onnx_rewrite/matcher.h"
+#include "engine/inline.h"
+#include "rules/matcher.h"
 #include "onnx_rewrite/model_io.h"
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 #include "engine/match_ahead.h"
 #include "engine/rewriter.h"
 #include "engine/worklist.h"
-#include "onnx_rewrite/scope.h"
+#include "graph/scope.h"
 #include "onnx_rewrite/target.h"
 #include "onnx_rewrite/verify.h"
 #include "graph/imports.h"

@@ -1,4 +1,4 @@
-#include "onnx_rewrite/inline.h"
+#include "engine/inline.h"
 
 #include <algorithm>
 #include <utility>
@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "onnx_rewrite/error.h"
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 #include "engine/rewriter.h"
 #include "graph/imports.h"
 #include "graph/walk.h"

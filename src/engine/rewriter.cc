@@ -9,7 +9,7 @@
 #include <system_error>
 #include <utility>
 
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 #include "graph/walk.h"
 
 namespace onnx_rewrite {

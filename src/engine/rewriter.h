@@ -17,10 +17,10 @@
 
 #include "graph/flat_map.h"
 #include "onnx_rewrite/builder.h"
-#include "onnx_rewrite/matcher.h"
+#include "rules/matcher.h"
 #include "onnx_rewrite/model.h"
-#include "onnx_rewrite/node_set.h"
-#include "onnx_rewrite/scope.h"
+#include "graph/node_set.h"
+#include "graph/scope.h"
 
 namespace onnx_rewrite {
 

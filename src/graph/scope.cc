@@ -1,4 +1,4 @@
-#include "onnx_rewrite/scope.h"
+#include "graph/scope.h"
 
 #include <array>
 #include <deque>
@@ -10,7 +10,7 @@
 #include "graph/shape_inference.h"
 #include "graph/two_threads.h"
 #include "graph/walk.h"
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 
 namespace onnx_rewrite {
 

@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 
 #include "graph/flat_map.h"
-#include "onnx_rewrite/opset.h"
-#include "onnx_rewrite/scope.h"
+#include "verify/opset.h"
+#include "graph/scope.h"
 #include "onnx_rewrite/shapes.h"
 
 namespace onnx_rewrite {

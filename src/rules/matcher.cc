@@ -1,4 +1,4 @@
-#include "onnx_rewrite/matcher.h"
+#include "rules/matcher.h"
 #include "onnx_rewrite/toolkit.h"
 
 #include <algorithm>
@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 #include <onnx/defs/schema.h>
 
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 #include "graph/walk.h"
 
 namespace onnx_rewrite {

@@ -14,9 +14,9 @@
 
 #include "onnx_rewrite/builder.h"
 #include "onnx_rewrite/error.h"
-#include "onnx_rewrite/matcher.h"
-#include "onnx_rewrite/opset.h"
-#include "onnx_rewrite/rule.h"
+#include "rules/matcher.h"
+#include "verify/opset.h"
+#include "rules/rule.h"
 #include "onnx_rewrite/target.h"
 #include "onnx_rewrite/tensor.h"
 #include "rules/text_replacement.h"

@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "onnx_rewrite/matcher.h"
-#include "onnx_rewrite/scope.h"
+#include "rules/matcher.h"
+#include "graph/scope.h"
 
 namespace onnx_rewrite {
 namespace {

@@ -7,7 +7,7 @@
 #include <onnx/defs/parser.h>
 
 #include "onnx_rewrite/builder.h"
-#include "onnx_rewrite/rule.h"
+#include "rules/rule.h"
 
 namespace onnx_rewrite {
 

@@ -14,7 +14,7 @@
 
 #include "graph/flat_map.h"
 #include "graph/walk.h"
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 
 namespace onnx_rewrite {
 namespace {
