@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 
 # graphviz: `rewrite --html` draws with dot. The test suite also renders that page in Chromium.
 packages=(cmake make g++ libonnx-dev libprotobuf-dev libcli11-dev libfmt-dev libmimalloc-dev libgtest-dev ca-certificates dpkg-dev graphviz)
-[ "${ONNX_REWRITE_TESTS:-0}" = 1 ] && packages+=(chromium)
+# The tests also build with clang (the same bytes from both compilers) and read the builders'
+# syntax trees with it (tools/check_builder_order.py).
+[ "${ONNX_REWRITE_TESTS:-0}" = 1 ] && packages+=(chromium clang-14 python3-clang-14)
 node_ok() { command -v node >/dev/null && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 18 ]; }
 node_ok && command -v npm >/dev/null || packages+=(nodejs npm)
 

@@ -146,14 +146,6 @@ void fetch_ahead(const NodeList& nodes, int position, bool inputs) {
   }
 }
 
-// Whether a node holds a graph (its subgraphs' reads are reads of the node).
-bool holds_a_graph(const onnx::NodeProto& node) {
-  for (const auto& attribute : node.attribute()) {
-    if (attribute.has_g() || attribute.graphs_size() > 0) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 void Scope::Index::build(const Scope& scope) {

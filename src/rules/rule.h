@@ -14,13 +14,12 @@
 
 #include <onnx/onnx_pb.h>
 
+#include "onnx_rewrite/builder.h"
 #include "onnx_rewrite/rule_set.h"
 
 namespace onnx_rewrite {
 
-class GraphBuilder;
 class Match;
-struct BuilderSignature;
 struct Target;
 
 // A domain's opset import must lie in [min, max].
@@ -111,9 +110,9 @@ struct Let {
 class Replacement {
  public:
   virtual ~Replacement() = default;
-  // Adds nodes to `builder` that compute every output of the pattern; returns why it declines
-  // (e.g. a shape it needs is unknown), or "" on success.
-  virtual std::string build(const Match& match, GraphBuilder& builder) const = 0;
+  // Adds nodes to `builder` that compute every output of the pattern, or says why it declines
+  // (e.g. a shape it needs is unknown).
+  virtual BuildResult build(const Match& match, GraphBuilder& builder) const = 0;
   virtual std::string describe() const = 0;
   // What a C++ builder declared it reads (null for ONNX text, checked when the file loads).
   virtual const BuilderSignature* signature() const { return nullptr; }

@@ -1,5 +1,5 @@
 #include "onnx_rewrite/verify.h"
-#include "onnx_rewrite/toolkit.h"
+#include "graph/node_attributes.h"
 
 #include <algorithm>
 #include <deque>
