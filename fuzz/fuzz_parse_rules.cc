@@ -4,7 +4,7 @@
 #include <string>
 
 #include "onnx_rewrite/error.h"
-#include "onnx_rewrite/rule.h"
+#include "onnx_rewrite/rule_set.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace onnx_rewrite;

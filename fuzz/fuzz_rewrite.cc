@@ -10,7 +10,7 @@
 #include "onnx_rewrite/engine.h"
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/model_io.h"
-#include "onnx_rewrite/rule.h"
+#include "onnx_rewrite/rule_set.h"
 #include "onnx_rewrite/target.h"
 #include "onnx_rewrite/verify.h"
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, fetches the data sets the tests need (scripts/fetch-test-data.sh)
-# and runs the whole test suite (what CI runs); then the same suite built with AddressSanitizer
+# and runs the whole test suite (what CI runs); then the tool built with clang in build-clang/ must
+# write the same bytes as the g++ build on every test and conformance model, and no builder may
+# leave the order of its nodes to the compiler; then the same suite built with AddressSanitizer
 # (leak checks on) and UndefinedBehaviorSanitizer in build-asan/. After each run, the tests
 # skipped and why.
 #
@@ -21,6 +23,11 @@ run_suite() {
 }
 
 run_suite build
+
+cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++-14 -DBUILD_TESTING=OFF >/dev/null
+cmake --build build-clang -j "$(nproc)" --target onnx-rewrite
+tools/compare_binaries.sh build/onnx-rewrite build-clang/onnx-rewrite
+/usr/bin/python3 tools/check_builder_order.py build
 
 # Every sanitizer finding is fatal (-fno-sanitize-recover). The install tests build a consumer
 # project against the installed library, which the instrumented build can't serve: they run above,

@@ -7,9 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include "onnx_rewrite/build_context.h"
 #include "onnx_rewrite/builder.h"
-#include "onnx_rewrite/matcher.h"
-#include "onnx_rewrite/rule.h"
+#include "rules/matcher.h"
+#include "rules/rule.h"
 #include "onnx_rewrite/tensor.h"
 
 namespace onnx_rewrite {
@@ -131,16 +132,33 @@ TEST(BuilderSignature, ReadingAnUndeclaredNameIsABuilderBug) {
   match.values = {{"x", "input"}, {"y", "output"}};
   match.attributes["eps"] = onnx::MakeAttribute("eps", 0.5f);
   match.attributes["alpha"] = onnx::MakeAttribute("alpha", 2.f);
-  const BuilderSignature signature{.values = {"x"}, .optional_values = {"y"}, .optional_attributes = {"eps"}};
-  match.signature = &signature;
-  EXPECT_EQ(match.value("x"), "input");
-  EXPECT_TRUE(match.has_value("y"));
-  EXPECT_EQ(match.attribute_float("eps", 0), 0.5f);
-  EXPECT_THROW(match.value("z"), BuilderContractError);
-  EXPECT_THROW(match.has_value("alpha"), BuilderContractError);
-  EXPECT_THROW(match.attribute_float("alpha", 0), BuilderContractError) << "captured, but not declared";
-  match.signature = nullptr;  // text replacements and the matcher read freely
-  EXPECT_EQ(match.attribute_float("alpha", 0), 2.f);
+  onnx::NodeProto node;
+  node.set_op_type("Relu");
+  *node.add_attribute() = onnx::MakeAttribute("transA", int64_t{1});
+  *node.add_attribute() = onnx::MakeAttribute("transB", int64_t{1});
+  match.anchor = &node;
+  const BuilderSignature signature{
+      .values = {"x"}, .optional_values = {"y"}, .optional_attributes = {"eps"}, .node_attributes = {"transA"}};
+  const BuildContext context(match, signature);
+  EXPECT_EQ(context.value("x").name, "input");
+  EXPECT_TRUE(context.has("y"));
+  EXPECT_EQ(context.attribute_float("eps", 0), 0.5f);
+  EXPECT_EQ(context.anchor().attribute_int("transA", 0), 1);
+  EXPECT_THROW(context.value("z"), BuilderContractError);
+  EXPECT_THROW(context.has("alpha"), BuilderContractError);
+  EXPECT_THROW(context.attribute_float("alpha", 0), BuilderContractError) << "captured, but not declared";
+  EXPECT_THROW(context.anchor().attribute_int("transB", 0), BuilderContractError) << "on the node, but not declared";
+  EXPECT_EQ(match.attribute_float("alpha", 0), 2.f) << "text replacements and the matcher read the match freely";
+}
+
+// A builder says why it declines, or that it built; an empty reason is a bug.
+TEST(BuildResult, SaysWhetherItBuiltOrWhyNot) {
+  EXPECT_TRUE(built().ok());
+  EXPECT_EQ(built().reason(), "");
+  const BuildResult declined = decline("the rank of x is unknown");
+  EXPECT_FALSE(declined.ok());
+  EXPECT_EQ(declined.reason(), "the rank of x is unknown");
+  EXPECT_THROW((void)decline(""), std::logic_error);
 }
 
 // Every builder a family registers is found by name, with its signature.
@@ -153,8 +171,8 @@ TEST(BuilderRegistry, FamiliesRegisterTheirBuilders) {
   EXPECT_NE(registry.find("nchwc_to_nchw"), nullptr);
   EXPECT_EQ(registry.find("no_such_builder"), nullptr);
   BuilderRegistry mine;
-  mine.add("b", {}, [](const Match&, GraphBuilder&) { return std::string(); });
-  EXPECT_THROW(mine.add("b", {}, [](const Match&, GraphBuilder&) { return std::string(); }), std::logic_error);
+  mine.add("b", {}, [](const BuildContext&, GraphBuilder&) { return built(); });
+  EXPECT_THROW(mine.add("b", {}, [](const BuildContext&, GraphBuilder&) { return built(); }), std::logic_error);
 }
 
 }  // namespace

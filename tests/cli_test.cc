@@ -14,7 +14,7 @@
 #include <random>
 #include <thread>
 
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 #include "test_support.h"
 
 namespace onnx_rewrite {

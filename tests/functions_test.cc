@@ -14,7 +14,7 @@
 
 #include "onnx_rewrite/engine.h"
 #include "onnx_rewrite/error.h"
-#include "onnx_rewrite/inline.h"
+#include "engine/inline.h"
 #include "onnx_rewrite/model_io.h"
 #include "onnx_rewrite/verify.h"
 #include "test_support.h"

@@ -14,6 +14,7 @@
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/model_io.h"
 #include "onnx_rewrite/tensor.h"
+#include "graph/two_threads.h"
 #include "test_support.h"
 
 namespace onnx_rewrite {

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "onnx_rewrite/engine.h"
-#include "onnx_rewrite/rule_example.h"
+#include "rules/rule_example.h"
 #include "test_support.h"
 
 namespace onnx_rewrite {

@@ -1,6 +1,6 @@
 // NodeSet against std::unordered_set: the same answers through growth, erasures that move
 // entries back across the end of the table, and clearing.
-#include "onnx_rewrite/node_set.h"
+#include "graph/node_set.h"
 
 #include <algorithm>
 #include <random>

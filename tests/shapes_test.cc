@@ -5,7 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "onnx_rewrite/model_io.h"
-#include "onnx_rewrite/scope.h"
+#include "graph/scope.h"
+#include "graph/two_threads.h"
 #include "test_support.h"
 
 namespace onnx_rewrite {

@@ -10,12 +10,13 @@
 #include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
 #include <onnx/defs/attr_proto_util.h>
 #include <onnx/onnx_pb.h>
 
 namespace onnx_rewrite {
 
-class Match;
+class BuildContext;
 
 // A tensor of the graph being built; an empty name is an absent optional input.
 struct Value {
@@ -59,8 +60,9 @@ class GraphBuilder {
   Value ints(const std::vector<int64_t>& numbers);  // int64 vector
   Value floats(const std::vector<double>& numbers, int32_t data_type = onnx::TensorProto::FLOAT);
 
-  // The replacement computes graph value `graph_name` as `value`.
+  // The replacement computes graph value `graph_name` (a pattern's output) as `value`.
   void output(const std::string& graph_name, Value value);
+  void output(const Value& graph_value, Value value) { output(graph_value.name, std::move(value)); }
 
   // Something the user should know about this rewrite; shown once in the summary and report.
   void note(std::string text) { notes_.push_back(std::move(text)); }
@@ -126,21 +128,42 @@ class GraphBuilder {
 
 // C++ replacements named in rule files (`replace with NAME`), one registry for all families.
 //
-// A builder declares what it reads from a match, so that a rule naming it is checked when its
-// file loads (file:line:col) rather than silently declining at match time; reading a name it
-// did not declare is a bug in the builder, reported as such (never a silent decline).
+// A builder declares what it reads from a match (build_context.h), so that a rule naming it is
+// checked when its file loads (file:line:col) rather than silently declining at match time;
+// reading a name it did not declare is a bug in the builder, reported as such (never a silent
+// decline).
 struct BuilderSignature {
   // Initialized, so that a builder declares only what it reads ({.values = {...}}) without a
   // warning for each member it leaves out.
   std::vector<std::string> values = {};               // pattern values every pattern of the rule binds
-  std::vector<std::string> optional_values = {};      // pattern values some patterns bind (read after has_value)
+  std::vector<std::string> optional_values = {};      // pattern values some patterns bind (read after has)
   std::vector<std::string> attributes = {};           // captures, defaults or lets the rule defines
   std::vector<std::string> optional_attributes = {};  // captures, defaults or lets a rule may define
-  bool declares_value(const std::string& name) const;
-  bool declares_attribute(const std::string& name) const;
+  std::vector<std::string> node_attributes = {};      // attributes read from the matched nodes themselves
+  bool declares_value(std::string_view name) const;
+  bool declares_attribute(std::string_view name) const;
+  bool declares_node_attribute(std::string_view name) const;
 };
 
-using BuildFunction = std::function<std::string(const Match& match, GraphBuilder& builder)>;
+// What a builder returns: the replacement is built, or why the rule declines at this match
+// ("the kernel size of 'weight' is unknown", shown by --explain).
+class [[nodiscard]] BuildResult {
+ public:
+  static BuildResult built() { return BuildResult(); }
+  // `reason` must say something: an empty one is a bug in the builder (std::logic_error).
+  static BuildResult declined(std::string reason);
+  bool ok() const { return !reason_; }
+  explicit operator bool() const { return ok(); }
+  const std::string& reason() const;  // empty when built
+
+ private:
+  BuildResult() = default;
+  std::optional<std::string> reason_;
+};
+inline BuildResult built() { return BuildResult::built(); }
+inline BuildResult decline(std::string reason) { return BuildResult::declined(std::move(reason)); }
+
+using BuildFunction = std::function<BuildResult(const BuildContext& match, GraphBuilder& builder)>;
 
 struct Builder {
   std::string name;
@@ -163,3 +186,11 @@ class BuilderRegistry {
 };
 
 }  // namespace onnx_rewrite
+
+// A Value in messages: its graph name.
+template <>
+struct fmt::formatter<onnx_rewrite::Value> : fmt::formatter<std::string_view> {
+  auto format(const onnx_rewrite::Value& value, fmt::format_context& context) const {
+    return fmt::formatter<std::string_view>::format(value.name, context);
+  }
+};

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "onnx_rewrite/model.h"
-#include "onnx_rewrite/rule.h"
+#include "onnx_rewrite/rule_set.h"
 #include "onnx_rewrite/verify.h"
 
 namespace onnx_rewrite {
@@ -34,11 +34,12 @@ struct RewriteOptions {
   int record_matches = 0;                // per rule, keep the first N matches' nodes (--html)
   std::optional<int64_t> ir_version;     // --ir-version: write this IR version, if the model allows
   InputShapes input_shapes;              // --input-shape: fixed before matching (apply_input_shapes), kept in the output
-  // Work on a second thread for graphs of this many nodes (default: a big graph, model.h):
+  // Work on a second thread for graphs of this many nodes (default: a big graph, as loading,
+  // indexing and writing judge it: kBigGraphNodes, src/graph/two_threads.h):
   // matching ahead of each round's walk in such a graph (main graph, subgraph or function body:
   // engine/match_ahead.h); collecting names and checking a round's result while the next
   // starts, when the main graph is that big.
-  int second_thread_from = static_cast<int>(kBigGraphNodes);
+  int second_thread_from = 50'000;
 };
 
 struct RuleStats {
@@ -80,14 +81,6 @@ struct RewriteResult {
            input_shapes_fixed;
   }
 };
-
-// A canonicalization (rules/canonicalize/): a rewrite other rules match better after, never a
-// change for its own sake. A run in which only these fire keeps the model as it was, unless --only
-// asks for them by id.
-bool is_canonicalization(const Rule& rule);
-
-// The active rules for a run: serving the target, filtered by only/skip (unknown ids: UsageError).
-std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions& options);
 
 // Fixes the dims of the graph inputs `shapes` names (a feed input, not an initializer), as if the
 // model had been exported with them; a symbolic dim such an input declares (`batch`) is fixed

@@ -17,11 +17,6 @@
 
 namespace onnx_rewrite {
 
-// A graph of this many nodes or more is big: work on it split over a second thread (loading,
-// indexing, matching, writing) gains more than the thread's start costs. A smaller graph is done
-// before a thread would have started.
-inline constexpr size_t kBigGraphNodes = 50'000;
-
 // The bytes a model was loaded from: a read-only memory mapping of its file, or a buffer.
 class SourceBytes {
  public:

@@ -34,6 +34,10 @@ onnx::TensorProto make_tensor(int32_t data_type, const std::vector<int64_t>& dim
 // An int64 tensor, exactly.
 onnx::TensorProto make_int64_tensor(const std::vector<int64_t>& dims, const std::vector<int64_t>& values);
 
+// Bits per element of the types whose size is fixed (4 for int4, two to a byte); 0 for strings
+// and types we don't know. The one table of element sizes.
+int element_bits(int32_t data_type);
+
 // "float", "int64", ... (ONNX's lowercase names) and back.
 std::string data_type_name(int32_t data_type);
 std::optional<int32_t> data_type_from_name(std::string_view name);

@@ -1,6 +1,6 @@
-// What C++ builders share (rules/*/): reading a match (element types, constants, attributes,
-// dims, uses) and the activations ONNX Runtime fuses into Conv and Gemm. A helper two families
-// need lives here, once.
+// What C++ builders of several families share (rules/*/): checks of a match, the activations
+// ONNX Runtime fuses into Conv and Gemm, rotary embeddings. A helper two families need lives here,
+// once; what a builder reads of a match is in build_context.h.
 #pragma once
 
 #include <cstdint>
@@ -14,42 +14,14 @@
 #include <onnx/onnx_pb.h>
 
 #include "onnx_rewrite/builder.h"
-#include "onnx_rewrite/matcher.h"
+#include "onnx_rewrite/build_context.h"
 
 namespace onnx_rewrite {
 
-// ---- Reading a match ----------------------------------------------------------------------------
+// ---- Checking a match -------------------------------------------------------------------------
 
-// Whether the pattern bound `name` to a graph value (false for an absent optional input, or a
-// name this pattern doesn't have).
-bool bound(const Match& match, const std::string& name);
-// The bound value, or an absent Value.
-Value value_of(const Match& match, const std::string& name);
-
-// The element type of the first of these pattern values whose type is known (0 if none): the ops
-// a pattern matches take equal types, so any operand tells.
-int32_t element_type(const Match& match, std::initializer_list<const char*> names);
-// "" if `type` is one of `allowed`, else why `kernel` can't take it ("the element type is unknown").
-std::string check_element_type(int32_t type, const std::set<int32_t>& allowed, std::string_view kernel);
-
-// The one number of a one-element constant pattern value.
-std::optional<double> scalar_constant(const Match& match, const std::string& name);
-
-// Whether something outside the match reads a graph value the match computes (or it is an output).
-bool used_outside(const Match& match, const std::string& value);
-// The first node of the match with this op type.
-const onnx::NodeProto* matched_node(const Match& match, std::string_view op_type);
-
-// ---- Reading a node's own attributes ------------------------------------------------------------
-
-const onnx::AttributeProto* find_attribute(const onnx::NodeProto& node, std::string_view name);
-int64_t int_attribute(const onnx::NodeProto& node, std::string_view name, int64_t otherwise);
-float float_attribute(const onnx::NodeProto& node, std::string_view name, float otherwise);
-std::string string_attribute(const onnx::NodeProto& node, std::string_view name, std::string otherwise = {});
-std::vector<int64_t> ints_attribute(const onnx::NodeProto& node, std::string_view name, std::vector<int64_t> otherwise = {});
-// The node's attributes without those whose name starts with `prefix` (to copy the Conv or Gemm
-// attributes of a fused node).
-Attributes attributes_without(const onnx::NodeProto& node, std::string_view prefix);
+// Why `kernel` can't take `type` ("the element type is unknown"), or nullopt when `allowed` has it.
+std::optional<std::string> check_element_type(int32_t type, const std::set<int32_t>& allowed, std::string_view kernel);
 
 // Attribute name -> the type an op takes it as.
 using AttributeTypes = std::vector<std::pair<std::string, onnx::AttributeProto::AttributeType>>;
@@ -59,19 +31,6 @@ const AttributeTypes& ort_attribute_types();
 // name (an INT alpha, a FLOAT transA): a runtime refuses such a node, and reading it as the type
 // the kernel takes would silently change what it computes.
 BuildFunction with_attribute_types_checked(const AttributeTypes& types, BuildFunction builder);
-
-// Describes a node for messages: its name if it has one, else its op and first output.
-std::string describe_node(const onnx::NodeProto& node);
-
-// ---- Building ------------------------------------------------------------------------------------
-
-// Pattern value `name` reshaped to `shape` (a -1 takes what the others leave). A Reshape of a
-// constant is the same bytes under new dims; left as a node, the runtime (or a round of
-// canonicalize-fold-layout) would have to fold it. So when the value is a constant of at most
-// 1 MiB whose bytes the model holds (not external data) and fit its type and shape, this is a new
-// constant with those dims, provided the original can go (nothing outside the match reads it, and
-// it is not a graph input) or is at most 64 bytes (copying it costs nothing). Else a Reshape node.
-Value reshaped(const Match& match, GraphBuilder& b, const std::string& name, const std::vector<int64_t>& shape);
 
 // ---- Activations ONNX Runtime fuses into Conv and Gemm ------------------------------------------
 
@@ -86,10 +45,10 @@ struct Activation {
 // The activation of FusedConv and com.microsoft.nchwc::Conv: MLAS activation kinds, set by the
 // attributes `activation` (string) and `activation_params` (floats, exactly as many as the kind
 // takes); nullopt with `why` set when ONNX Runtime would refuse the node.
-std::optional<Activation> mlas_activation(const onnx::NodeProto& node, std::string& why);
+std::optional<Activation> mlas_activation(const NodeView& node, std::string& why);
 
-// y = activation(x); "" on success, else why it can't be spelled at the opset being built for.
-std::string apply_activation(GraphBuilder& b, Value x, const Activation& activation, int32_t dtype, Value& y);
+// y = activation(x); else why it can't be spelled at the opset being built for.
+std::optional<std::string> apply_activation(GraphBuilder& b, Value x, const Activation& activation, int32_t dtype, Value& y);
 
 }  // namespace onnx_rewrite
 

@@ -24,6 +24,7 @@
 #include <onnx_rewrite/onnx_rewrite.h>
 
 #include "cli/commands.h"  // run_command_line: the tool's main
+#include "engine/active_rules.h"  // unknown --only/--skip ids refused before any work, as the CLI does
 
 namespace py = pybind11;
 

@@ -48,14 +48,8 @@ std::optional<std::pair<double, double>> integer_range(int32_t type) {
   }
 }
 
-size_t element_bytes(int32_t type) {
-  switch (type) {
-    case TensorProto::DOUBLE: case TensorProto::INT64: case TensorProto::UINT64: return 8;
-    case TensorProto::FLOAT: case TensorProto::INT32: case TensorProto::UINT32: return 4;
-    case TensorProto::FLOAT16: case TensorProto::BFLOAT16: case TensorProto::INT16: case TensorProto::UINT16: return 2;
-    default: return 1;
-  }
-}
+// Bytes per element, a sub-byte type's rounded up (the types folded are whole bytes).
+size_t element_bytes(int32_t type) { return static_cast<size_t>((element_bits(type) + 7) / 8); }
 
 size_t element_count(const std::vector<int64_t>& dims) {
   size_t count = 1;
@@ -65,13 +59,11 @@ size_t element_count(const std::vector<int64_t>& dims) {
 
 // Why folding `node` into a result of `bytes` would store more than the model does: an input
 // another node also reads stays, next to the result. "" if not (or the result is a few bytes).
-std::string copies_shared_input(const onnx::NodeProto& node, const Scope& scope, size_t bytes) {
+std::string copies_shared_input(const BuildContext& match, std::initializer_list<const char*> inputs, size_t bytes) {
   if (bytes <= kSlackBytes) return {};
-  for (const auto& input : node.input()) {
-    if (input.empty()) continue;
-    const auto uses = scope.uses(input);
-    if (scope.is_output(input) || std::any_of(uses.begin(), uses.end(), [&](const Use& use) { return use.node != &node; })) {
-      return fmt::format("'{}' is also read by another node: folding would copy it", input);
+  for (const char* input : inputs) {
+    if (match.has(input) && match.used_outside(input)) {
+      return fmt::format("'{}' is also read by another node: folding would copy it", match.value(input).name);
     }
   }
   return {};
@@ -160,49 +152,46 @@ size_t source_index(size_t flat, const std::vector<int64_t>& out, const std::vec
   return index;
 }
 
-std::string fold(const Match& match, GraphBuilder& b) {
-  const onnx::NodeProto& node = *match.anchor;
+BuildResult fold(const BuildContext& match, GraphBuilder& b) {
+  const NodeView node = match.anchor();
   const std::string& op = node.op_type();
-  const Scope& scope = *match.scope;
   const bool binary = op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow";
-  const int inputs = binary ? 2 : 1;
+  const std::vector<const char*> inputs = binary ? std::vector<const char*>{"a", "b"} : std::vector<const char*>{"c"};
   std::vector<TensorValues> values;
   size_t input_bytes = 0;
-  for (int i = 0; i < inputs; ++i) {
-    const std::string& name = node.input(i);
-    if (const auto* tensor = scope.constant_tensor(name); tensor && tensor->data_location() == TensorProto::EXTERNAL) {
-      return fmt::format("'{}' is stored as external data", name);
-    }
-    auto decoded = scope.constant_values(name, kMaxElements);
-    if (!decoded) return fmt::format("'{}' is not a constant of at most {} elements", name, kMaxElements);
+  for (const char* input : inputs) {
+    const std::string& name = match.value(input).name;
+    if (match.stored_externally(input)) return decline(fmt::format("'{}' is stored as external data", name));
+    auto decoded = match.constant(input, kMaxElements);
+    if (!decoded) return decline(fmt::format("'{}' is not a constant of at most {} elements", name, kMaxElements));
     input_bytes += element_count(decoded->dims) * element_bytes(decoded->data_type);
     values.push_back(std::move(*decoded));
   }
   auto first = numbers_of(values[0]);
-  if (!first) return fmt::format("'{}' has element type {}", node.input(0), data_type_name(values[0].data_type));
+  if (!first) return decline(fmt::format("'{}' has element type {}", match.value(inputs[0]).name, data_type_name(values[0].data_type)));
 
   Folded out{values[0].data_type, values[0].dims, {}};
   if (op == "Cast" || op == "CastLike") {
-    out.type = op == "Cast" ? static_cast<int32_t>(int_attribute(node, "to", 0)) : scope.facts(node.input(1)).elem_type;
-    if (out.type == 0) return fmt::format("the element type of '{}' is unknown", node.input(1));
+    out.type = op == "Cast" ? static_cast<int32_t>(node.attribute_int("to", 0)) : match.facts("like").elem_type;
+    if (out.type == 0) return decline(fmt::format("the element type of '{}' is unknown", match.value("like").name));
     if (!is_float(out.type) && !integer_range(out.type) && out.type != TensorProto::BOOL) {
-      return fmt::format("Cast to {} is not folded", data_type_name(out.type));
+      return decline(fmt::format("Cast to {} is not folded", data_type_name(out.type)));
     }
   } else if (binary) {
     auto second = numbers_of(values[1]);
-    if (!second) return fmt::format("'{}' has element type {}", node.input(1), data_type_name(values[1].data_type));
-    if (values[1].data_type != out.type && op != "Pow") return "the operands' element types differ";
+    if (!second) return decline(fmt::format("'{}' has element type {}", match.value("b").name, data_type_name(values[1].data_type)));
+    if (values[1].data_type != out.type && op != "Pow") return decline("the operands' element types differ");
     auto dims = broadcast(values[0].dims, values[1].dims);
-    if (!dims) return "the operands' shapes don't broadcast";
+    if (!dims) return decline("the operands' shapes don't broadcast");
     out.dims = *dims;
   }
   const size_t count = element_count(out.dims);
   const size_t bytes = count * element_bytes(out.type);
   if (bytes > kMaxBytes || bytes > input_bytes + kSlackBytes) {
-    return fmt::format("the result would take {} bytes, its inputs {}: folding would grow the model", bytes, input_bytes);
+    return decline(fmt::format("the result would take {} bytes, its inputs {}: folding would grow the model", bytes, input_bytes));
   }
-  if (auto why = copies_shared_input(node, scope, bytes); !why.empty()) return why;
-  if (out.type == TensorProto::BOOL && op != "Cast" && op != "CastLike") return fmt::format("{} of bool is not folded", op);
+  if (auto why = copies_shared_input(match, {"a", "b", "c", "like"}, bytes); !why.empty()) return decline(why);
+  if (out.type == TensorProto::BOOL && op != "Cast" && op != "CastLike") return decline(fmt::format("{} of bool is not folded", op));
   const auto second = binary ? numbers_of(values[1]) : std::nullopt;
   const auto range = integer_range(out.type);
   for (size_t i = 0; i < count; ++i) {
@@ -215,10 +204,10 @@ std::string fold(const Match& match, GraphBuilder& b) {
     } else {
       number = unary_element(op, (*first)[i], out.type);
     }
-    if (!number) return fmt::format("{} of these {} elements has no exact value here", op, data_type_name(values[0].data_type));
-    if (range && (*number < range->first || *number > range->second)) return fmt::format("{} overflows {}", op, data_type_name(out.type));
+    if (!number) return decline(fmt::format("{} of these {} elements has no exact value here", op, data_type_name(values[0].data_type)));
+    if (range && (*number < range->first || *number > range->second)) return decline(fmt::format("{} overflows {}", op, data_type_name(out.type)));
     // make_tensor's bfloat16 rounding is for numbers, not NaN.
-    if (out.type == TensorProto::BFLOAT16 && std::isnan(*number)) return "a bfloat16 NaN is not folded";
+    if (out.type == TensorProto::BFLOAT16 && std::isnan(*number)) return decline("a bfloat16 NaN is not folded");
     out.numbers.push_back(*number);
   }
   const TensorProto tensor = out.type == TensorProto::INT64
@@ -227,7 +216,7 @@ std::string fold(const Match& match, GraphBuilder& b) {
   // A Constant node, not b.constant(): the node takes over the graph name of the folded value,
   // which an initializer made by the builder could only reach through an Identity.
   b.output(node.output(0), b.op("Constant", {}, {attr("value", tensor)}));
-  return {};
+  return built();
 }
 
 // The dims a Reshape, Unsqueeze or Squeeze of a tensor of `dims` gives (ONNX's rules), or why it
@@ -237,16 +226,18 @@ struct Layout {
   std::vector<int64_t> perm;  // Transpose only
 };
 
-std::variant<Layout, std::string> layout_of(const onnx::NodeProto& node, const Scope& scope, const std::vector<int64_t>& dims) {
+std::variant<Layout, std::string> layout_of(const BuildContext& match, const std::vector<int64_t>& dims) {
+  const NodeView node = match.anchor();
   const std::string& op = node.op_type();
   const auto rank = static_cast<int64_t>(dims.size());
   // The int64 second input (Reshape's shape, the axes from opset 13), or the `axes` attribute before.
+  const char* second_input = match.has("shape") ? "shape" : "axes";
   auto second = [&]() -> std::optional<std::vector<int64_t>> {
-    if (node.input_size() < 2 || node.input(1).empty()) {
-      if (const auto* axes = find_attribute(node, "axes")) return std::vector<int64_t>(axes->ints().begin(), axes->ints().end());
+    if (!match.has(second_input)) {
+      if (const auto* axes = node.attribute("axes")) return std::vector<int64_t>(axes->ints().begin(), axes->ints().end());
       return std::nullopt;
     }
-    auto values = scope.constant_values(node.input(1), kMaxElements);
+    auto values = match.constant(second_input, kMaxElements);
     if (!values || values->data_type != TensorProto::INT64) return std::vector<int64_t>{INT64_MIN};  // not a constant: declined
     return values->integers;
   };
@@ -261,7 +252,7 @@ std::variant<Layout, std::string> layout_of(const onnx::NodeProto& node, const S
   };
   Layout out;
   if (op == "Transpose") {
-    out.perm = ints_attribute(node, "perm");
+    out.perm = node.attribute_ints("perm");
     if (out.perm.empty()) {
       for (int64_t i = rank; i-- > 0;) out.perm.push_back(i);
     }
@@ -271,10 +262,10 @@ std::variant<Layout, std::string> layout_of(const onnx::NodeProto& node, const S
     return out;
   }
   const auto given = second();
-  if (given && given->size() == 1 && (*given)[0] == INT64_MIN) return fmt::format("'{}' is not an int64 constant", node.input(1));
+  if (given && given->size() == 1 && (*given)[0] == INT64_MIN) return fmt::format("'{}' is not an int64 constant", match.value(second_input).name);
   if (op == "Reshape") {
     if (!given) return "no shape";
-    const bool allow_zero = int_attribute(node, "allowzero", 0) != 0;
+    const bool allow_zero = node.attribute_int("allowzero", 0) != 0;
     int64_t known = 1, inferred = -1;
     for (size_t i = 0; i < given->size(); ++i) {
       int64_t dim = (*given)[i];
@@ -331,21 +322,20 @@ std::variant<Layout, std::string> layout_of(const onnx::NodeProto& node, const S
 
 // Reshape, Unsqueeze, Squeeze and Transpose of a constant: the same elements in another shape
 // (Transpose: in another order), exactly, as a Constant of the input's element type.
-std::string fold_layout(const Match& match, GraphBuilder& b) {
-  const onnx::NodeProto& node = *match.anchor;
-  const Scope& scope = *match.scope;
-  const std::string& data = node.input(0);
-  if (const auto* tensor = scope.constant_tensor(data); tensor && tensor->data_location() == TensorProto::EXTERNAL) {
-    return fmt::format("'{}' is stored as external data", data);
-  }
-  const auto values = scope.constant_values(data, kMaxElements);
-  if (!values) return fmt::format("'{}' is not a constant of at most {} elements", data, kMaxElements);
+BuildResult fold_layout(const BuildContext& match, GraphBuilder& b) {
+  const NodeView node = match.anchor();
+  const std::string& data = match.value("c").name;
+  if (match.stored_externally("c")) return decline(fmt::format("'{}' is stored as external data", data));
+  const auto values = match.constant("c", kMaxElements);
+  if (!values) return decline(fmt::format("'{}' is not a constant of at most {} elements", data, kMaxElements));
   const int32_t type = values->data_type;
   const bool exact_integers = type == TensorProto::INT64 || type == TensorProto::BOOL || (integer_range(type) && type != TensorProto::UINT64);
-  if (!is_float(type) && !exact_integers) return fmt::format("'{}' has element type {}", data, data_type_name(type));
-  if (auto why = copies_shared_input(node, scope, element_count(values->dims) * element_bytes(type)); !why.empty()) return why;
-  auto layout = layout_of(node, scope, values->dims);
-  if (auto* why = std::get_if<std::string>(&layout)) return *why;
+  if (!is_float(type) && !exact_integers) return decline(fmt::format("'{}' has element type {}", data, data_type_name(type)));
+  if (auto why = copies_shared_input(match, {"c", "shape", "axes"}, element_count(values->dims) * element_bytes(type)); !why.empty()) {
+    return decline(why);
+  }
+  auto layout = layout_of(match, values->dims);
+  if (auto* why = std::get_if<std::string>(&layout)) return decline(*why);
   const Layout& out = std::get<Layout>(layout);
 
   // Element i of the result is element source(i) of the input.
@@ -375,55 +365,54 @@ std::string fold_layout(const Match& match, GraphBuilder& b) {
       numbers[i] = exact_integers ? static_cast<double>(values->integers[from]) : values->numbers[from];
     }
     if (type == TensorProto::BFLOAT16 && std::any_of(numbers.begin(), numbers.end(), [](double n) { return std::isnan(n); })) {
-      return "a bfloat16 NaN is not folded";
+      return decline("a bfloat16 NaN is not folded");
     }
     tensor = make_tensor(type, out.dims, numbers);
   }
   b.output(node.output(0), b.op("Constant", {}, {attr("value", tensor)}));
-  return {};
+  return built();
 }
 
 // A small integer tensor (rank 0 or 1) whose every element the shape facts know: a Shape of a
 // statically shaped value and what is computed from it and constants.
-std::string fold_known_values(const Match& match, GraphBuilder& b) {
-  const onnx::NodeProto& node = *match.anchor;
-  if (node.output_size() != 1) return "more than one output";
-  const ShapeFacts& facts = match.scope->facts(node.output(0));
-  if (facts.elem_type != TensorProto::INT64 && facts.elem_type != TensorProto::INT32) return "not an int32 or int64 tensor";
+BuildResult fold_known_values(const BuildContext& match, GraphBuilder& b) {
+  const NodeView node = match.anchor();
+  if (node.outputs().size() != 1) return decline("more than one output");
+  const ShapeFacts& facts = match.facts("y");
+  if (facts.elem_type != TensorProto::INT64 && facts.elem_type != TensorProto::INT32) return decline("not an int32 or int64 tensor");
   const auto dims = facts.static_dims();
-  if (!dims || dims->size() > 1 || (dims->size() == 1 && (*dims)[0] < 0)) return "not a tensor of rank 0 or 1 of known size";
-  if (!facts.values) return "its values are not known before run time";
+  if (!dims || dims->size() > 1 || (dims->size() == 1 && (*dims)[0] < 0)) return decline("not a tensor of rank 0 or 1 of known size");
+  if (!facts.values) return decline("its values are not known before run time");
   std::vector<int64_t> numbers;
   for (const Dim& element : *facts.values) {
-    if (!element.known()) return "some of its values are known only at run time";
+    if (!element.known()) return decline("some of its values are known only at run time");
     numbers.push_back(*element.number);
   }
-  if (static_cast<int64_t>(numbers.size()) != (dims->empty() ? 1 : (*dims)[0])) return "its values and its shape disagree";
+  if (static_cast<int64_t>(numbers.size()) != (dims->empty() ? 1 : (*dims)[0])) return decline("its values and its shape disagree");
   TensorProto tensor;
   if (facts.elem_type == TensorProto::INT64) {
     tensor = make_int64_tensor(*dims, numbers);
   } else {
     for (int64_t number : numbers) {
-      if (number < INT32_MIN || number > INT32_MAX) return "a value outside int32";
+      if (number < INT32_MIN || number > INT32_MAX) return decline("a value outside int32");
     }
     tensor = make_tensor(TensorProto::INT32, *dims, std::vector<double>(numbers.begin(), numbers.end()));
   }
   b.output(node.output(0), b.op("Constant", {}, {attr("value", tensor)}));
-  return {};
+  return built();
 }
 
 // Mean (a, b) as ONNX defines it: the sum divided by the number of inputs. Halving is exact, so
 // this is bit for bit what Mean computes; the 2 is made in the inputs' element type.
-std::string mean_of_two(const Match& match, GraphBuilder& b) {
-  const int32_t type = element_type(match, {"a", "b", "y"});
-  if (auto why = check_element_type(type, {TensorProto::FLOAT, TensorProto::DOUBLE, TensorProto::FLOAT16, TensorProto::BFLOAT16}, "Div");
-      !why.empty()) {
-    return why;
+BuildResult mean_of_two(const BuildContext& match, GraphBuilder& b) {
+  const int32_t type = match.element_type({"a", "b", "y"});
+  if (auto why = check_element_type(type, {TensorProto::FLOAT, TensorProto::DOUBLE, TensorProto::FLOAT16, TensorProto::BFLOAT16}, "Div")) {
+    return decline(*why);
   }
-  const Value sum = b.Add(Value{match.value("a")}, Value{match.value("b")});
+  const Value sum = b.Add(match.value("a"), match.value("b"));
   const Value two = b.scalar(2, type);
   b.output(match.value("y"), b.Div(sum, two));
-  return {};
+  return built();
 }
 
 }  // namespace
@@ -432,11 +421,11 @@ void register_canonicalize_builders(BuilderRegistry& registry) {
   registry.add("canonicalize_fold_known_values",
                {.values = {"a", "y"}, .optional_values = {"b", "c", "d", "e", "f", "g", "h"}, .attributes = {}, .optional_attributes = {}},
                fold_known_values);
-  registry.add("canonicalize_fold_layout", {.values = {"c", "y"}, .optional_values = {"shape", "axes"}, .attributes = {}, .optional_attributes = {}},
+  registry.add("canonicalize_fold_layout", {.values = {"c", "y"}, .optional_values = {"shape", "axes"}, .node_attributes = {"perm", "axes", "allowzero"}},
                fold_layout);
   registry.add("canonicalize_mean_of_two", {.values = {"a", "b", "y"}, .optional_values = {}, .attributes = {}, .optional_attributes = {}},
                mean_of_two);
-  registry.add("canonicalize_fold", {.values = {"y"}, .optional_values = {"c", "like", "a", "b"}, .attributes = {}, .optional_attributes = {}}, fold);
+  registry.add("canonicalize_fold", {.values = {"y"}, .optional_values = {"c", "like", "a", "b"}, .node_attributes = {"to"}}, fold);
 }
 
 }  // namespace onnx_rewrite

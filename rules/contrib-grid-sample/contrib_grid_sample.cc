@@ -21,39 +21,39 @@ const AttributeTypes& attribute_types() {
   return types;
 }
 
-std::string contrib_grid_sample(const Match& match, GraphBuilder& b) {
-  const onnx::NodeProto& node = *match.anchor;
-  const std::string mode = string_attribute(node, "mode", "bilinear");
-  const std::string padding = string_attribute(node, "padding_mode", "zeros");
+BuildResult contrib_grid_sample(const BuildContext& match, GraphBuilder& b) {
+  const NodeView node = match.anchor();
+  const std::string mode = node.attribute_string("mode", "bilinear");
+  const std::string padding = node.attribute_string("padding_mode", "zeros");
   if (mode != "bilinear" && mode != "nearest" && mode != "bicubic") {
-    return fmt::format("mode \"{}\" is not one of bilinear, nearest, bicubic (ONNX Runtime refuses the node)", mode);
+    return decline(fmt::format("mode \"{}\" is not one of bilinear, nearest, bicubic (ONNX Runtime refuses the node)", mode));
   }
   if (padding != "zeros" && padding != "border" && padding != "reflection") {
-    return fmt::format("padding_mode \"{}\" is not one of zeros, border, reflection (ONNX Runtime refuses the node)", padding);
+    return decline(fmt::format("padding_mode \"{}\" is not one of zeros, border, reflection (ONNX Runtime refuses the node)", padding));
   }
   for (const char* name : {"x", "grid"}) {
     const auto& facts = match.facts(name);
     if (facts.elem_type && facts.elem_type != TensorProto::FLOAT) {
-      return fmt::format("{} is {}; ORT's contrib kernel takes float only", name, data_type_name(facts.elem_type));
+      return decline(fmt::format("{} is {}; ORT's contrib kernel takes float only", name, data_type_name(facts.elem_type)));
     }
-    if (auto rank = facts.rank(); rank && *rank != 4) return fmt::format("{} has rank {}; the contrib op takes 4-D tensors", name, *rank);
+    if (auto rank = facts.rank(); rank && *rank != 4) return decline(fmt::format("{} has rank {}; the contrib op takes 4-D tensors", name, *rank));
   }
   Attributes attributes;
-  for (const auto& attribute : node.attribute()) {
+  for (const auto& attribute : node.attributes_except()) {
     if (attribute.name() == "mode" && b.opset() >= 20) {
       attributes.push_back(attr("mode", mode == "bilinear" ? "linear" : mode == "bicubic" ? "cubic" : "nearest"));
     } else {
       attributes.push_back(attribute);
     }
   }
-  b.output(match.value("y"), b.op("GridSample", {Value{match.value("x")}, Value{match.value("grid")}}, attributes));
-  return {};
+  b.output(match.value("y"), b.op("GridSample", {match.value("x"), match.value("grid")}, attributes));
+  return built();
 }
 
 }  // namespace
 
 void register_contrib_grid_sample_builders(BuilderRegistry& registry) {
-  registry.add("contrib_grid_sample", {.values = {"x", "grid", "y"}},
+  registry.add("contrib_grid_sample", {.values = {"x", "grid", "y"}, .node_attributes = {"mode", "padding_mode"}},
                with_attribute_types_checked(attribute_types(), contrib_grid_sample));
 }
 

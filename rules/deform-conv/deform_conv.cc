@@ -59,7 +59,7 @@ int64_t static_dim(const ShapeFacts& facts, size_t axis) { return std::max<int64
 
 // An attribute with one value per spatial axis (h, w): an int, or ints [v] for both axes, or
 // [h, w]. With `doubled_pairs`, also [h, h, w, w] as mmdeploy writes padding (zip(padding, padding)).
-std::string read_pair(const Match& match, const std::string& name, std::array<int64_t, 2>& pair,
+std::string read_pair(const BuildContext& match, const std::string& name, std::array<int64_t, 2>& pair,
                       bool doubled_pairs = false) {
   if (!match.attribute(name)) return {};
   const std::vector<int64_t> values = match.attribute_ints(name);
@@ -79,7 +79,7 @@ std::string read_pair(const Match& match, const std::string& name, std::array<in
 // custom::deform_conv2d(input, weight, offset[, mask, bias]) with torchvision.ops.deform_conv2d's
 // arguments as attributes. Absent ones take torchvision's values: stride 1, padding 0, dilation 1,
 // the group counts the shapes imply (1 when they are unknown), use_mask = whether a mask is given.
-std::string parse_torchvision(const Match& match, DeformConv& conv) {
+std::string parse_torchvision(const BuildContext& match, DeformConv& conv) {
   conv.stride = {match.attribute_int("stride_h", 1), match.attribute_int("stride_w", 1)};
   const int64_t pad_h = match.attribute_int("pad_h", 0), pad_w = match.attribute_int("pad_w", 0);
   conv.pads = {pad_h, pad_w, pad_h, pad_w};
@@ -103,8 +103,8 @@ std::string parse_torchvision(const Match& match, DeformConv& conv) {
     conv.offset_groups = offset_channels / (2 * kernel_size);
   }
 
-  const bool use_mask = match.attribute_int("use_mask", match.has_value("mask") ? 1 : 0) != 0;
-  if (use_mask && !match.has_value("mask")) return "use_mask = 1, but the mask input is absent";
+  const bool use_mask = match.attribute_int("use_mask", match.has("mask") ? 1 : 0) != 0;
+  if (use_mask && !match.has("mask")) return "use_mask = 1, but the mask input is absent";
   if (!use_mask) conv.mask = {};
   return {};
 }
@@ -112,7 +112,7 @@ std::string parse_torchvision(const Match& match, DeformConv& conv) {
 // mmcv::MMCVDeformConv2d(input, offset, weight) and
 // mmcv::MMCVModulatedDeformConv2d(input, offset, mask, weight[, bias]): stride, padding and
 // dilation as (h, w) pairs, groups, deform_groups; the mmdeploy domain's padding may be [h, h, w, w].
-std::string parse_mmcv(const Match& match, DeformConv& conv) {
+std::string parse_mmcv(const BuildContext& match, DeformConv& conv) {
   std::array<int64_t, 2> padding{0, 0};
   for (const auto& why : {read_pair(match, "stride", conv.stride), read_pair(match, "padding", padding, true),
                           read_pair(match, "dilation", conv.dilation)}) {
@@ -126,7 +126,7 @@ std::string parse_mmcv(const Match& match, DeformConv& conv) {
 
 // ai.onnx DeformConv(X, W, offset[, B, mask]): strides, pads [top, left, bottom, right],
 // dilations, group, offset_group, kernel_shape.
-std::string parse_onnx(const Match& match, DeformConv& conv) {
+std::string parse_onnx(const BuildContext& match, DeformConv& conv) {
   auto read = [&](const std::string& name, auto& into) -> std::string {
     if (!match.attribute(name)) return {};
     const std::vector<int64_t> values = match.attribute_ints(name);
@@ -150,15 +150,15 @@ std::string parse_onnx(const Match& match, DeformConv& conv) {
 
 // The matched op in torchvision's terms, with what the shapes tell (kernel size, channels,
 // element type) checked for consistency.
-std::string parse(const Match& match, DeformConv& conv) {
+std::string parse(const BuildContext& match, DeformConv& conv) {
   conv.input = {match.value("input")};
   conv.weight = {match.value("weight")};
   conv.offset = {match.value("offset")};
-  conv.mask = {match.has_value("mask") ? match.value("mask") : ""};
-  conv.bias = {match.has_value("bias") ? match.value("bias") : ""};
-  conv.output = match.value("y");
+  conv.mask = match.value("mask");
+  conv.bias = match.value("bias");
+  conv.output = match.value("y").name;
 
-  const std::string& op = match.anchor->op_type();
+  const std::string& op = match.anchor().op_type();
   const std::string why = op == "DeformConv"         ? parse_onnx(match, conv)
                           : op == "deform_conv2d"    ? parse_torchvision(match, conv)
                           : op.starts_with("MMCV")   ? parse_mmcv(match, conv)
@@ -228,7 +228,7 @@ std::string parse(const Match& match, DeformConv& conv) {
     const int64_t out = conv.output_size(axis, size);
     if (out < 1) return fmt::format("the padded input is smaller than the kernel along {}", axis ? "width" : "height");
     for (const char* name : {"offset", "mask"}) {
-      const int64_t declared = match.has_value(name) ? static_dim(match.facts(name), static_cast<size_t>(axis + 2)) : 0;
+      const int64_t declared = match.has(name) ? static_dim(match.facts(name), static_cast<size_t>(axis + 2)) : 0;
       if (declared && declared != out) {
         return fmt::format("{} is {} along {}, the output is {}", name, declared, axis ? "width" : "height", out);
       }
@@ -242,9 +242,9 @@ std::string parse(const Match& match, DeformConv& conv) {
 
 // ---- ai.onnx DeformConv ------------------------------------------------------------------------
 
-std::string build_deform_conv(const Match& match, GraphBuilder& b) {
+BuildResult build_deform_conv(const BuildContext& match, GraphBuilder& b) {
   DeformConv conv;
-  if (auto why = parse(match, conv); !why.empty()) return why;
+  if (auto why = parse(match, conv); !why.empty()) return decline(why);
   Attributes attributes;
   auto add_unless = [&](const char* name, const auto& values, int64_t ignored) {
     if (std::any_of(values.begin(), values.end(), [&](int64_t v) { return v != ignored; })) {
@@ -257,7 +257,7 @@ std::string build_deform_conv(const Match& match, GraphBuilder& b) {
   if (conv.groups != 1) attributes.push_back(attr("group", conv.groups));
   if (conv.offset_groups != 1) attributes.push_back(attr("offset_group", conv.offset_groups));
   b.output(conv.output, b.op("DeformConv", {conv.input, conv.weight, conv.offset, conv.bias, conv.mask}, attributes));
-  return {};
+  return built();
 }
 
 // ---- Spatial sizes: known while rewriting, or computed by the graph ---------------------------
@@ -266,7 +266,7 @@ std::string build_deform_conv(const Match& match, GraphBuilder& b) {
 // output's follow), else computed from Shape(input) and Shape(offset) (symbolic H, W).
 class Spatial {
  public:
-  Spatial(const Match& match, const DeformConv& conv, GraphBuilder& b) : conv_(conv), b_(b) {
+  Spatial(const BuildContext& match, const DeformConv& conv, GraphBuilder& b) : conv_(conv), b_(b) {
     const ShapeFacts& input = match.facts("input");
     in_ = {static_dim(input, 2), static_dim(input, 3)};
     known_ = in_[0] && in_[1];
@@ -408,10 +408,10 @@ Value convolve_tiles(GraphBuilder& b, const DeformConv& conv, Value tiles) {
 
 // One GridSample over the input seen as [N*og, C/og, H, W] with a grid [N*og, out_h*kh, out_w*kw, 2]
 // of (x, y) tap positions; the mask multiplies the samples; one Conv.
-std::string build_grid_sample(const Match& match, GraphBuilder& b) {
+BuildResult build_grid_sample(const BuildContext& match, GraphBuilder& b) {
   DeformConv conv;
-  if (auto why = parse(match, conv); !why.empty()) return why;
-  if (auto why = check_decomposable(conv); !why.empty()) return why;
+  if (auto why = parse(match, conv); !why.empty()) return decline(why);
+  if (auto why = check_decomposable(conv); !why.empty()) return decline(why);
   Spatial spatial(match, conv, b);
   const int64_t groups = conv.offset_groups, kh = conv.kernel_h, kw = conv.kernel_w;
   const int32_t dtype = conv.dtype;
@@ -452,7 +452,7 @@ std::string build_grid_sample(const Match& match, GraphBuilder& b) {
   }
   if (groups != 1) samples = b.Reshape(samples, b.ints({-1, conv.channels, 0, 0}));
   b.output(conv.output, convolve_tiles(b, conv, samples));
-  return {};
+  return built();
 }
 
 // ---- Gather --------------------------------------------------------------------------------------
@@ -487,10 +487,10 @@ Neighbours neighbours(GraphBuilder& b, Spatial& spatial, int axis, Value positio
 // Tap positions [N, og, 1, 1, out_h, kh, out_w, kw] for y and x; their four neighbours (axes 2
 // and 3) as rows of the input seen as a table [N*og*H*W, C/og]; one Gather, the weighted sum of
 // the neighbours with the mask; one Conv.
-std::string build_gather(const Match& match, GraphBuilder& b) {
+BuildResult build_gather(const BuildContext& match, GraphBuilder& b) {
   DeformConv conv;
-  if (auto why = parse(match, conv); !why.empty()) return why;
-  if (auto why = check_decomposable(conv); !why.empty()) return why;
+  if (auto why = parse(match, conv); !why.empty()) return decline(why);
+  if (auto why = check_decomposable(conv); !why.empty()) return decline(why);
   Spatial spatial(match, conv, b);
   const int64_t groups = conv.offset_groups, kh = conv.kernel_h, kw = conv.kernel_w;
   const int64_t group_channels = conv.channels / groups;
@@ -533,7 +533,7 @@ std::string build_gather(const Match& match, GraphBuilder& b) {
   samples = b.Transpose(samples, {0, 1, 6, 2, 3, 4, 5});
   samples = b.Reshape(samples, spatial.shape({-1, conv.channels}, {kh, kw}));
   b.output(conv.output, convolve_tiles(b, conv, samples));
-  return {};
+  return built();
 }
 
 }  // namespace

@@ -25,13 +25,13 @@ namespace {
 using onnx::TensorProto;
 
 // Dim `axis` of a pattern value's shape, when the graph tells it.
-std::optional<Dim> dim_of(const Match& match, const std::string& name, size_t axis) {
+std::optional<Dim> dim_of(const BuildContext& match, const std::string& name, size_t axis) {
   const auto& shape = match.facts(name).shape;
   if (!shape || axis >= shape->size()) return std::nullopt;
   return (*shape)[axis];
 }
 
-std::optional<int64_t> size_of(const Match& match, const std::string& name, size_t axis) {
+std::optional<int64_t> size_of(const BuildContext& match, const std::string& name, size_t axis) {
   const auto dim = dim_of(match, name, axis);
   return dim && dim->known() ? dim->number : std::nullopt;
 }
@@ -42,9 +42,9 @@ struct Extent {
   Value scalar;
 };
 
-Extent extent(const Match& match, GraphBuilder& b, const std::string& name, int64_t axis) {
+Extent extent(const BuildContext& match, GraphBuilder& b, const std::string& name, int64_t axis) {
   if (auto number = size_of(match, name, static_cast<size_t>(axis))) return {number, {}};
-  const Value shape = b.Shape(Value{match.value(name)});
+  const Value shape = b.Shape(match.value(name));
   return {std::nullopt, b.Gather(shape, b.scalar(static_cast<double>(axis), TensorProto::INT64))};
 }
 
@@ -101,9 +101,9 @@ enum class MaskForm {
 };
 
 // `total`: the total sequence length T (past + this step's) when the graph tells it.
-std::string mask_form(const Match& match, const std::optional<Dim>& total, MaskForm& form) {
+std::string mask_form(const BuildContext& match, const std::optional<Dim>& total, MaskForm& form) {
   form = MaskForm::kNone;
-  if (!bound(match, "mask_index")) return {};
+  if (!match.has("mask_index")) return {};
   const auto& mask = match.facts("mask_index").shape;
   if (!mask) return "the rank of mask_index is unknown (ONNX Runtime reads it by rank)";
   switch (mask->size()) {
@@ -168,14 +168,14 @@ struct HiddenSizes {
   int64_t qk = 0, v = 0;
 };
 
-std::string hidden_sizes(const Match& match, HiddenSizes& sizes) {
+std::string hidden_sizes(const BuildContext& match, HiddenSizes& sizes) {
   const auto listed = match.attribute_ints("qkv_hidden_sizes");
   if (!listed.empty()) {
     if (listed.size() != 3 || listed[0] != listed[1]) return "qkv_hidden_sizes must be [D, D, Dv] (ONNX Runtime's check)";
     sizes = {listed[0], listed[2]};
     return {};
   }
-  auto total = bound(match, "bias") ? size_of(match, "bias", 0) : std::nullopt;
+  auto total = match.has("bias") ? size_of(match, "bias", 0) : std::nullopt;
   if (!total) total = size_of(match, "weights", 1);
   if (!total) return "the hidden sizes are unknown: no qkv_hidden_sizes, and the shapes of bias and weights are unknown";
   if (*total % 3 != 0) return fmt::format("the merged Q/K/V size {} is not divisible by 3", *total);
@@ -183,35 +183,35 @@ std::string hidden_sizes(const Match& match, HiddenSizes& sizes) {
   return {};
 }
 
-std::string defuse_attention(const Match& match, GraphBuilder& b) {
+BuildResult defuse_attention(const BuildContext& match, GraphBuilder& b) {
   if (match.attribute_int("do_rotary", 0) != 0) {
-    return "do_rotary = 1: ONNX Runtime's CPU kernel does not implement rotary embedding in Attention";
+    return decline("do_rotary = 1: ONNX Runtime's CPU kernel does not implement rotary embedding in Attention");
   }
   if (match.attribute_int("past_present_share_buffer", 0) != 0) {
-    return "past_present_share_buffer = 1 (the in-place KV cache of ORT's GPU kernels) is not rewritten";
+    return decline("past_present_share_buffer = 1 (the in-place KV cache of ORT's GPU kernels) is not rewritten");
   }
   const int64_t heads = match.attribute_int("num_heads", 0);
-  if (heads <= 0) return "num_heads must be positive";
-  const int32_t dtype = element_type(match, {"input", "weights", "bias", "past", "attention_bias"});
-  if (!dtype) return "the element type of Attention's input is unknown";
+  if (heads <= 0) return decline("num_heads must be positive");
+  const int32_t dtype = match.element_type({"input", "weights", "bias", "past", "attention_bias"});
+  if (!dtype) return decline("the element type of Attention's input is unknown");
   HiddenSizes hidden;
-  if (auto why = hidden_sizes(match, hidden); !why.empty()) return why;
+  if (auto why = hidden_sizes(match, hidden); !why.empty()) return decline(why);
   if (hidden.qk % heads != 0 || hidden.v % heads != 0) {
-    return fmt::format("hidden sizes {} and {} are not divisible by num_heads {}", hidden.qk, hidden.v, heads);
+    return decline(fmt::format("hidden sizes {} and {} are not divisible by num_heads {}", hidden.qk, hidden.v, heads));
   }
   const int64_t head_size = hidden.qk / heads, v_head_size = hidden.v / heads;
-  const bool past = bound(match, "past"), present = bound(match, "present");
+  const bool past = match.has("past"), present = match.has("present");
   std::optional<Dim> total_dim = dim_of(match, "input", 1);  // T = P + S
   if (past) {
     const auto p = size_of(match, "past", 3), s = size_of(match, "input", 1);
     total_dim = p && s ? std::optional<Dim>(Dim::of(*p + *s)) : std::nullopt;
   }
   MaskForm form;
-  if (auto why = mask_form(match, total_dim, form); !why.empty()) return why;
+  if (auto why = mask_form(match, total_dim, form); !why.empty()) return decline(why);
 
   const Value x{match.value("input")};
-  Value qkv = b.MatMul(x, Value{match.value("weights")});
-  if (bound(match, "bias")) qkv = b.Add(qkv, value_of(match, "bias"));
+  Value qkv = b.MatMul(x, match.value("weights"));
+  if (match.has("bias")) qkv = b.Add(qkv, match.value("bias"));
   const auto parts = b.Split(qkv, 2, {hidden.qk, hidden.qk, hidden.v});
   auto heads_of = [&](Value part, int64_t size, const std::vector<int64_t>& perm) {
     return b.Transpose(b.Reshape(part, b.ints({0, 0, heads, size})), perm);
@@ -224,7 +224,7 @@ std::string defuse_attention(const Match& match, GraphBuilder& b) {
   } else {
     Value k = heads_of(parts[1], head_size, {0, 2, 1, 3});
     if (past) {  // past: [2, B, N, P, H], keys then values
-      const Value state = value_of(match, "past");
+      const Value state = match.value("past");
       k = b.Concat({b.Gather(state, b.scalar(0, TensorProto::INT64)), k}, 2);
       v = b.Concat({b.Gather(state, b.scalar(1, TensorProto::INT64)), v}, 2);
     }
@@ -245,7 +245,7 @@ std::string defuse_attention(const Match& match, GraphBuilder& b) {
   if (form != MaskForm::kNone || causal) keys = integers(b, Extent{0, {}}, total);
   Value mask;
   if (form != MaskForm::kNone) {
-    mask = padding_mask(b, value_of(match, "mask_index"), form, keys, match.attribute_float("mask_filter_value", -10000.f),
+    mask = padding_mask(b, match.value("mask_index"), form, keys, match.attribute_float("mask_filter_value", -10000.f),
                         dtype);
   }
   if (causal) {  // a query at s sees the keys up to P + s; ORT gives the later ones the lowest float
@@ -255,14 +255,14 @@ std::string defuse_attention(const Match& match, GraphBuilder& b) {
     const Value kept = mask.absent() ? b.scalar(0, dtype) : mask;
     mask = b.Where(future, masked_out, kept);
   }
-  Value additive = value_of(match, "attention_bias");
+  Value additive = match.value("attention_bias");
   if (!mask.absent()) additive = additive.absent() ? mask : b.Add(additive, mask);
   if (!additive.absent()) scores = b.Add(scores, additive);
 
   const Value probs = b.op("Softmax", {scores}, {attr("axis", 3)});
   const Value context = b.Transpose(b.MatMul(probs, v), {0, 2, 1, 3});
   b.output(match.value("output"), b.Reshape(context, b.ints({0, 0, hidden.v})));
-  return {};
+  return built();
 }
 
 // ---- EmbedLayerNormalization ------------------------------------------------------------------
@@ -288,26 +288,26 @@ Value layer_norm(GraphBuilder& b, Value x, Value gamma, Value beta, float epsilo
   return widen ? b.Cast(y, dtype) : y;
 }
 
-std::string defuse_embed_layer_norm(const Match& match, GraphBuilder& b) {
-  const bool segments = bound(match, "segment_ids");
-  if (segments != bound(match, "segment_embedding")) {
-    return "segment_ids and segment_embedding must be given together (ONNX Runtime's check)";
+BuildResult defuse_embed_layer_norm(const BuildContext& match, GraphBuilder& b) {
+  const bool segments = match.has("segment_ids");
+  if (segments != match.has("segment_embedding")) {
+    return decline("segment_ids and segment_embedding must be given together (ONNX Runtime's check)");
   }
-  const int32_t dtype = element_type(match, {"word_embedding", "position_embedding", "segment_embedding", "gamma", "beta"});
-  if (!dtype) return "the element type of the embeddings is unknown";
+  const int32_t dtype = match.element_type({"word_embedding", "position_embedding", "segment_embedding", "gamma", "beta"});
+  if (!dtype) return decline("the element type of the embeddings is unknown");
   const Value ids{match.value("input_ids")};
-  Value positions = value_of(match, "position_ids");  // [B, S] or [1, S]; else 0, 1, ..., S - 1
+  Value positions = match.value("position_ids");  // [B, S] or [1, S]; else 0, 1, ..., S - 1
   if (positions.absent()) positions = integers(b, Extent{0, {}}, extent(match, b, "input_ids", 1));
-  const Value words = b.Gather(Value{match.value("word_embedding")}, ids);
-  Value sum = b.Add(words, b.Gather(Value{match.value("position_embedding")}, positions));
-  if (segments) sum = b.Add(sum, b.Gather(value_of(match, "segment_embedding"), value_of(match, "segment_ids")));
-  b.output(match.value("output"), layer_norm(b, sum, Value{match.value("gamma")}, Value{match.value("beta")},
+  const Value words = b.Gather(match.value("word_embedding"), ids);
+  Value sum = b.Add(words, b.Gather(match.value("position_embedding"), positions));
+  if (segments) sum = b.Add(sum, b.Gather(match.value("segment_embedding"), match.value("segment_ids")));
+  b.output(match.value("output"), layer_norm(b, sum, match.value("gamma"), match.value("beta"),
                                              match.attribute_float("epsilon", 1e-12f), dtype));
-  if (bound(match, "embedding_sum")) b.output(match.value("embedding_sum"), sum);
-  if (bound(match, "mask_index")) {
+  if (match.has("embedding_sum")) b.output(match.value("embedding_sum"), sum);
+  if (match.has("mask_index")) {
     Value count;
-    if (bound(match, "mask")) {
-      const Value ones = b.op("Equal", {value_of(match, "mask"), b.constant(make_tensor(TensorProto::INT32, {}, {1}))});
+    if (match.has("mask")) {
+      const Value ones = b.op("Equal", {match.value("mask"), b.constant(make_tensor(TensorProto::INT32, {}, {1}))});
       count = b.Reduce("ReduceSum", b.Cast(ones, TensorProto::INT32), {1}, false);
     } else {  // the kernel writes zeros
       const Value batch = b.Slice(b.Shape(ids), {0}, {1}, {0});
@@ -315,7 +315,7 @@ std::string defuse_embed_layer_norm(const Match& match, GraphBuilder& b) {
     }
     b.output(match.value("mask_index"), count);
   }
-  return {};
+  return built();
 }
 
 }  // namespace

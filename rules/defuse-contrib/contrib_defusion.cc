@@ -10,7 +10,6 @@
 
 #include <fmt/format.h>
 
-#include "onnx_rewrite/opset.h"
 #include "onnx_rewrite/tensor.h"
 #include "onnx_rewrite/toolkit.h"
 
@@ -19,8 +18,8 @@ namespace {
 
 using onnx::TensorProto;
 
-std::optional<int64_t> rank(const Scope& scope, const std::string& value) {
-  const auto known = scope.facts(value).rank();
+std::optional<int64_t> rank(const BuildContext& match, const char* name) {
+  const auto known = match.facts(name).rank();
   return known ? std::optional<int64_t>(static_cast<int64_t>(*known)) : std::nullopt;
 }
 
@@ -31,12 +30,11 @@ bool computes_in_float(int32_t dtype, int64_t stash_type) {
 }
 
 // An optional input the pattern bound, or an optional output it bound that the graph uses.
-bool in_use(const Match& match, const std::string& name) {
-  if (!match.has_value(name)) return false;
-  const std::string& value = match.value(name);
-  const auto* produced = match.scope->producer(value);
-  if (!produced || produced->node != match.anchor) return true;  // an input
-  return match.scope->is_output(value) || !match.scope->uses(value).empty();
+bool in_use(const BuildContext& match, const std::string& name) {
+  if (!match.has(name)) return false;
+  const auto outputs = match.anchor().outputs();
+  const bool computed = std::any_of(outputs.begin(), outputs.end(), [&](const Value& output) { return output.name == match.value(name).name; });
+  return !computed || match.used_outside(name);  // an input, or an output read
 }
 
 std::string unknown_type(const std::string& op) { return fmt::format("the element type of {}'s input is unknown", op); }
@@ -63,33 +61,33 @@ Value spelled_gelu(GraphBuilder& b, Value x, bool tanh, int32_t dtype) {
 
 // Gelu, BiasGelu (x + bias) and FastGelu (optional bias, tanh approximation): Gelu-20 where the
 // opset has it, else the formula ORT's kernels compute.
-std::string defuse_gelu(const Match& match, GraphBuilder& b) {
-  const std::string& op = match.anchor->op_type();
+BuildResult defuse_gelu(const BuildContext& match, GraphBuilder& b) {
+  const std::string& op = match.anchor().op_type();
   const bool tanh = op == "FastGelu";
   Value x{match.value("x")};
-  if (in_use(match, "bias")) x = b.Add(x, Value{match.value("bias")});
+  if (in_use(match, "bias")) x = b.Add(x, match.value("bias"));
   if (b.opset() >= 20) {
     b.output(match.value("y"), b.op("Gelu", {x}, {attr("approximate", tanh ? "tanh" : "none")}));
-    return {};
+    return built();
   }
-  const int32_t dtype = element_type(match, {"x", "bias"});
-  if (!dtype) return unknown_type(op);
+  const int32_t dtype = match.element_type({"x", "bias"});
+  if (!dtype) return decline(unknown_type(op));
   b.output(match.value("y"), spelled_gelu(b, x, tanh, dtype));
-  return {};
+  return built();
 }
 
 // QuickGelu: x·sigmoid(alpha·x).
-std::string defuse_quick_gelu(const Match& match, GraphBuilder& b) {
+BuildResult defuse_quick_gelu(const BuildContext& match, GraphBuilder& b) {
   Value x{match.value("x")};
-  const float alpha = float_attribute(*match.anchor, "alpha", 1.702f);
+  const float alpha = match.anchor().attribute_float("alpha", 1.702f);
   Value scaled = x;
   if (alpha != 1.f) {
-    const int32_t dtype = element_type(match, {"x"});
-    if (!dtype) return unknown_type("QuickGelu");
+    const int32_t dtype = match.element_type({"x"});
+    if (!dtype) return decline(unknown_type("QuickGelu"));
     scaled = b.Mul(x, b.scalar(alpha, dtype));
   }
   b.output(match.value("y"), b.Mul(x, b.Sigmoid(scaled)));
-  return {};
+  return built();
 }
 
 // ---- MatMul / Gemm / Conv with fused extras ----------------------------------------------------
@@ -118,24 +116,24 @@ bool is_identity(const std::vector<int64_t>& perm) {
 }
 
 // FusedMatMul / TransposeMatMul: alpha · (A with transA/transBatchA) × (B with transB/transBatchB).
-std::string defuse_fused_matmul(const Match& match, GraphBuilder& b) {
-  const bool trans[2] = {int_attribute(*match.anchor, "transA", 0) != 0, int_attribute(*match.anchor, "transB", 0) != 0};
-  const bool trans_batch[2] = {int_attribute(*match.anchor, "transBatchA", 0) != 0,
-                               int_attribute(*match.anchor, "transBatchB", 0) != 0};
+BuildResult defuse_fused_matmul(const BuildContext& match, GraphBuilder& b) {
+  const bool trans[2] = {match.anchor().attribute_int("transA", 0) != 0, match.anchor().attribute_int("transB", 0) != 0};
+  const bool trans_batch[2] = {match.anchor().attribute_int("transBatchA", 0) != 0,
+                               match.anchor().attribute_int("transBatchB", 0) != 0};
   const char* names[2] = {"a", "b"};
   std::optional<int64_t> ranks[2];
   Value operands[2];
   for (int i = 0; i < 2; ++i) {
     operands[i] = Value{match.value(names[i])};
     if (!trans[i] && !trans_batch[i]) continue;
-    ranks[i] = rank(*match.scope, match.value(names[i]));
-    if (!ranks[i]) return fmt::format("the rank of input {} is unknown, the transposes need it", names[i]);
+    ranks[i] = rank(match, names[i]);
+    if (!ranks[i]) return decline(fmt::format("the rank of input {} is unknown, the transposes need it", names[i]));
   }
   if (trans_batch[0] || trans_batch[1]) {
     // ORT enforces this (MatMulComputeHelper); anything else fails at run time.
-    const auto other = rank(*match.scope, match.value(trans_batch[0] ? "b" : "a"));
+    const auto other = rank(match, trans_batch[0] ? "b" : "a");
     const auto mine = trans_batch[0] ? ranks[0] : ranks[1];
-    if (!other || *other != *mine || *mine < 3) return "transBatchA/transBatchB need inputs of the same rank >= 3";
+    if (!other || *other != *mine || *mine < 3) return decline("transBatchA/transBatchB need inputs of the same rank >= 3");
   }
   for (int i = 0; i < 2; ++i) {
     if (!ranks[i] || *ranks[i] < 2) continue;  // a vector is never transposed
@@ -143,55 +141,55 @@ std::string defuse_fused_matmul(const Match& match, GraphBuilder& b) {
     if (!is_identity(perm)) operands[i] = b.Transpose(operands[i], perm);
   }
   Value y = b.MatMul(operands[0], operands[1]);
-  const float alpha = float_attribute(*match.anchor, "alpha", 1.f);
+  const float alpha = match.anchor().attribute_float("alpha", 1.f);
   if (alpha != 1.f) {
-    const int32_t dtype = element_type(match, {"a", "b"});
-    if (!dtype) return unknown_type(match.anchor->op_type());
+    const int32_t dtype = match.element_type({"a", "b"});
+    if (!dtype) return decline(unknown_type(match.anchor().op_type()));
     y = b.Mul(y, b.scalar(alpha, dtype));
   }
   b.output(match.value("y"), y);
-  return {};
+  return built();
 }
 
 // FusedGemm: Gemm with its own attributes, then the activation named by `activation` whose
 // parameters are the activation_alpha/beta/gamma attributes (ElementWiseRangedTransform).
-std::string defuse_fused_gemm(const Match& match, GraphBuilder& b) {
-  const onnx::NodeProto& node = *match.anchor;
+BuildResult defuse_fused_gemm(const BuildContext& match, GraphBuilder& b) {
+  const NodeView node = match.anchor();
   Activation activation;
-  if (const auto* kind = find_attribute(node, "activation")) activation.name = kind->s();
-  if (activation.name.empty()) return "FusedGemm has no activation (ONNX Runtime refuses the node)";
-  if (const auto* a = find_attribute(node, "activation_alpha")) activation.alpha = a->f();
-  if (const auto* a = find_attribute(node, "activation_beta")) activation.beta = a->f();
-  if (const auto* a = find_attribute(node, "activation_gamma")) activation.gamma = a->f();
-  const int32_t dtype = element_type(match, {"a", "b", "c"});
+  if (const auto* kind = node.attribute("activation")) activation.name = kind->s();
+  if (activation.name.empty()) return decline("FusedGemm has no activation (ONNX Runtime refuses the node)");
+  if (const auto* a = node.attribute("activation_alpha")) activation.alpha = a->f();
+  if (const auto* a = node.attribute("activation_beta")) activation.beta = a->f();
+  if (const auto* a = node.attribute("activation_gamma")) activation.gamma = a->f();
+  const int32_t dtype = match.element_type({"a", "b", "c"});
   Value c{match.value("c")};
   if (c.absent() && b.opset() < 11) {  // C is optional from Gemm-11 on
-    if (!dtype) return unknown_type("FusedGemm");
+    if (!dtype) return decline(unknown_type("FusedGemm"));
     c = b.scalar(0, dtype);
   }
-  Value gemm = b.op("Gemm", {Value{match.value("a")}, Value{match.value("b")}, c},
-                    attributes_without(node, "activation"));
+  Value gemm = b.op("Gemm", {match.value("a"), match.value("b"), c},
+                    node.attributes_except({"activation"}));
   Value y;
-  if (auto why = apply_activation(b, gemm, activation, dtype, y); !why.empty()) return why;
+  if (auto why = apply_activation(b, gemm, activation, dtype, y)) return decline(*why);
   b.output(match.value("y"), y);
-  return {};
+  return built();
 }
 
 // FusedConv: activation(Conv(X, W, B) + Z) (onnxruntime/core/providers/cpu/nn/conv.cc: the sum
 // input is accumulated before the MLAS activation runs).
-std::string defuse_fused_conv(const Match& match, GraphBuilder& b) {
-  const onnx::NodeProto& node = *match.anchor;
+BuildResult defuse_fused_conv(const BuildContext& match, GraphBuilder& b) {
+  const NodeView node = match.anchor();
   std::string why;
   auto activation = mlas_activation(node, why);
-  if (!activation) return why;
-  Value y = b.op("Conv", {Value{match.value("x")}, Value{match.value("w")}, Value{match.value("b")}},
-                 attributes_without(node, "activation"));
-  if (!match.value("z").empty()) y = b.Add(y, Value{match.value("z")});
+  if (!activation) return decline(why);
+  Value y = b.op("Conv", {match.value("x"), match.value("w"), match.value("b")},
+                 node.attributes_except({"activation"}));
+  if (match.has("z")) y = b.Add(y, match.value("z"));
   Value activated;
-  auto failed = apply_activation(b, y, *activation, element_type(match, {"x", "w", "b", "z"}), activated);
-  if (!failed.empty()) return failed;
+  auto failed = apply_activation(b, y, *activation, match.element_type({"x", "w", "b", "z"}), activated);
+  if (failed) return decline(*failed);
   b.output(match.value("y"), activated);
-  return {};
+  return built();
 }
 
 // ---- Normalizations ----------------------------------------------------------------------------
@@ -242,49 +240,49 @@ std::optional<std::vector<int64_t>> trailing_axes(int64_t axis, std::optional<in
 // ORT's LayerNormalization-1 / SimplifiedLayerNormalization (ai.onnx domain; X, scale[, B];
 // axis, epsilon, stash_type; outputs Y, Mean (not simplified), InvStdDev). LayerNormalization
 // of ai.onnx 17 and RMSNormalization of ai.onnx 23 where the opset has them.
-std::string defuse_layer_norm(const Match& match, GraphBuilder& b) {
+BuildResult defuse_layer_norm(const BuildContext& match, GraphBuilder& b) {
   // RMSNormalization-23 (ai.onnx) lowered for older opsets (rules/opset-down) is the same op.
-  const bool simplified = match.anchor->op_type() == "SimplifiedLayerNormalization" || match.anchor->op_type() == "RMSNormalization";
-  const int64_t axis = int_attribute(*match.anchor, "axis", -1);
-  const float epsilon = float_attribute(*match.anchor, "epsilon", 1e-5f);
-  const int64_t stash_type = int_attribute(*match.anchor, "stash_type", 1);
-  Value x{match.value("x")}, scale{match.value("scale")}, bias{in_use(match, "bias") ? match.value("bias") : ""};
+  const bool simplified = match.anchor().op_type() == "SimplifiedLayerNormalization" || match.anchor().op_type() == "RMSNormalization";
+  const int64_t axis = match.anchor().attribute_int("axis", -1);
+  const float epsilon = match.anchor().attribute_float("epsilon", 1e-5f);
+  const int64_t stash_type = match.anchor().attribute_int("stash_type", 1);
+  Value x = match.value("x"), scale = match.value("scale"), bias = in_use(match, "bias") ? match.value("bias") : Value{};
   if (simplified && b.opset() >= 23 && !in_use(match, "inv_std")) {
     b.output(match.value("y"), b.op("RMSNormalization", {x, scale},
                                     {attr("axis", axis), attr("epsilon", epsilon), attr("stash_type", stash_type)}));
-    return {};
+    return built();
   }
-  const int32_t dtype = element_type(match, {"x", "scale", "bias"});
-  if (!dtype) return unknown_type(match.anchor->op_type());
-  auto axes = trailing_axes(axis, rank(*match.scope, match.value("x")), b.opset());
-  if (!axes) return fmt::format("the rank of X is unknown, normalizing from axis {} needs it", axis);
+  const int32_t dtype = match.element_type({"x", "scale", "bias"});
+  if (!dtype) return decline(unknown_type(match.anchor().op_type()));
+  auto axes = trailing_axes(axis, rank(match, "x"), b.opset());
+  if (!axes) return decline(fmt::format("the rank of X is unknown, normalizing from axis {} needs it", axis));
   auto out = spelled_norm(b, x, scale, bias, *axes, epsilon, simplified, dtype, computes_in_float(dtype, stash_type));
   b.output(match.value("y"), out.y);
   if (in_use(match, "mean")) b.output(match.value("mean"), out.mean);
   if (in_use(match, "inv_std")) b.output(match.value("inv_std"), out.inv_std);
-  return {};
+  return built();
 }
 
 // SkipLayerNormalization / SkipSimplifiedLayerNormalization: s = input + skip (+ bias), then
 // LayerNorm (RMSNorm) of s over the last axis with gamma (and beta); optional outputs mean,
 // inv_std_var and s itself (input_skip_bias_sum). For the simplified op ORT's CPU kernel writes
 // zeros as the mean.
-std::string defuse_skip_layer_norm(const Match& match, GraphBuilder& b) {
-  const bool simplified = match.anchor->op_type() == "SkipSimplifiedLayerNormalization";
-  const float epsilon = float_attribute(*match.anchor, "epsilon", 1e-12f);
+BuildResult defuse_skip_layer_norm(const BuildContext& match, GraphBuilder& b) {
+  const bool simplified = match.anchor().op_type() == "SkipSimplifiedLayerNormalization";
+  const float epsilon = match.anchor().attribute_float("epsilon", 1e-12f);
   // float16/bfloat16: ORT's kernel (skip_layer_norm.cc) widens every input, sums in float and
   // normalizes that unrounded sum; the outputs are rounded once. So the sum is taken in float here
   // too, and the normalization runs on it in float.
-  const int32_t dtype = element_type(match, {"input", "skip", "gamma", "beta", "bias"});
+  const int32_t dtype = match.element_type({"input", "skip", "gamma", "beta", "bias"});
   const bool widen = computes_in_float(dtype, 1);
   auto compute = [&](Value x) { return widen ? b.Cast(x, TensorProto::FLOAT) : x; };
   auto io = [&](Value x) { return widen ? b.Cast(x, dtype) : x; };
-  const Value input = compute(Value{match.value("input")});
-  const Value skip = compute(Value{match.value("skip")});
+  const Value input = compute(match.value("input"));
+  const Value skip = compute(match.value("skip"));
   Value sum = b.Add(input, skip);
-  if (in_use(match, "bias")) sum = b.Add(sum, compute(Value{match.value("bias")}));
-  const Value gamma = compute(Value{match.value("gamma")});
-  const Value beta = in_use(match, "beta") ? compute(Value{match.value("beta")}) : Value{};
+  if (in_use(match, "bias")) sum = b.Add(sum, compute(match.value("bias")));
+  const Value gamma = compute(match.value("gamma"));
+  const Value beta = in_use(match, "beta") ? compute(match.value("beta")) : Value{};
   Normalized out;
   const bool statistics = in_use(match, "mean") || in_use(match, "inv_std");
   if (!simplified && b.opset() >= 17) {
@@ -295,22 +293,22 @@ std::string defuse_skip_layer_norm(const Match& match, GraphBuilder& b) {
   } else if (simplified && b.opset() >= 23 && !statistics) {
     out.y = b.op("RMSNormalization", {sum, gamma}, {attr("axis", -1), attr("epsilon", epsilon)});
   } else {
-    if (!dtype) return unknown_type(match.anchor->op_type());
-    auto axes = trailing_axes(-1, rank(*match.scope, match.value("input")), b.opset());
-    if (!axes) return "the rank of the input is unknown (needed below ai.onnx 11)";
+    if (!dtype) return decline(unknown_type(match.anchor().op_type()));
+    auto axes = trailing_axes(-1, rank(match, "input"), b.opset());
+    if (!axes) return decline("the rank of the input is unknown (needed below ai.onnx 11)");
     out = spelled_norm(b, sum, gamma, beta, *axes, epsilon, simplified, widen ? TensorProto::FLOAT : dtype, false);
   }
   b.output(match.value("output"), io(out.y));
   if (in_use(match, "mean")) {
     if (simplified) {
-      if (b.opset() < 9) return "a zero mean needs ConstantOfShape (ai.onnx >= 9)";
+      if (b.opset() < 9) return decline("a zero mean needs ConstantOfShape (ai.onnx >= 9)");
       out.mean = b.op("ConstantOfShape", {b.Shape(out.inv_std)});
     }
     b.output(match.value("mean"), out.mean);
   }
   if (in_use(match, "inv_std")) b.output(match.value("inv_std"), out.inv_std);
   if (in_use(match, "sum")) b.output(match.value("sum"), io(sum));
-  return {};
+  return built();
 }
 
 // ---- BiasSoftmax ----------------------------------------------------------------------------
@@ -318,13 +316,13 @@ std::string defuse_skip_layer_norm(const Match& match, GraphBuilder& b) {
 // Softmax(data + bias) with numpy broadcasting of bias, normalized jointly over the dims from
 // `axis` on (Softmax-1/11 semantics; the bias_softmax_fusion only builds shapes for which the
 // kernel's is_inner_broadcast indexing is numpy broadcasting).
-std::string defuse_bias_softmax(const Match& match, GraphBuilder& b) {
-  int64_t axis = int_attribute(*match.anchor, "axis", 1);
-  Value sum = b.Add(Value{match.value("data")}, Value{match.value("bias")});
+BuildResult defuse_bias_softmax(const BuildContext& match, GraphBuilder& b) {
+  int64_t axis = match.anchor().attribute_int("axis", 1);
+  Value sum = b.Add(match.value("data"), match.value("bias"));
   const int opset = b.opset();
-  const auto known_rank = rank(*match.scope, match.value("data"));
+  const auto known_rank = rank(match, "data");
   if (axis < 0 && opset < 11) {
-    if (!known_rank) return "a negative axis needs the rank of data below ai.onnx 11";
+    if (!known_rank) return decline("a negative axis needs the rank of data below ai.onnx 11");
     axis += *known_rank;
   }
   Value y;
@@ -339,13 +337,18 @@ std::string defuse_bias_softmax(const Match& match, GraphBuilder& b) {
     y = b.Reshape(normalized, b.Shape(sum));
   }
   b.output(match.value("y"), y);
-  return {};
+  return built();
 }
 
 }  // namespace
 
 void register_defuse_contrib_builders(BuilderRegistry& registry) {
+  // The fused ops' own attributes, which the builders read from the node.
+  const std::vector<std::string> node_attributes = {"activation", "activation_alpha", "activation_beta", "activation_gamma",
+                                                    "activation_params", "alpha", "axis", "epsilon", "stash_type",
+                                                    "transA", "transB", "transBatchA", "transBatchB"};
   auto add = [&](const std::string& name, BuilderSignature signature, BuildFunction build) {
+    signature.node_attributes = node_attributes;
     registry.add(name, std::move(signature), with_attribute_types_checked(ort_attribute_types(), std::move(build)));
   };
   add("defuse_gelu", {.values = {"x", "y"}, .optional_values = {"bias"}}, defuse_gelu);

@@ -38,12 +38,12 @@ struct Form {
   int64_t groups() const { return heads / kv_heads; }
 };
 
-std::string read_form(const Match& match, Form& f) {
+std::string read_form(const BuildContext& match, Form& f) {
   for (const char* input : {"k_scale", "v_scale"}) {
-    if (bound(match, input)) return fmt::format("{} (quantized KV cache) is not rewritten", input);
+    if (match.has(input)) return fmt::format("{} (quantized KV cache) is not rewritten", input);
   }
   for (const char* input : {"q_norm_weight", "k_norm_weight"}) {
-    if (bound(match, input)) return fmt::format("{} (per-head RMSNorm inside the op): ONNX Runtime's CPU kernel refuses it", input);
+    if (match.has(input)) return fmt::format("{} (per-head RMSNorm inside the op): ONNX Runtime's CPU kernel refuses it", input);
   }
   for (const char* attribute : {"k_quant_type", "v_quant_type"}) {
     const std::string type = match.attribute_string(attribute, "NONE");
@@ -52,7 +52,7 @@ std::string read_form(const Match& match, Form& f) {
   if (match.attribute_int("sliding_window_cache", 0) != 0) {
     return "sliding_window_cache = 1 (window-sized ring caches) is not rewritten";
   }
-  if (match.attribute_int("qk_output", 0) != 0 || bound(match, "output_qk")) {
+  if (match.attribute_int("qk_output", 0) != 0 || match.has("output_qk")) {
     return "qk_output: ONNX Runtime leaves the scores past seqlens_k unspecified, so nothing proves a rewrite of them";
   }
   f.heads = match.attribute_int("num_heads", 0);
@@ -60,17 +60,15 @@ std::string read_form(const Match& match, Form& f) {
   if (f.heads <= 0 || f.kv_heads <= 0 || f.heads % f.kv_heads != 0) {
     return fmt::format("num_heads {} must be a positive multiple of kv_num_heads {}", f.heads, f.kv_heads);
   }
-  f.dtype = element_type(match, {"query", "key", "value", "past_key", "cos_cache", "attention_bias"});
+  f.dtype = match.element_type({"query", "key", "value", "past_key", "cos_cache", "attention_bias"});
   if (f.dtype == TensorProto::BFLOAT16) {
     return "bfloat16: ONNX Runtime's CPU provider has no bfloat16 GroupQueryAttention to prove the rewrite against";
   }
-  if (auto why = check_element_type(f.dtype, {TensorProto::FLOAT, TensorProto::FLOAT16}, "GroupQueryAttention"); !why.empty()) {
-    return why;
-  }
+  if (auto why = check_element_type(f.dtype, {TensorProto::FLOAT, TensorProto::FLOAT16}, "GroupQueryAttention")) return *why;
   const auto& query = match.facts("query");
   if (query.rank() && *query.rank() != 3) return fmt::format("query has rank {}; the kernel takes [B, S, D]", *query.rank());
-  f.packed = !bound(match, "key");
-  if (f.packed == bound(match, "value")) return "key and value must be given together (or neither: packed QKV)";
+  f.packed = !match.has("key");
+  if (f.packed == match.has("value")) return "key and value must be given together (or neither: packed QKV)";
   const int64_t parts = f.packed ? f.heads + 2 * f.kv_heads : f.heads;
   if (const int64_t hidden = query.dim(2); hidden > 0) {
     if (hidden % parts != 0) return fmt::format("query's hidden size {} is not {} heads of equal size", hidden, parts);
@@ -78,11 +76,11 @@ std::string read_form(const Match& match, Form& f) {
   } else {
     // query often comes from an op the shapes don't go through (MatMulNBits): the head size
     // from the cache (a graph input, declared) or the key.
-    const auto& outputs = match.anchor->output();
+    const auto outputs = match.anchor().outputs();
     std::vector<int64_t> candidates;
-    if (bound(match, "past_key")) candidates.push_back(match.facts("past_key").dim(3));
-    if (outputs.size() > 1 && !outputs[1].empty()) candidates.push_back(match.scope->facts(outputs[1]).dim(3));
-    if (bound(match, "key") && match.facts("key").dim(2) > 0) candidates.push_back(match.facts("key").dim(2) / f.kv_heads);
+    if (match.has("past_key")) candidates.push_back(match.facts("past_key").dim(3));
+    if (outputs.size() > 1 && !outputs[1].absent()) candidates.push_back(match.facts_of(outputs[1]).dim(3));
+    if (match.has("key") && match.facts("key").dim(2) > 0) candidates.push_back(match.facts("key").dim(2) / f.kv_heads);
     for (int64_t candidate : candidates) {
       if (candidate > 0) {
         f.head_size = candidate;
@@ -91,11 +89,11 @@ std::string read_form(const Match& match, Form& f) {
     }
     if (f.head_size <= 0) return "the head size is unknown (query's dim 2, past_key's and present_key's dim 3)";
   }
-  if (bound(match, "past_key") != bound(match, "past_value")) return "past_key and past_value must be given together";
-  f.past = bound(match, "past_key");
+  if (match.has("past_key") != match.has("past_value")) return "past_key and past_value must be given together";
+  f.past = match.has("past_key");
   // The node's own outputs, used or not: ORT 1.30's kernel reads the cache only through present.
-  const auto& outputs = match.anchor->output();
-  const bool writes_present = outputs.size() > 2 && !outputs[1].empty() && !outputs[2].empty();
+  const auto outputs = match.anchor().outputs();
+  const bool writes_present = outputs.size() > 2 && !outputs[1].absent() && !outputs[2].absent();
   if (f.past && !writes_present) {
     return "past state without both present outputs: ONNX Runtime 1.30's CPU kernel then reads keys and values past "
            "the new ones instead of the cache, so nothing proves a rewrite";
@@ -103,7 +101,7 @@ std::string read_form(const Match& match, Form& f) {
   f.rotary = match.attribute_int("do_rotary", 0) != 0;
   f.interleaved = match.attribute_int("rotary_interleaved", 0) != 0;
   if (f.rotary) {
-    if (!bound(match, "cos_cache") || !bound(match, "sin_cache")) return "do_rotary without cos_cache and sin_cache";
+    if (!match.has("cos_cache") || !match.has("sin_cache")) return "do_rotary without cos_cache and sin_cache";
     const int64_t half = match.facts("cos_cache").dim(1);
     if (half <= 0) return "the width of cos_cache (dim 1) is unknown";
     f.rotary_dim = 2 * half;
@@ -115,7 +113,7 @@ std::string read_form(const Match& match, Form& f) {
   f.softcap = match.attribute_float("softcap", 0.f);
   f.scale = match.attribute_float("scale", 0.f);
   if (f.scale == 0.f) f.scale = 1.f / std::sqrt(static_cast<float>(f.head_size));
-  f.sink = bound(match, "head_sink") || match.attribute_int("smooth_softmax", -1) == 1;
+  f.sink = match.has("head_sink") || match.attribute_int("smooth_softmax", -1) == 1;
   return {};
 }
 
@@ -139,13 +137,13 @@ struct Lengths {
   Value positions;   // past_b + s, int64 [B, S]
 };
 
-Lengths lengths(const Match& match, GraphBuilder& b) {
+Lengths lengths(const BuildContext& match, GraphBuilder& b) {
   Lengths l;
-  const Value shape = b.Shape(Value{match.value("query")});
+  const Value shape = b.Shape(match.value("query"));
   l.length = b.Gather(shape, int64_scalar(b, 1));
-  l.total_1d = b.Cast(b.Reshape(Value{match.value("total_sequence_length")}, b.ints({1})), TensorProto::INT64);
+  l.total_1d = b.Cast(b.Reshape(match.value("total_sequence_length"), b.ints({1})), TensorProto::INT64);
   l.total = b.Squeeze(l.total_1d, {0});
-  const Value seqlens = b.Cast(Value{match.value("seqlens_k")}, TensorProto::INT64);
+  const Value seqlens = b.Cast(match.value("seqlens_k"), TensorProto::INT64);
   l.valid = b.Add(seqlens, int64_scalar(b, 1));
   l.first = b.op("Equal", {l.length, l.total});
   const Value zero = int64_scalar(b, 0);
@@ -159,9 +157,9 @@ Lengths lengths(const Match& match, GraphBuilder& b) {
 }
 
 // The RoPE positions: past_b + s, or position_ids (a prompt reads only position_ids[0, 0] + s).
-Value rotary_positions(const Match& match, GraphBuilder& b, const Lengths& l) {
-  if (!bound(match, "position_ids")) return l.positions;
-  const Value ids = value_of(match, "position_ids");
+Value rotary_positions(const BuildContext& match, GraphBuilder& b, const Lengths& l) {
+  if (!match.has("position_ids")) return l.positions;
+  const Value ids = match.value("position_ids");
   const Value corner = b.Slice(ids, {0, 0}, {1, 1}, {0, 1});
   const Value steps_row = b.Unsqueeze(l.steps, {0});
   const Value prompt = b.Add(corner, steps_row);
@@ -169,18 +167,18 @@ Value rotary_positions(const Match& match, GraphBuilder& b, const Lengths& l) {
 }
 
 // x [B, S, heads, H] in T, rotated and rounded to T (as the kernel writes it).
-Value rotate(const Match& match, GraphBuilder& b, const Form& f, Value x, int64_t heads, Value positions) {
+Value rotate(const BuildContext& match, GraphBuilder& b, const Form& f, Value x, int64_t heads, Value positions) {
   const bool widen = f.dtype == TensorProto::FLOAT16;
   if (b.opset() >= 23) {  // RotaryEmbedding-23 on the [B, S, heads·H] view, in T
     Attributes attributes{attr("interleaved", int64_t{f.interleaved}), attr("num_heads", heads)};
     if (f.rotary_dim < f.head_size) attributes.push_back(attr("rotary_embedding_dim", f.rotary_dim));
     const Value flat = b.Reshape(x, b.ints({0, 0, heads * f.head_size}));
-    const Value rotated = b.op("RotaryEmbedding", {flat, Value{match.value("cos_cache")}, Value{match.value("sin_cache")}, positions},
+    const Value rotated = b.op("RotaryEmbedding", {flat, match.value("cos_cache"), match.value("sin_cache"), positions},
                                std::move(attributes));
     return b.Reshape(rotated, b.ints({0, 0, heads, f.head_size}));
   }
-  Value cos = b.Unsqueeze(b.Gather(Value{match.value("cos_cache")}, positions), {2});  // [B, S, 1, R/2]
-  Value sin = b.Unsqueeze(b.Gather(Value{match.value("sin_cache")}, positions), {2});
+  Value cos = b.Unsqueeze(b.Gather(match.value("cos_cache"), positions), {2});  // [B, S, 1, R/2]
+  Value sin = b.Unsqueeze(b.Gather(match.value("sin_cache"), positions), {2});
   if (widen) {
     x = b.Cast(x, TensorProto::FLOAT);
     cos = b.Cast(cos, TensorProto::FLOAT);
@@ -196,12 +194,12 @@ struct Placement {
   Value is_new, is_old, index, pads;
 };
 
-Placement placement(const Match& match, GraphBuilder& b, const Form& f, const Lengths& l) {
+Placement placement(const BuildContext& match, GraphBuilder& b, const Form& f, const Lengths& l) {
   Placement p;
   Value length = l.total;  // P* = max(T, P_buf)
   Value past_length;
   if (f.past) {
-    const Value past_shape = b.Shape(value_of(match, "past_key"));
+    const Value past_shape = b.Shape(match.value("past_key"));
     past_length = b.Gather(past_shape, int64_scalar(b, 2));
     length = b.op("Max", {l.total, past_length});
   }
@@ -225,12 +223,12 @@ Placement placement(const Match& match, GraphBuilder& b, const Form& f, const Le
 
 // present [B, N_kv, P*, H] in T: the past's first past_b rows, the new rows at past_b, zeros
 // after. `fresh` [B, S, N_kv, H].
-Value present(const Match& match, GraphBuilder& b, const Form& f, const Placement& p, Value fresh, const char* past_name) {
+Value present(const BuildContext& match, GraphBuilder& b, const Form& f, const Placement& p, Value fresh, const char* past_name) {
   const Value gathered = b.op("GatherND", {fresh, p.index}, {attr("batch_dims", int64_t{1})});  // [B, P*, N_kv, H]
   const Value placed = b.Transpose(gathered, {0, 2, 1, 3});
   Value rest = b.scalar(0, f.dtype);
   if (f.past) {
-    const Value padded = b.op("Pad", {value_of(match, past_name), p.pads});
+    const Value padded = b.op("Pad", {match.value(past_name), p.pads});
     rest = b.Where(p.is_old, padded, rest);
   }
   return b.Where(p.is_new, placed, rest);
@@ -278,12 +276,12 @@ Value repeat_heads(GraphBuilder& b, const Form& f, Value x) {
   return b.Reshape(expanded, b.ints({0, f.heads, -1, f.head_size}));
 }
 
-std::string build(const Match& match, GraphBuilder& b, bool onnx23) {
+BuildResult build(const BuildContext& match, GraphBuilder& b, bool onnx23) {
   Form f;
-  if (auto why = read_form(match, f); !why.empty()) return why;
+  if (auto why = read_form(match, f); !why.empty()) return decline(why);
   if (onnx23 && (f.softcap > 0.f || f.sink)) {
-    return "softcap, smooth_softmax and head_sink: where Attention-23 applies softcap changed between ONNX releases, "
-           "and it has no sink (the decomposition takes them)";
+    return decline("softcap, smooth_softmax and head_sink: where Attention-23 applies softcap changed between ONNX releases, "
+           "and it has no sink (the decomposition takes them)");
   }
   const bool widen = f.dtype == TensorProto::FLOAT16;
   Value q{match.value("query")}, k, v;
@@ -291,8 +289,8 @@ std::string build(const Match& match, GraphBuilder& b, bool onnx23) {
     const auto parts = b.Split(q, 2, {f.heads * f.head_size, f.kv_heads * f.head_size, f.kv_heads * f.head_size});
     q = parts[0], k = parts[1], v = parts[2];
   } else {
-    k = value_of(match, "key");
-    v = value_of(match, "value");
+    k = match.value("key");
+    v = match.value("value");
   }
   q = b.Reshape(q, b.ints({0, 0, f.heads, f.head_size}));  // [B, S, N, H]
   k = b.Reshape(k, b.ints({0, 0, f.kv_heads, f.head_size}));
@@ -314,8 +312,8 @@ std::string build(const Match& match, GraphBuilder& b, bool onnx23) {
   Value context;  // [B, N, S, H] float
   if (onnx23) {
     Value mask = kept;
-    if (bound(match, "attention_bias")) {
-      Value bias = value_of(match, "attention_bias");
+    if (match.has("attention_bias")) {
+      Value bias = match.value("attention_bias");
       if (widen) bias = b.Cast(bias, TensorProto::FLOAT);
       mask = b.Where(kept, bias, b.scalar(std::numeric_limits<float>::lowest()));
     }
@@ -336,16 +334,16 @@ std::string build(const Match& match, GraphBuilder& b, bool onnx23) {
       const Value cap = b.scalar(f.softcap);
       scores = b.Mul(b.Tanh(b.Div(scores, cap)), cap);
     }
-    if (bound(match, "attention_bias")) {
-      Value bias = value_of(match, "attention_bias");
+    if (match.has("attention_bias")) {
+      Value bias = match.value("attention_bias");
       if (widen) bias = b.Cast(bias, TensorProto::FLOAT);
       scores = b.Add(scores, bias);
     }
     scores = b.Where(kept, scores, b.scalar(std::numeric_limits<float>::lowest()));
     Value probs;
     if (f.sink) {  // one more logit per row: the head's sink (0 for smooth_softmax), dropped after
-      Value sink = bound(match, "head_sink") ? value_of(match, "head_sink") : b.floats(std::vector<double>(f.heads, 0.0));
-      if (widen && bound(match, "head_sink")) sink = b.Cast(sink, TensorProto::FLOAT);
+      Value sink = match.has("head_sink") ? match.value("head_sink") : b.floats(std::vector<double>(f.heads, 0.0));
+      if (widen && match.has("head_sink")) sink = b.Cast(sink, TensorProto::FLOAT);
       const Value sink_4d = b.Reshape(sink, b.ints({1, f.heads, 1, 1}));
       const Value row_shape = b.Slice(b.Shape(scores), {0}, {3}, {0});
       const Value column = b.op("Expand", {sink_4d, b.Concat({row_shape, b.ints({1})}, 0)});
@@ -358,17 +356,22 @@ std::string build(const Match& match, GraphBuilder& b, bool onnx23) {
     const Value context_grouped = b.MatMul(probs_grouped, values);
     context = b.Reshape(context_grouped, b.ints({0, f.heads, -1, f.head_size}));
   }
-  if (f.causal && f.window >= 0) context = b.Where(rows_with_keys(b, f, l), context, b.scalar(0));
+  if (f.causal && f.window >= 0) {
+    // The zero first: the order g++ made them in when they were arguments of one call.
+    const Value zero = b.scalar(0);
+    const Value rows = rows_with_keys(b, f, l);
+    context = b.Where(rows, context, zero);
+  }
   const Value context_bsnh = b.Transpose(context, {0, 2, 1, 3});
   const Value joined = b.Reshape(context_bsnh, b.ints({0, 0, f.heads * f.head_size}));
   b.output(match.value("output"), widen ? b.Cast(joined, f.dtype) : joined);
-  if (bound(match, "present_key")) b.output(match.value("present_key"), present_key);
-  if (bound(match, "present_value")) b.output(match.value("present_value"), present_value);
+  if (match.has("present_key")) b.output(match.value("present_key"), present_key);
+  if (match.has("present_value")) b.output(match.value("present_value"), present_value);
   if (f.window >= 0) {
     b.note("GroupQueryAttention local_window_size = W is rewritten with ONNX Runtime >= 1.24's window: W keys, the current "
            "one included (ORT <= 1.23 attended W + 1 keys)");
   }
-  return {};
+  return built();
 }
 
 }  // namespace
@@ -383,9 +386,9 @@ void register_defuse_gqa_builders(BuilderRegistry& registry) {
       .optional_attributes = {"scale", "softcap", "local_window_size", "do_rotary", "rotary_interleaved", "smooth_softmax",
                               "qk_output", "causal", "sliding_window_cache", "k_quant_type", "v_quant_type"}};
   registry.add("group_query_attention_as_onnx23", signature,
-               [](const Match& match, GraphBuilder& b) { return build(match, b, true); });
+               [](const BuildContext& match, GraphBuilder& b) { return build(match, b, true); });
   registry.add("defuse_group_query_attention", signature,
-               [](const Match& match, GraphBuilder& b) { return build(match, b, false); });
+               [](const BuildContext& match, GraphBuilder& b) { return build(match, b, false); });
 }
 
 }  // namespace onnx_rewrite

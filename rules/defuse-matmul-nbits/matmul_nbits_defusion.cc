@@ -47,7 +47,7 @@ std::string shape_mismatch(const std::string& input, const ShapeFacts& facts, co
 }
 
 // The attributes, checked as ONNX Runtime's CPU kernel checks them, and the forms of the inputs.
-std::string read_nbits(const Match& match, NBits& nb) {
+std::string read_nbits(const BuildContext& match, NBits& nb) {
   nb.k = match.attribute_int("K", 0);
   nb.n = match.attribute_int("N", 0);
   nb.bits = match.attribute_int("bits", 4);
@@ -60,20 +60,18 @@ std::string read_nbits(const Match& match, NBits& nb) {
   if (bs != 16 && bs != 32 && bs != 64 && bs != 128 && bs != 256) {
     return fmt::format("block_size = {}: ONNX Runtime 1.30 takes 16, 32, 64, 128 and 256 only", bs);
   }
-  if (bound(match, "g_idx")) {
+  if (match.has("g_idx")) {
     return "g_idx (act-order groups, deprecated) is not rewritten: ONNX Runtime ignores uint8 zero_points when it is "
            "given (a kernel bug), so what such a node means is in doubt";
   }
   nb.k_blocks = (nb.k + bs - 1) / bs;
   nb.blob = bs * nb.bits / 8;
   nb.zero_columns = (nb.k_blocks * nb.bits + 7) / 8;
-  nb.dtype = element_type(match, {"A", "scales", "bias"});
+  nb.dtype = match.element_type({"A", "scales", "bias"});
   if (nb.dtype == TensorProto::BFLOAT16) {
     return "bfloat16: ONNX Runtime's CPU provider has no bfloat16 MatMulNBits to prove the rewrite against";
   }
-  if (auto why = check_element_type(nb.dtype, {TensorProto::FLOAT, TensorProto::FLOAT16}, "MatMulNBits"); !why.empty()) {
-    return why;
-  }
+  if (auto why = check_element_type(nb.dtype, {TensorProto::FLOAT, TensorProto::FLOAT16}, "MatMulNBits")) return *why;
   const auto& b_facts = match.facts("B");
   if (b_facts.elem_type && b_facts.elem_type != TensorProto::UINT8) return "B is not uint8";
   if (b_facts.shape) {
@@ -92,7 +90,7 @@ std::string read_nbits(const Match& match, NBits& nb) {
       return shape_mismatch("scales", s_facts, fmt::format("[{}, {}]", nb.n, nb.k_blocks));
     }
   }
-  if (bound(match, "zero_points")) {
+  if (match.has("zero_points")) {
     const int32_t zero_type = match.facts("zero_points").elem_type;
     if (zero_type == TensorProto::UINT8) {
       nb.zero = Zero::kPacked;
@@ -116,13 +114,13 @@ std::string read_nbits(const Match& match, NBits& nb) {
 }
 
 // A's product with the float weights W [K, N], plus the bias: in float, rounded once to A's type.
-void multiply(const Match& match, GraphBuilder& b, const NBits& nb, Value weights) {
+void multiply(const BuildContext& match, GraphBuilder& b, const NBits& nb, Value weights) {
   const bool widen = nb.dtype == TensorProto::FLOAT16;
   Value a{match.value("A")};
   if (widen) a = b.Cast(a, TensorProto::FLOAT);
   Value y = b.MatMul(a, weights);
-  if (bound(match, "bias")) {
-    Value bias = value_of(match, "bias");
+  if (match.has("bias")) {
+    Value bias = match.value("bias");
     if (widen) bias = b.Cast(bias, TensorProto::FLOAT);
     y = b.Add(y, bias);
   }
@@ -150,15 +148,15 @@ Value unpack(GraphBuilder& b, Value packed, int64_t bits) {
   return b.Concat(fields, -1);
 }
 
-std::string defuse_matmul_nbits(const Match& match, GraphBuilder& b) {
+BuildResult defuse_matmul_nbits(const BuildContext& match, GraphBuilder& b) {
   NBits nb;
-  if (auto why = read_nbits(match, nb); !why.empty()) return why;
+  if (auto why = read_nbits(match, nb); !why.empty()) return decline(why);
   const bool widen = nb.dtype == TensorProto::FLOAT16;
   Value q{match.value("B")};
   if (nb.bits != 8) q = unpack(b, q, nb.bits);
   q = b.Reshape(q, b.ints({nb.n, nb.k_blocks, nb.block_size}));
   const Value values = b.Cast(q, TensorProto::FLOAT);
-  Value scales = b.Reshape(Value{match.value("scales")}, b.ints({nb.n, nb.k_blocks, 1}));
+  Value scales = b.Reshape(match.value("scales"), b.ints({nb.n, nb.k_blocks, 1}));
   if (widen) scales = b.Cast(scales, TensorProto::FLOAT);
   Value weights;
   switch (nb.zero) {
@@ -168,7 +166,7 @@ std::string defuse_matmul_nbits(const Match& match, GraphBuilder& b) {
       break;
     }
     case Zero::kPacked: {  // [N, zero_columns] bytes -> [N, k_blocks] (a padding field per row dropped)
-      Value zero = value_of(match, "zero_points");
+      Value zero = match.value("zero_points");
       if (nb.bits != 8) zero = unpack(b, zero, nb.bits);
       zero = b.Reshape(zero, b.ints({nb.n, nb.zero_columns * nb.per_byte()}));
       if (nb.zero_columns * nb.per_byte() != nb.k_blocks) zero = b.Slice(zero, {0}, {nb.k_blocks}, {1});
@@ -178,7 +176,7 @@ std::string defuse_matmul_nbits(const Match& match, GraphBuilder& b) {
       break;
     }
     case Zero::kFloat: {  // the kernel's two roundings: q·s + (-(s·zp))
-      Value zero = b.Reshape(value_of(match, "zero_points"), b.ints({nb.n, nb.k_blocks, 1}));
+      Value zero = b.Reshape(match.value("zero_points"), b.ints({nb.n, nb.k_blocks, 1}));
       if (widen) zero = b.Cast(zero, TensorProto::FLOAT);
       const Value scaled = b.Mul(values, scales);
       const Value adjust = b.op("Neg", {b.Mul(scales, zero)});
@@ -189,20 +187,19 @@ std::string defuse_matmul_nbits(const Match& match, GraphBuilder& b) {
   weights = b.Reshape(weights, b.ints({nb.n, nb.padded_k()}));
   if (nb.padded_k() != nb.k) weights = b.Slice(weights, {0}, {nb.k}, {1});
   multiply(match, b, nb, b.Transpose(weights, {1, 0}));
-  return {};
+  return built();
 }
 
 // ---- DequantizeLinear-21 on repacked weights (ai.onnx >= 21) -------------------------------------
 
 // The bytes of a constant uint8 tensor with `count` elements, or why not.
-std::string constant_bytes(const Match& match, const std::string& name, size_t count, std::string& bytes) {
-  const onnx::TensorProto* header = match.scope->constant_tensor(match.value(name));
-  if (!header) return fmt::format("{} is not a constant (DequantizeLinear needs the weights repacked now)", name);
-  if (header->data_location() == TensorProto::EXTERNAL) {
+std::string constant_bytes(const BuildContext& match, const std::string& name, size_t count, std::string& bytes) {
+  if (!match.is_constant(name)) return fmt::format("{} is not a constant (DequantizeLinear needs the weights repacked now)", name);
+  if (match.stored_externally(name)) {
     return fmt::format("{} is stored as external data: repacked weights would be copied into the model file "
                        "(the unpacking rule keeps the data where it is)", name);
   }
-  const onnx::TensorProto tensor = match.scope->model().tensor_with_data(*header);
+  const onnx::TensorProto tensor = *match.constant_tensor(name);
   if (tensor.data_type() != TensorProto::UINT8) return fmt::format("{} is not uint8", name);
   if (tensor.has_raw_data()) {
     bytes = tensor.raw_data();
@@ -231,25 +228,25 @@ onnx::TensorProto integer_tensor(int32_t type, int64_t rows, int64_t columns, co
   return tensor;
 }
 
-std::string matmul_nbits_as_dequantize_linear(const Match& match, GraphBuilder& b) {
+BuildResult matmul_nbits_as_dequantize_linear(const BuildContext& match, GraphBuilder& b) {
   NBits nb;
-  if (auto why = read_nbits(match, nb); !why.empty()) return why;
-  if (nb.bits == 2) return "2-bit weights: DequantizeLinear takes 2-bit types from ai.onnx 25 only (the unpacking rule takes them)";
+  if (auto why = read_nbits(match, nb); !why.empty()) return decline(why);
+  if (nb.bits == 2) return decline("2-bit weights: DequantizeLinear takes 2-bit types from ai.onnx 25 only (the unpacking rule takes them)");
   if (nb.zero == Zero::kFloat) {
-    return "zero_points of A's type: DequantizeLinear's zero point has the weights' integer type (the unpacking rule takes them)";
+    return decline("zero_points of A's type: DequantizeLinear's zero point has the weights' integer type (the unpacking rule takes them)");
   }
   const bool four = nb.bits == 4;
-  if (four && match.scope->model().proto.ir_version() < 10) {
-    return fmt::format("4-bit initializers need IR version 10 (the model has {}; the unpacking rule keeps B as it is)",
-                       match.scope->model().proto.ir_version());
+  if (four && match.ir_version() < 10) {
+    return decline(fmt::format("4-bit initializers need IR version 10 (the model has {}; the unpacking rule keeps B as it is)",
+                       match.ir_version()));
   }
   std::string weight_bytes, zero_bytes;
   if (auto why = constant_bytes(match, "B", static_cast<size_t>(nb.n * nb.k_blocks * nb.blob), weight_bytes); !why.empty()) {
-    return why;
+    return decline(why);
   }
   if (nb.zero == Zero::kPacked) {
     if (auto why = constant_bytes(match, "zero_points", static_cast<size_t>(nb.n * nb.zero_columns), zero_bytes); !why.empty()) {
-      return why;
+      return decline(why);
     }
   }
   const int64_t mask = (1 << nb.bits) - 1, middle = 1 << (nb.bits - 1);
@@ -269,7 +266,7 @@ std::string matmul_nbits_as_dequantize_linear(const Match& match, GraphBuilder& 
   const int32_t weight_type = four ? (is_signed ? kInt4 : kUint4) : (is_signed ? TensorProto::INT8 : TensorProto::UINT8);
   std::vector<Value> inputs{b.constant(integer_tensor(weight_type, nb.k, nb.n, weights, four))};
   // scales [k_blocks, N] in float: new constants when the values are known, else transposed at run time.
-  const auto scale_values = match.scope->constant_values(match.value("scales"), static_cast<size_t>(nb.n * nb.k_blocks));
+  const auto scale_values = match.constant("scales", static_cast<size_t>(nb.n * nb.k_blocks));
   if (scale_values && scale_values->numbers.size() == static_cast<size_t>(nb.n * nb.k_blocks)) {
     std::vector<double> transposed(scale_values->numbers.size());
     for (int64_t n = 0; n < nb.n; ++n) {
@@ -279,7 +276,7 @@ std::string matmul_nbits_as_dequantize_linear(const Match& match, GraphBuilder& 
     }
     inputs.push_back(b.constant(make_tensor(TensorProto::FLOAT, {nb.k_blocks, nb.n}, transposed)));
   } else {
-    Value scales = b.Reshape(Value{match.value("scales")}, b.ints({nb.n, nb.k_blocks}));
+    Value scales = b.Reshape(match.value("scales"), b.ints({nb.n, nb.k_blocks}));
     scales = b.Transpose(scales, {1, 0});
     if (nb.dtype != TensorProto::FLOAT) scales = b.Cast(scales, TensorProto::FLOAT);
     inputs.push_back(scales);
@@ -295,7 +292,7 @@ std::string matmul_nbits_as_dequantize_linear(const Match& match, GraphBuilder& 
   }
   const Value weights_kn = b.op("DequantizeLinear", inputs, {attr("axis", int64_t{0}), attr("block_size", nb.block_size)});
   multiply(match, b, nb, weights_kn);
-  return {};
+  return built();
 }
 
 }  // namespace

@@ -45,39 +45,37 @@ struct Form {
   int32_t dtype = 0;
 };
 
-std::string read_form(const Match& match, Form& form) {
-  if (bound(match, "past_sequence_length") || bound(match, "cache_indirection")) {
+std::string read_form(const BuildContext& match, Form& form) {
+  if (match.has("past_sequence_length") || match.has("cache_indirection")) {
     return "past_sequence_length / cache_indirection (the shared-buffer beam-search path of "
            "DecoderMaskedMultiHeadAttention) is not rewritten";
   }
   form.heads = match.attribute_int("num_heads", 0);
   if (form.heads <= 0) return "num_heads must be positive";
-  form.dtype = element_type(match, {"query", "key", "value", "bias", "attention_bias", "past_key"});
+  form.dtype = match.element_type({"query", "key", "value", "bias", "attention_bias", "past_key"});
   if (form.dtype == TensorProto::BFLOAT16) {
     return "bfloat16: ONNX Runtime's CPU provider has no bfloat16 MultiHeadAttention to prove the rewrite against";
   }
-  if (auto why = check_element_type(form.dtype, {TensorProto::FLOAT, TensorProto::FLOAT16}, "MultiHeadAttention"); !why.empty()) {
-    return why;
-  }
+  if (auto why = check_element_type(form.dtype, {TensorProto::FLOAT, TensorProto::FLOAT16}, "MultiHeadAttention")) return *why;
   const auto& query = match.facts("query");
   if (!query.rank()) return "the rank of query is unknown";
   if (*query.rank() == 5) return "packed QKV (query [B, S, N, 3, H]): ONNX Runtime's CPU kernel does not implement it";
   if (*query.rank() != 3) return fmt::format("query has rank {}; the CPU kernel takes [B, S, D]", *query.rank());
-  if (!bound(match, "key")) return "query without key and value (packed QKV): ONNX Runtime's CPU kernel does not implement it";
+  if (!match.has("key")) return "query without key and value (packed QKV): ONNX Runtime's CPU kernel does not implement it";
   if (match.facts("key").rank() == 5) return "packed KV (key [B, L, N, 2, H]): ONNX Runtime's CPU kernel does not implement it";
-  if (!bound(match, "value")) return "key without value: ONNX Runtime's CPU kernel takes both or packed forms it does not implement";
+  if (!match.has("value")) return "key without value: ONNX Runtime's CPU kernel takes both or packed forms it does not implement";
   form.hidden = query.dim(2);
   if (form.hidden <= 0) {
     // query often comes from an op the shapes don't go through (MatMulNBits): D from the key, the
     // cache (a graph input, declared) or present_key.
     const auto& key_facts = match.facts("key");
-    const auto& outputs = match.anchor->output();
+    const auto outputs = match.anchor().outputs();
     std::vector<int64_t> candidates;
     if (key_facts.rank() == 3) candidates.push_back(key_facts.dim(2));
     if (key_facts.rank() == 4 && key_facts.dim(3) > 0) candidates.push_back(key_facts.dim(3) * form.heads);
-    if (bound(match, "past_key") && match.facts("past_key").dim(3) > 0) candidates.push_back(match.facts("past_key").dim(3) * form.heads);
-    if (outputs.size() > 1 && !outputs[1].empty() && match.scope->facts(outputs[1]).dim(3) > 0) {
-      candidates.push_back(match.scope->facts(outputs[1]).dim(3) * form.heads);
+    if (match.has("past_key") && match.facts("past_key").dim(3) > 0) candidates.push_back(match.facts("past_key").dim(3) * form.heads);
+    if (outputs.size() > 1 && !outputs[1].absent() && match.facts_of(outputs[1]).dim(3) > 0) {
+      candidates.push_back(match.facts_of(outputs[1]).dim(3) * form.heads);
     }
     for (int64_t candidate : candidates) {
       if (candidate > 0) {
@@ -107,13 +105,13 @@ std::string read_form(const Match& match, Form& form) {
     if (value.dim(2) % form.heads != 0) return fmt::format("value's hidden size {} is not divisible by num_heads {}", value.dim(2), form.heads);
     form.value_head_size = value.dim(2) / form.heads;
   }
-  if (bound(match, "past_key") != bound(match, "past_value")) return "past_key and past_value must be given together";
-  form.past = bound(match, "past_key");
+  if (match.has("past_key") != match.has("past_value")) return "past_key and past_value must be given together";
+  form.past = match.has("past_key");
   if (form.past && form.bnsh_kv) return "past state with key/value [B, N, L, H]: ONNX Runtime's CPU kernel does not take it";
   // The node's own outputs, used or not: ORT's kernel reads the past only when it writes present
   // (attention_cpu_base.h ApplyAttention).
-  const auto& outputs = match.anchor->output();
-  const bool present_key = outputs.size() > 1 && !outputs[1].empty(), present_value = outputs.size() > 2 && !outputs[2].empty();
+  const auto outputs = match.anchor().outputs();
+  const bool present_key = outputs.size() > 1 && !outputs[1].absent(), present_value = outputs.size() > 2 && !outputs[2].absent();
   if (form.past && !(present_key && present_value)) {
     return present_key || present_value
                ? "past state with only one of present_key, present_value: ONNX Runtime's CPU kernel then reads past the "
@@ -121,7 +119,7 @@ std::string read_form(const Match& match, Form& form) {
                : "past state without present_key and present_value: ONNX Runtime's CPU kernel then ignores the past "
                  "(a kernel quirk; other providers use it), so what the node means is in doubt";
   }
-  if (bound(match, "key_padding_mask")) {
+  if (match.has("key_padding_mask")) {
     const auto& mask = match.facts("key_padding_mask");
     if (!mask.rank()) return "the rank of key_padding_mask is unknown (ONNX Runtime reads it by rank)";
     switch (*mask.rank()) {
@@ -151,10 +149,10 @@ struct Projected {
   Value past_k, past_v;
 };
 
-Projected project(const Match& match, GraphBuilder& b, const Form& form) {
+Projected project(const BuildContext& match, GraphBuilder& b, const Form& form) {
   const bool widen = form.dtype == TensorProto::FLOAT16;
   auto compute = [&](Value x) { return widen ? b.Cast(x, TensorProto::FLOAT) : x; };
-  const Value bias = bound(match, "bias") ? compute(value_of(match, "bias")) : Value{};
+  const Value bias = match.has("bias") ? compute(match.value("bias")) : Value{};
   auto heads = [&](Value x, int64_t from, int64_t to, int64_t size) {
     if (!bias.absent()) {
       const Value part = to < 0 ? b.Slice(bias, {from}, {std::numeric_limits<int64_t>::max()}, {0}) : b.Slice(bias, {from}, {to}, {0});
@@ -164,24 +162,24 @@ Projected project(const Match& match, GraphBuilder& b, const Form& form) {
     return b.Transpose(split, {0, 2, 1, 3});
   };
   Projected p;
-  p.q = heads(compute(Value{match.value("query")}), 0, form.hidden, form.head_size);
+  p.q = heads(compute(match.value("query")), 0, form.hidden, form.head_size);
   if (form.bnsh_kv) {  // ORT adds no bias to key/value given per head
-    p.k = compute(Value{match.value("key")});
-    p.v = compute(Value{match.value("value")});
+    p.k = compute(match.value("key"));
+    p.v = compute(match.value("value"));
   } else {
-    p.k = heads(compute(Value{match.value("key")}), form.hidden, 2 * form.hidden, form.head_size);
-    p.v = heads(compute(Value{match.value("value")}), 2 * form.hidden, -1, form.value_head_size);
+    p.k = heads(compute(match.value("key")), form.hidden, 2 * form.hidden, form.head_size);
+    p.v = heads(compute(match.value("value")), 2 * form.hidden, -1, form.value_head_size);
   }
   if (form.past) {
-    p.past_k = compute(value_of(match, "past_key"));
-    p.past_v = compute(value_of(match, "past_value"));
+    p.past_k = compute(match.value("past_key"));
+    p.past_v = compute(match.value("past_value"));
   }
   return p;
 }
 
 // attention_bias + the kernel's mask, [B|1, N|1, S|1, T], in float; absent when there is none.
 // `total`: T = P + L, an int64 scalar.
-Value additive_mask(const Match& match, GraphBuilder& b, const Form& form, Value total) {
+Value additive_mask(const BuildContext& match, GraphBuilder& b, const Form& form, Value total) {
   const bool widen = form.dtype == TensorProto::FLOAT16;
   const float filter = match.attribute_float("mask_filter_value", -10000.f);
   const Value query{match.value("query")};
@@ -191,7 +189,7 @@ Value additive_mask(const Match& match, GraphBuilder& b, const Form& form, Value
     return keys;
   };
   if (form.mask != MaskForm::kNone) {
-    Value given = value_of(match, "key_padding_mask");
+    Value given = match.value("key_padding_mask");
     Value seen;
     if (form.mask == MaskForm::kLengths) {  // [B] or [3B + 2]: the first B entries are the lengths
       const auto& mask_facts = match.facts("key_padding_mask");
@@ -214,36 +212,36 @@ Value additive_mask(const Match& match, GraphBuilder& b, const Form& form, Value
   const int64_t queries = match.facts("query").dim(1);
   if (unidirectional && queries != 1) {  // only when S > 1; a query at s sees the keys up to P + s
     const Value length = dim_scalar(b, query, 1);
-    const Value past_length = form.past ? dim_scalar(b, value_of(match, "past_key"), 2) : b.scalar(0, TensorProto::INT64);
+    const Value past_length = form.past ? dim_scalar(b, match.value("past_key"), 2) : b.scalar(0, TensorProto::INT64);
     const Value last_seen = b.Add(range(b, b.scalar(0, TensorProto::INT64), length), past_length);  // P + s, [S]
     Value future = b.op("Greater", {key_positions(), b.Unsqueeze(last_seen, {1})});             // [S, T]
     if (queries < 0) future = b.op("And", {future, b.op("Greater", {length, b.scalar(1, TensorProto::INT64)})});
     const Value lowest = b.scalar(lowest_float());
     mask = b.Where(future, lowest, mask.absent() ? b.scalar(0) : mask);
   }
-  Value additive = value_of(match, "attention_bias");
+  Value additive = match.value("attention_bias");
   if (!additive.absent() && widen) additive = b.Cast(additive, TensorProto::FLOAT);
   if (!mask.absent()) additive = additive.absent() ? mask : b.Add(additive, mask);
   return additive;
 }
 
-float scale_of(const Match& match, const Form& form) {
+float scale_of(const BuildContext& match, const Form& form) {
   const float scale = match.attribute_float("scale", 0.f);
   return scale == 0.f ? 1.f / std::sqrt(static_cast<float>(form.head_size)) : scale;
 }
 
-void finish(const Match& match, GraphBuilder& b, const Form& form, Value context, Value k_all, Value v_all) {
+void finish(const BuildContext& match, GraphBuilder& b, const Form& form, Value context, Value k_all, Value v_all) {
   const bool widen = form.dtype == TensorProto::FLOAT16;
   auto io = [&](Value x) { return widen ? b.Cast(x, form.dtype) : x; };
   const Value joined = b.Transpose(context, {0, 2, 1, 3});
   b.output(match.value("output"), io(b.Reshape(joined, b.ints({0, 0, -1}))));
-  if (bound(match, "present_key")) b.output(match.value("present_key"), io(k_all));
-  if (bound(match, "present_value")) b.output(match.value("present_value"), io(v_all));
+  if (match.has("present_key")) b.output(match.value("present_key"), io(k_all));
+  if (match.has("present_value")) b.output(match.value("present_value"), io(v_all));
 }
 
-std::string defuse_multihead_attention(const Match& match, GraphBuilder& b) {
+BuildResult defuse_multihead_attention(const BuildContext& match, GraphBuilder& b) {
   Form form;
-  if (auto why = read_form(match, form); !why.empty()) return why;
+  if (auto why = read_form(match, form); !why.empty()) return decline(why);
   const Projected p = project(match, b, form);
   const Value k_all = form.past ? b.Concat({p.past_k, p.k}, 2) : p.k;
   const Value v_all = form.past ? b.Concat({p.past_v, p.v}, 2) : p.v;
@@ -254,24 +252,24 @@ std::string defuse_multihead_attention(const Match& match, GraphBuilder& b) {
   const Value probs = b.op("Softmax", {scores}, {attr("axis", int64_t{-1})});
   finish(match, b, form, b.MatMul(probs, v_all), k_all, v_all);
   // Last: a value that takes an output's name must have all its readers built.
-  if (bound(match, "qk")) b.output(match.value("qk"), form.dtype == TensorProto::FLOAT16 ? b.Cast(scores, form.dtype) : scores);
-  return {};
+  if (match.has("qk")) b.output(match.value("qk"), form.dtype == TensorProto::FLOAT16 ? b.Cast(scores, form.dtype) : scores);
+  return built();
 }
 
-std::string multihead_attention_as_onnx23(const Match& match, GraphBuilder& b) {
-  if (bound(match, "qk")) return "output qk: Attention-23's qk_matmul_output_mode numbering changed between ONNX releases";
+BuildResult multihead_attention_as_onnx23(const BuildContext& match, GraphBuilder& b) {
+  if (match.has("qk")) return decline("output qk: Attention-23's qk_matmul_output_mode numbering changed between ONNX releases");
   Form form;
-  if (auto why = read_form(match, form); !why.empty()) return why;
+  if (auto why = read_form(match, form); !why.empty()) return decline(why);
   const Projected p = project(match, b, form);
   // Attention-23 concatenates past and new keys itself; the mask counts T = P + L from the shapes.
   Value additive;
-  if (form.mask != MaskForm::kNone || match.attribute_int("unidirectional", 0) != 0 || bound(match, "attention_bias")) {
+  if (form.mask != MaskForm::kNone || match.attribute_int("unidirectional", 0) != 0 || match.has("attention_bias")) {
     Value total = dim_scalar(b, p.k, 2);
     if (form.past) total = b.Add(dim_scalar(b, p.past_k, 2), total);
     additive = additive_mask(match, b, form, total);
   }
   if (!additive.absent()) {  // ORT's Attention-23 kernel wants the mask's query axis spelled out
-    const Value queries = b.Slice(b.Shape(Value{match.value("query")}), {1}, {2}, {0});
+    const Value queries = b.Slice(b.Shape(match.value("query")), {1}, {2}, {0});
     const Value ones = b.ints({1, 1});
     const Value one = b.ints({1});
     additive = b.op("Expand", {additive, b.Concat({ones, queries, one}, 0)});
@@ -281,7 +279,7 @@ std::string multihead_attention_as_onnx23(const Match& match, GraphBuilder& b) {
   Value k_all = p.k, v_all = p.v;
   if (form.past) k_all = outputs[1], v_all = outputs[2];
   finish(match, b, form, outputs[0], k_all, v_all);
-  return {};
+  return built();
 }
 
 }  // namespace

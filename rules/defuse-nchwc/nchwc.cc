@@ -27,7 +27,6 @@
 #include <fmt/format.h>
 #include <onnx/defs/schema.h>
 
-#include "onnx_rewrite/opset.h"
 #include "onnx_rewrite/tensor.h"
 #include "onnx_rewrite/toolkit.h"
 
@@ -39,7 +38,7 @@ using onnx::TensorProto;
 constexpr const char* kNchwcDomain = "com.microsoft.nchwc";
 constexpr int64_t kBlockSizes[] = {8, 16};  // MLAS: 8 on x86-64 up to AVX2, 16 with AVX-512F and on ARM64
 
-bool is_nchwc(const onnx::NodeProto& node) { return normalize_domain(node.domain()) == kNchwcDomain; }
+bool is_nchwc(const NodeView& node) { return node.domain() == kNchwcDomain; }
 
 int64_t round_up(int64_t channels, int64_t block) { return (channels + block - 1) / block * block; }
 
@@ -79,17 +78,17 @@ bool changes_nothing(const onnx::AttributeProto& attribute) {
   return false;
 }
 
-std::optional<Attributes> pool_attributes(const onnx::NodeProto& node, int opset, std::string& why) {
+std::optional<Attributes> pool_attributes(const NodeView& node, int opset, std::string& why) {
   constexpr int kKnownOpsets = 17;
   const auto* schema = onnx::OpSchemaRegistry::Schema(node.op_type(), std::min(opset, kKnownOpsets), "");
   Attributes kept;
-  for (const auto& attribute : node.attribute()) {
+  for (const auto& attribute : node.attributes_except()) {
     if (opset > kKnownOpsets || !schema || schema->attributes().count(attribute.name())) {
       kept.push_back(attribute);
       continue;
     }
     if (!changes_nothing(attribute)) {
-      why = fmt::format("{} '{}' sets {}, which {} of ai.onnx {} lacks", node.op_type(), describe_node(node),
+      why = fmt::format("{} '{}' sets {}, which {} of ai.onnx {} lacks", node.op_type(), node.description(),
                         attribute.name(), node.op_type(), opset);
       return std::nullopt;
     }
@@ -101,79 +100,80 @@ std::optional<Attributes> pool_attributes(const onnx::NodeProto& node, int opset
 // the block size.
 class Layout {
  public:
-  explicit Layout(const Scope& scope) : scope_(scope) {
-    for (const auto& node : scope.nodes()) {
-      if (is_nchwc(node)) nchwc_nodes_[node.op_type()].push_back(&node);
+  explicit Layout(const BuildContext& match) : match_(match), nodes_(match.graph_nodes()) {
+    for (const NodeView& node : nodes_) {
+      if (is_nchwc(node)) nchwc_nodes_[node.op_type()].push_back(node);
     }
     if (nchwc_nodes_.empty()) return;
     // Blocked values: made by an NCHWc op other than ReorderOutput, or by a standard op reading a
     // blocked value. One pass in graph order; more only if the graph is not sorted.
     for (bool changed = true; changed;) {
       changed = false;
-      for (const auto& node : scope.nodes()) {
+      for (const NodeView& node : nodes_) {
         bool makes_blocked = is_nchwc(node) && node.op_type() != "ReorderOutput";
         if (!is_nchwc(node)) {
-          for (const auto& input : node.input()) makes_blocked = makes_blocked || blocked(input);
+          for (const Value& input : node.inputs()) makes_blocked = makes_blocked || blocked(input);
         }
         if (!makes_blocked) continue;
-        for (const auto& output : node.output()) {
-          if (!output.empty()) changed = blocked_.insert(output).second || changed;
+        for (const Value& output : node.outputs()) {
+          if (!output.absent()) changed = blocked_.insert(output.name).second || changed;
         }
       }
     }
   }
 
-  bool blocked(const std::string& value) const { return blocked_.count(value) != 0; }
+  bool blocked(const Value& value) const { return blocked_.count(value.name) != 0; }
 
   // The nodes connected to `start` through blocked values, in graph order.
-  std::vector<const onnx::NodeProto*> region(const onnx::NodeProto* start) {
-    std::unordered_set<const onnx::NodeProto*> seen{start};
-    std::vector<const onnx::NodeProto*> queue{start};
+  std::vector<NodeView> region(const NodeView& start) {
+    std::vector<NodeView> queue{start};
+    auto visit = [&](const NodeView& other) {
+      if (std::find(queue.begin(), queue.end(), other) == queue.end()) queue.push_back(other);
+    };
     for (size_t i = 0; i < queue.size(); ++i) {
-      const onnx::NodeProto& node = *queue[i];
-      auto visit = [&](const onnx::NodeProto* other) {
-        if (seen.insert(other).second) queue.push_back(other);
-      };
-      for (const auto& input : node.input()) {
-        if (blocked(input)) visit(scope_.producer(input)->node);
+      const NodeView node = queue[i];
+      for (const Value& input : node.inputs()) {
+        if (blocked(input)) visit(*match_.producer(input));
       }
-      for (const auto& output : node.output()) {
+      for (const Value& output : node.outputs()) {
         if (!blocked(output)) continue;
-        for (const auto& use : scope_.uses(output)) visit(use.node);
+        for (const auto& read : match_.readers(output)) visit(read.node);
       }
     }
-    std::sort(queue.begin(), queue.end(),
-              [&](const auto* a, const auto* b) { return scope_.position(a) < scope_.position(b); });
-    return queue;
+    std::vector<NodeView> in_order;
+    for (const NodeView& node : nodes_) {
+      if (std::find(queue.begin(), queue.end(), node) != queue.end()) in_order.push_back(node);
+    }
+    return in_order;
   }
 
   // Channels of a plain NCHW (or NHWC, `channels_last`) value, when the graph tells.
-  std::optional<int64_t> plain_channels(const std::string& value, bool channels_last, int depth = 0) {
-    if (value.empty() || depth > 64) return std::nullopt;
-    const auto dims = scope_.facts(value).static_dims();
+  std::optional<int64_t> plain_channels(const Value& value, bool channels_last, int depth = 0) {
+    if (value.absent() || depth > 64) return std::nullopt;
+    const auto dims = match_.facts_of(value).static_dims();
     if (dims && dims->size() == 4) {
       const int64_t dim = (*dims)[channels_last ? 3 : 1];
       if (dim > 0) return dim;
     }
-    const auto* produced = scope_.producer(value);
-    if (!produced || produced->output != 0) return std::nullopt;
-    const onnx::NodeProto& node = *produced->node;
+    const auto produced = match_.producer(value);
+    if (!produced || produced->output(0).name != value.name) return std::nullopt;
+    const NodeView& node = *produced;
     const std::string& op = node.op_type();
     if (is_nchwc(node)) {
-      if (op != "ReorderOutput" || (int_attribute(node, "channels_last", 0) != 0) != channels_last) return std::nullopt;
-      return int_attribute(node, "channels", 0);
+      if (op != "ReorderOutput" || (node.attribute_int("channels_last", 0) != 0) != channels_last) return std::nullopt;
+      return node.attribute_int("channels", 0);
     }
-    const std::string domain = normalize_domain(node.domain());
+    const std::string domain = node.domain();
     if (!domain.empty() && domain != "com.microsoft") return std::nullopt;
     if (channels_last) return std::nullopt;
     if (op == "Conv" || op == "FusedConv") {
-      auto weight = scope_.facts(node.input(1)).static_dims();
+      auto weight = match_.facts_of(node.input(1)).static_dims();
       return weight && weight->size() == 4 ? std::optional<int64_t>((*weight)[0]) : std::nullopt;
     }
     if (op == "Concat") {
-      if (int_attribute(node, "axis", 0) != 1) return std::nullopt;
+      if (node.attribute_int("axis", 0) != 1) return std::nullopt;
       int64_t total = 0;
-      for (const auto& input : node.input()) {
+      for (const Value& input : node.inputs()) {
         auto channels = plain_channels(input, false, depth + 1);
         if (!channels) return std::nullopt;
         total += *channels;
@@ -181,8 +181,8 @@ class Layout {
       return total;
     }
     if (op == "Reshape") {  // a constant 4-D shape: its channels, or 0 for the input's
-      auto shape = scope_.constant_values(node.input(1));
-      if (!shape || shape->numbers.size() != 4 || int_attribute(node, "allowzero", 0) != 0) return std::nullopt;
+      auto shape = match_.constant_of(node.input(1));
+      if (!shape || shape->numbers.size() != 4 || node.attribute_int("allowzero", 0) != 0) return std::nullopt;
       const int64_t dim = shape->ints()[1];
       if (dim > 0) return dim;
       return dim == 0 ? plain_channels(node.input(0), false, depth + 1) : std::nullopt;
@@ -191,7 +191,7 @@ class Layout {
                                                          "LpPool", "BatchNormalization", "InstanceNormalization",
                                                          "Resize", "Upsample", "LRN"};
     if (keep_channels.count(op) || elementwise_ops().count(op)) {
-      for (const auto& input : node.input()) {
+      for (const Value& input : node.inputs()) {
         if (auto channels = plain_channels(input, false, depth + 1)) return channels;
         if (!elementwise_ops().count(op)) break;  // only the data input of the others
       }
@@ -200,17 +200,17 @@ class Layout {
   }
 
   // Cp of a blocked 4-D value for block size `block`, when the graph tells.
-  std::optional<int64_t> padded_channels(const std::string& value, int64_t block, int depth = 0) {
-    if (value.empty() || depth > 64) return std::nullopt;
-    const auto dims = scope_.facts(value).static_dims();
+  std::optional<int64_t> padded_channels(const Value& value, int64_t block, int depth = 0) {
+    if (value.absent() || depth > 64) return std::nullopt;
+    const auto dims = match_.facts_of(value).static_dims();
     if (dims && dims->size() == 4 && (*dims)[1] > 0) return (*dims)[1];
-    const auto* produced = scope_.producer(value);
+    const auto produced = match_.producer(value);
     if (!produced) return std::nullopt;
-    const onnx::NodeProto& node = *produced->node;
+    const NodeView& node = *produced;
     const std::string& op = node.op_type();
     if (is_nchwc(node)) {
       if (op == "Conv") {
-        auto weight = scope_.facts(node.input(1)).static_dims();
+        auto weight = match_.facts_of(node.input(1)).static_dims();
         return weight && weight->size() == 4 ? std::optional<int64_t>((*weight)[0]) : std::nullopt;
       }
       if (op == "ReorderInput") {
@@ -221,7 +221,7 @@ class Layout {
     }
     if (op == "Concat") {
       int64_t total = 0;
-      for (const auto& input : node.input()) {
+      for (const Value& input : node.inputs()) {
         auto channels = padded_channels(input, block, depth + 1);
         if (!channels) return std::nullopt;
         total += *channels;
@@ -229,10 +229,10 @@ class Layout {
       return total;
     }
     if (op == "Reshape") {  // the unsplitting Reshape [0, Cp or -1, 0, 0]
-      auto shape = scope_.constant_values(node.input(1));
+      auto shape = match_.constant_of(node.input(1));
       if (shape && shape->numbers.size() == 4 && shape->ints()[1] > 0) return shape->ints()[1];
     }
-    for (const auto& input : node.input()) {
+    for (const Value& input : node.inputs()) {
       if (blocked(input)) return padded_channels(input, block, depth + 1);
     }
     return std::nullopt;
@@ -247,49 +247,49 @@ class Layout {
 
   // Why block size `block` can't be the one ORT used for this scope's NCHWc ops ("" if it can).
   std::string block_conflict(int64_t block) {
-    for (const auto* node : nchwc_nodes("Conv")) {
-      auto weight = scope_.facts(node->input(1)).static_dims();
+    for (const NodeView& node : nchwc_nodes("Conv")) {
+      auto weight = match_.facts_of(node.input(1)).static_dims();
       if (!weight || weight->size() != 4) continue;
       const auto& dims = *weight;
-      const int64_t group = int_attribute(*node, "group", 1);
-      if (dims[0] % block) return fmt::format("Conv '{}' has {} filters", describe_node(*node), dims[0]);
-      const bool blocked_input = blocked(node->input(0));
+      const int64_t group = node.attribute_int("group", 1);
+      if (dims[0] % block) return fmt::format("Conv '{}' has {} filters", node.description(), dims[0]);
+      const bool blocked_input = blocked(node.input(0));
       const bool by_output_block = per_output_block(dims, group, block);
       if (group == 1 && blocked_input == by_output_block) {
-        return fmt::format("Conv '{}' reads {} channels {}", describe_node(*node), dims[1],
+        return fmt::format("Conv '{}' reads {} channels {}", node.description(), dims[1],
                            blocked_input ? "blocked" : "in NCHW");
       }
       if (!by_output_block && (dims[1] % block || (dims[0] / group) % block)) {
-        return fmt::format("Conv '{}' has {} input channels per group", describe_node(*node), dims[1]);
+        return fmt::format("Conv '{}' has {} input channels per group", node.description(), dims[1]);
       }
       if (blocked_input) {
-        auto channels = padded_channels(node->input(0), block);
+        auto channels = padded_channels(node.input(0), block);
         if (channels && *channels != dims[1] * group) {
-          return fmt::format("Conv '{}' reads {} channels, its input has {}", describe_node(*node), dims[1] * group,
+          return fmt::format("Conv '{}' reads {} channels, its input has {}", node.description(), dims[1] * group,
                              *channels);
         }
       }
     }
-    for (const auto* node : nchwc_nodes("ReorderOutput")) {
-      auto channels = padded_channels(node->input(0), block);
-      const int64_t logical = int_attribute(*node, "channels", 0);
+    for (const NodeView& node : nchwc_nodes("ReorderOutput")) {
+      auto channels = padded_channels(node.input(0), block);
+      const int64_t logical = node.attribute_int("channels", 0);
       if (channels && (*channels % block || *channels != round_up(logical, block))) {
-        return fmt::format("ReorderOutput '{}' takes {} of {} channels", describe_node(*node), logical, *channels);
+        return fmt::format("ReorderOutput '{}' takes {} of {} channels", node.description(), logical, *channels);
       }
     }
-    for (const auto& node : scope_.nodes()) {
+    for (const NodeView& node : nodes_) {
       auto split = split_reshape_block(node);
-      if (split && *split != block) return fmt::format("Reshape '{}' splits blocks of {}", describe_node(node), *split);
+      if (split && *split != block) return fmt::format("Reshape '{}' splits blocks of {}", node.description(), *split);
     }
-    for (const auto* node : nchwc_nodes("ReorderInput")) {
-      auto channels = padded_channels(node->output(0), block);
-      for (const auto& use : scope_.uses(node->output(0))) {
-        if (use.node->op_type() != "Conv" || !is_nchwc(*use.node) || use.input != 0) continue;
-        auto weight = scope_.facts(use.node->input(1)).static_dims();
-        if (channels && weight && weight->size() == 4 &&
-            *channels != (*weight)[1] * int_attribute(*use.node, "group", 1)) {
-          return fmt::format("ReorderInput '{}' makes {} channels for Conv '{}'", describe_node(*node), *channels,
-                             describe_node(*use.node));
+    for (const NodeView& node : nchwc_nodes("ReorderInput")) {
+      auto channels = padded_channels(node.output(0), block);
+      for (const auto& read : match_.readers(node.output(0))) {
+        const NodeView& conv = read.node;
+        if (conv.op_type() != "Conv" || !is_nchwc(conv) || read.input != 0) continue;
+        auto weight = match_.facts_of(conv.input(1)).static_dims();
+        if (channels && weight && weight->size() == 4 && *channels != (*weight)[1] * conv.attribute_int("group", 1)) {
+          return fmt::format("ReorderInput '{}' makes {} channels for Conv '{}'", node.description(), *channels,
+                             conv.description());
         }
       }
     }
@@ -317,29 +317,25 @@ class Layout {
   }
 
   // Why the region can't go back to NCHW ("" if it can), given the block size and the opset.
-  std::string region_problem(const std::vector<const onnx::NodeProto*>& nodes, int64_t block, int opset) {
-    for (const auto* node : nodes) {
-      auto problem = is_nchwc(*node) ? nchwc_problem(*node, block, opset) : standard_problem(*node, block);
+  std::string region_problem(const std::vector<NodeView>& nodes, int64_t block, int opset) {
+    for (const NodeView& node : nodes) {
+      auto problem = is_nchwc(node) ? nchwc_problem(node, block, opset) : standard_problem(node, block);
       if (!problem.empty()) return problem;
-      for (const auto& output : node->output()) {
+      for (const Value& output : node.outputs()) {
         if (!blocked(output)) continue;
-        if (scope_.is_output(output)) {
-          return fmt::format("blocked value '{}' is an output of the {}", output, scope_.where());
-        }
-        for (const auto& use : scope_.uses(output)) {
-          if (use.input < 0) return fmt::format("blocked value '{}' is read inside a subgraph", output);
+        if (match_.is_graph_output(output)) return fmt::format("blocked value '{}' is an output of the graph", output);
+        for (const auto& read : match_.readers(output)) {
+          if (read.input < 0) return fmt::format("blocked value '{}' is read inside a subgraph", output);
         }
       }
     }
     return {};
   }
 
-  const Scope& scope() const { return scope_; }
-
  private:
-  std::string nchwc_problem(const onnx::NodeProto& node, int64_t block, int opset) {
+  std::string nchwc_problem(const NodeView& node, int64_t block, int opset) {
     const std::string& op = node.op_type();
-    const std::string name = describe_node(node);
+    const std::string name = node.description();
     if (op == "ReorderInput") {
       if (blocked(node.input(0))) return fmt::format("ReorderInput '{}' reads a blocked value", name);
       if (!reorder_input_channels(node)) {
@@ -351,13 +347,13 @@ class Layout {
       return fmt::format("{} '{}' reads a value that is not blocked", op, name);
     }
     if (op == "Conv") {
-      const ShapeFacts& weight_facts = scope_.facts(node.input(1));
+      const ShapeFacts& weight_facts = match_.facts_of(node.input(1));
       auto weight = weight_facts.static_dims();
-      if (!weight || weight->size() != 4 || !scope_.constant_tensor(node.input(1))) {
+      if (!weight || weight->size() != 4 || !match_.is_constant(node.input(1))) {
         return fmt::format("the weights of Conv '{}' are not a constant 4-D tensor", name);
       }
       if (weight_facts.elem_type != TensorProto::FLOAT) return fmt::format("the weights of Conv '{}' are not float", name);
-      if (int_attribute(node, "group", 1) > 1 && !blocked(node.input(0))) {
+      if (node.attribute_int("group", 1) > 1 && !blocked(node.input(0))) {
         return fmt::format("grouped Conv '{}' reads a value that is not blocked", name);
       }
       std::string why;
@@ -365,7 +361,7 @@ class Layout {
       return {};
     }
     if (op == "Upsample") {
-      const auto* scales = find_attribute(node, "scales");
+      const auto* scales = node.attribute("scales");
       if (!scales || scales->ints_size() != 4) return fmt::format("Upsample '{}' has no 4 scales", name);
       const std::string mode = upsample_mode(node), transform = upsample_transform(node);
       if (mode != "nearest" && mode != "linear") return fmt::format("Upsample '{}' has mode '{}'", name, mode);
@@ -382,17 +378,17 @@ class Layout {
     return pool_attributes(node, opset, why) ? "" : why;
   }
 
-  std::string standard_problem(const onnx::NodeProto& node, int64_t block) {
+  std::string standard_problem(const NodeView& node, int64_t block) {
     const std::string& op = node.op_type();
-    const std::string name = describe_node(node);
-    if (!normalize_domain(node.domain()).empty()) {
+    const std::string name = node.description();
+    if (!node.domain().empty()) {
       return fmt::format("{}.{} '{}' reads a blocked value", node.domain(), op, name);
     }
     if (op == "Concat") {
-      if (int_attribute(node, "axis", 0) != 1) {
+      if (node.attribute_int("axis", 0) != 1) {
         return fmt::format("Concat '{}' of blocked values is not on channels", name);
       }
-      for (const auto& input : node.input()) {
+      for (const Value& input : node.inputs()) {
         if (!blocked(input)) return fmt::format("Concat '{}' mixes blocked and plain values", name);
       }
       return {};
@@ -402,9 +398,9 @@ class Layout {
       return fmt::format("Reshape '{}' reads the blocked layout", name);
     }
     if (!elementwise_ops().count(op)) return fmt::format("{} '{}' reads the blocked layout", op, name);
-    for (const auto& input : node.input()) {
-      if (input.empty() || blocked(input)) continue;
-      auto values = scope_.constant_values(input, 1);
+    for (const Value& input : node.inputs()) {
+      if (input.absent() || blocked(input)) continue;
+      auto values = match_.constant_of(input, 1);
       if (!values || values->numbers.size() != 1) {
         return fmt::format("{} '{}' broadcasts a plain value over a blocked one", op, name);
       }
@@ -414,82 +410,83 @@ class Layout {
 
  public:
   // The block of ORT's [0, -1 or Cp/B, 0, 0, B] view of a blocked [N, Cp, H, W] (TransformBinary).
-  std::optional<int64_t> split_reshape_block(const onnx::NodeProto& node) {
+  std::optional<int64_t> split_reshape_block(const NodeView& node) {
     if (node.op_type() != "Reshape" || !blocked(node.input(0))) return std::nullopt;
-    auto shape = scope_.constant_values(node.input(1));
+    auto shape = match_.constant_of(node.input(1));
     if (!shape || shape->numbers.size() != 5) return std::nullopt;
     const auto dims = shape->ints();
     if (dims[0] != 0 || dims[2] != 0 || dims[3] != 0 || (dims[1] != -1 && dims[1] <= 0)) return std::nullopt;
     return dims[4];
   }
 
-  bool split_reshape(const onnx::NodeProto& node, int64_t block) {
+  bool split_reshape(const NodeView& node, int64_t block) {
     auto split = split_reshape_block(node);
     if (!split || *split != block) return false;
-    auto shape = scope_.constant_values(node.input(1))->ints();
+    auto shape = match_.constant_of(node.input(1))->ints();
     auto channels = padded_channels(node.input(0), block);
     return shape[1] == -1 || !channels || *channels == shape[1] * block;
   }
 
   // ORT's [0, -1 or Cp, 0, 0] back from the split view.
-  bool unsplit_reshape(const onnx::NodeProto& node) {
-    auto shape = scope_.constant_values(node.input(1));
+  bool unsplit_reshape(const NodeView& node) {
+    auto shape = match_.constant_of(node.input(1));
     if (!shape || shape->numbers.size() != 4) return false;
     const auto dims = shape->ints();
-    const auto* produced = scope_.producer(node.input(0));
-    return dims[0] == 0 && dims[2] == 0 && dims[3] == 0 && produced && !is_nchwc(*produced->node);
+    const auto produced = match_.producer(node.input(0));
+    return dims[0] == 0 && dims[2] == 0 && dims[3] == 0 && produced && !is_nchwc(*produced);
   }
 
   // Channels of ReorderInput's input: the graph's, else the logical channel count ORT keeps
   // downstream (the Convs it feeds may be padded, a depthwise one in group count too).
-  std::optional<int64_t> reorder_input_channels(const onnx::NodeProto& node) {
-    if (auto channels = plain_channels(node.input(0), int_attribute(node, "channels_last", 0) != 0)) return channels;
+  std::optional<int64_t> reorder_input_channels(const NodeView& node) {
+    if (auto channels = plain_channels(node.input(0), node.attribute_int("channels_last", 0) != 0)) return channels;
     return logical_channels_downstream(node.output(0));
   }
 
   // The `channels` of the first ReorderOutput reached from a blocked value through ops that keep
   // the channels (pools, Upsample, depthwise Convs, elementwise ops, the split Reshapes).
-  std::optional<int64_t> logical_channels_downstream(const std::string& value, int depth = 0) {
+  std::optional<int64_t> logical_channels_downstream(const Value& value, int depth = 0) {
     if (depth > 64) return std::nullopt;
-    for (const auto& use : scope_.uses(value)) {
-      const onnx::NodeProto& node = *use.node;
+    for (const auto& read : match_.readers(value)) {
+      const NodeView& node = read.node;
       const std::string& op = node.op_type();
       bool keeps = false;
       if (is_nchwc(node)) {
-        if (op == "ReorderOutput") return int_attribute(node, "channels", 0);
-        auto weight = op == "Conv" ? scope_.facts(node.input(1)).static_dims() : std::nullopt;
+        if (op == "ReorderOutput") return node.attribute_int("channels", 0);
+        auto weight = op == "Conv" ? match_.facts_of(node.input(1)).static_dims() : std::nullopt;
         const bool depthwise = weight && weight->size() == 4 && (*weight)[1] == 1 &&
-                               (*weight)[0] == int_attribute(node, "group", 1) && use.input == 0;
+                               (*weight)[0] == node.attribute_int("group", 1) && read.input == 0;
         keeps = op == "MaxPool" || op == "AveragePool" || op == "GlobalMaxPool" || op == "GlobalAveragePool" ||
                 op == "Upsample" || depthwise;
       } else {
-        keeps = normalize_domain(node.domain()).empty() && (elementwise_ops().count(op) || op == "Reshape");
+        keeps = node.domain().empty() && (elementwise_ops().count(op) || op == "Reshape");
       }
-      if (!keeps || node.output_size() == 0) continue;
+      if (!keeps || node.outputs().empty()) continue;
       if (auto channels = logical_channels_downstream(node.output(0), depth + 1)) return channels;
     }
     return std::nullopt;
   }
 
-  static std::string upsample_mode(const onnx::NodeProto& node) {
-    const auto* mode = find_attribute(node, "mode");
+  static std::string upsample_mode(const NodeView& node) {
+    const auto* mode = node.attribute("mode");
     return mode ? mode->s() : "nearest";
   }
 
-  static std::string upsample_transform(const onnx::NodeProto& node) {
-    const auto* transform = find_attribute(node, "coordinate_transformation_mode");
+  static std::string upsample_transform(const NodeView& node) {
+    const auto* transform = node.attribute("coordinate_transformation_mode");
     return transform ? transform->s() : "asymmetric";
   }
 
  private:
-  const std::vector<const onnx::NodeProto*>& nchwc_nodes(const std::string& op) const {
-    static const std::vector<const onnx::NodeProto*> none;
+  const std::vector<NodeView>& nchwc_nodes(const std::string& op) const {
+    static const std::vector<NodeView> none;
     auto it = nchwc_nodes_.find(op);
     return it == nchwc_nodes_.end() ? none : it->second;
   }
 
-  const Scope& scope_;
-  std::map<std::string, std::vector<const onnx::NodeProto*>> nchwc_nodes_;
+  const BuildContext& match_;
+  std::vector<NodeView> nodes_;  // the graph's, in order
+  std::map<std::string, std::vector<NodeView>> nchwc_nodes_;
   std::unordered_set<std::string> blocked_;
 };
 
@@ -499,11 +496,11 @@ struct Analysis {
   int64_t block = 0;
 };
 
-Analysis analyze(Layout& layout, const Match& match, GraphBuilder& b) {
+Analysis analyze(Layout& layout, const BuildContext& match, GraphBuilder& b) {
   auto size = layout.block_size();
   if (auto* why = std::get_if<std::string>(&size)) return {*why};
   const auto block = std::get<Layout::BlockSize>(size);
-  const auto nodes = layout.region(match.anchor);
+  const auto nodes = layout.region(match.anchor());
   if (auto problem = layout.region_problem(nodes, block.size, b.opset()); !problem.empty()) {
     return {fmt::format("the NCHWc region of {} nodes stays as it is: {}", nodes.size(), problem)};
   }
@@ -534,42 +531,41 @@ std::vector<double> unreorder_weights(const std::vector<double>& reordered, cons
   return oihw;
 }
 
-std::string conv(const Match& match, GraphBuilder& b, Layout&, int64_t block) {
-  const onnx::NodeProto& node = *match.anchor;
-  const std::string& weight_name = match.value("w");
-  const auto weight_dims = match.scope->facts(weight_name).static_dims();
-  auto weights = match.scope->constant_values(weight_name, SIZE_MAX);
-  if (!weights) return "the Conv weights can't be read";
+BuildResult conv(const BuildContext& match, GraphBuilder& b, Layout&, int64_t block) {
+  const NodeView node = match.anchor();
+  const auto weight_dims = match.facts("w").static_dims();
+  auto weights = match.constant("w", SIZE_MAX);
+  if (!weights) return decline("the Conv weights can't be read");
   const auto& dims = *weight_dims;
-  const bool by_output_block = Layout::per_output_block(dims, int_attribute(node, "group", 1), block);
+  const bool by_output_block = Layout::per_output_block(dims, node.attribute_int("group", 1), block);
   Value w = b.constant(make_tensor(TensorProto::FLOAT, dims,
                                    unreorder_weights(weights->numbers, dims, block, by_output_block)));
   std::string why;
   auto activation = mlas_activation(node, why);
-  Value y = b.op("Conv", {Value{match.value("x")}, w, Value{match.value("b")}},
-                 attributes_without(node, "activation"));
-  if (!match.value("sum").empty()) y = b.Add(y, Value{match.value("sum")});
+  Value y = b.op("Conv", {match.value("x"), w, match.value("b")},
+                 node.attributes_except({"activation"}));
+  if (match.has("sum")) y = b.Add(y, match.value("sum"));
   Value activated;
   auto failed = apply_activation(b, y, *activation, TensorProto::FLOAT, activated);
-  if (!failed.empty()) return failed;
+  if (failed) return decline(*failed);
   b.output(match.value("y"), activated);
-  return {};
+  return built();
 }
 
 // MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool: the same op, per channel.
-std::string pool(const Match& match, GraphBuilder& b, Layout&, int64_t) {
-  const onnx::NodeProto& node = *match.anchor;
+BuildResult pool(const BuildContext& match, GraphBuilder& b, Layout&, int64_t) {
+  const NodeView node = match.anchor();
   std::string why;
   auto attributes = pool_attributes(node, b.opset(), why);
-  if (!attributes) return why;
-  b.output(match.value("y"), b.op(node.op_type(), {Value{match.value("x")}}, *attributes));
-  return {};
+  if (!attributes) return decline(why);
+  b.output(match.value("y"), b.op(node.op_type(), {match.value("x")}, *attributes));
+  return built();
 }
 
 // Upsample <scales (ints), mode, coordinate_transformation_mode>: Resize (Upsample below ai.onnx 10).
-std::string upsample(const Match& match, GraphBuilder& b, Layout&, int64_t) {
-  const onnx::NodeProto& node = *match.anchor;
-  const auto* scale_attribute = find_attribute(node, "scales");
+BuildResult upsample(const BuildContext& match, GraphBuilder& b, Layout&, int64_t) {
+  const NodeView node = match.anchor();
+  const auto* scale_attribute = node.attribute("scales");
   const std::vector<double> scales(scale_attribute->ints().begin(), scale_attribute->ints().end());
   const std::string mode = Layout::upsample_mode(node), transform = Layout::upsample_transform(node);
   Value x{match.value("x")};
@@ -587,14 +583,14 @@ std::string upsample(const Match& match, GraphBuilder& b, Layout&, int64_t) {
     y = b.op("Resize", {x, roi, b.floats(scales)}, attributes);
   }
   b.output(match.value("y"), y);
-  return {};
+  return built();
 }
 
 // ReorderInput <channels_last>: NCHW (or NHWC) to the blocked meaning: channels zero-padded to Cp.
-std::string reorder_input(const Match& match, GraphBuilder& b, Layout& layout, int64_t block) {
-  const onnx::NodeProto& node = *match.anchor;
+BuildResult reorder_input(const BuildContext& match, GraphBuilder& b, Layout& layout, int64_t block) {
+  const NodeView node = match.anchor();
   Value x{match.value("x")};
-  if (int_attribute(node, "channels_last", 0) != 0) x = b.Transpose(x, {0, 3, 1, 2});
+  if (node.attribute_int("channels_last", 0) != 0) x = b.Transpose(x, {0, 3, 1, 2});
   const int64_t channels = *layout.reorder_input_channels(node);
   const int64_t padding = round_up(channels, block) - channels;
   if (padding > 0) {
@@ -602,34 +598,34 @@ std::string reorder_input(const Match& match, GraphBuilder& b, Layout& layout, i
     x = b.opset() < 11 ? b.op("Pad", {x}, {attr("pads", pads)}) : b.op("Pad", {x, b.ints(pads)});
   }
   b.output(match.value("y"), x);
-  return {};
+  return built();
 }
 
 // ReorderOutput <channels, channels_last>: the first `channels` channels, NHWC when channels_last.
-std::string reorder_output(const Match& match, GraphBuilder& b, Layout& layout, int64_t block) {
-  const onnx::NodeProto& node = *match.anchor;
-  const int64_t channels = int_attribute(node, "channels", 0);
+BuildResult reorder_output(const BuildContext& match, GraphBuilder& b, Layout& layout, int64_t block) {
+  const NodeView node = match.anchor();
+  const int64_t channels = node.attribute_int("channels", 0);
   Value y{match.value("x")};
   auto padded = layout.padded_channels(match.value("x"), block);
   if (!padded || *padded != channels) y = b.Slice(y, {0}, {channels}, {1});
-  if (int_attribute(node, "channels_last", 0) != 0) y = b.Transpose(y, {0, 2, 3, 1});
+  if (node.attribute_int("channels_last", 0) != 0) y = b.Transpose(y, {0, 2, 3, 1});
   b.output(match.value("y"), y);
-  return {};
+  return built();
 }
 
 // ORT's Reshape [0, -1, 0, 0, B] of a blocked tensor (for an Add whose shapes it couldn't prove
 // equal) reads the layout: in NCHW the same broadcasting is [0, -1, 0, 0, 1].
-std::string split_reshape(const Match& match, GraphBuilder& b, Layout& layout, int64_t block) {
-  if (!layout.split_reshape(*match.anchor, block)) {
-    return "not ORT's channel-splitting Reshape (the unsplitting one stays)";
+BuildResult split_reshape(const BuildContext& match, GraphBuilder& b, Layout& layout, int64_t block) {
+  if (!layout.split_reshape(match.anchor(), block)) {
+    return decline("not ORT's channel-splitting Reshape (the unsplitting one stays)");
   }
-  b.output(match.value("y"), b.Reshape(Value{match.value("x")}, b.ints({0, -1, 0, 0, 1})));
-  return {};
+  b.output(match.value("y"), b.Reshape(match.value("x"), b.ints({0, -1, 0, 0, 1})));
+  return built();
 }
 
 // The cheap test first (the rule is tried on every Reshape): a constant shape [0, k, 0, 0, B].
-bool maybe_split_reshape(const Match& match) {
-  auto shape = match.scope->constant_values(match.value("shape"));
+bool maybe_split_reshape(const BuildContext& match) {
+  auto shape = match.constant("shape");
   if (!shape || shape->numbers.size() != 5) return false;
   const auto dims = shape->ints();
   const bool block = std::find(std::begin(kBlockSizes), std::end(kBlockSizes), dims[4]) != std::end(kBlockSizes);
@@ -637,26 +633,30 @@ bool maybe_split_reshape(const Match& match) {
 }
 
 // One builder for the whole family, so that --only / --skip can't split a region.
-std::string nchwc_to_nchw(const Match& match, GraphBuilder& b) {
-  using Rewrite = std::string (*)(const Match&, GraphBuilder&, Layout&, int64_t);
+BuildResult nchwc_to_nchw(const BuildContext& match, GraphBuilder& b) {
+  using Rewrite = BuildResult (*)(const BuildContext&, GraphBuilder&, Layout&, int64_t);
   static const std::map<std::string, Rewrite> rewrites = {
       {"Conv", conv},       {"MaxPool", pool},         {"AveragePool", pool},  {"GlobalMaxPool", pool},
       {"GlobalAveragePool", pool}, {"Upsample", upsample}, {"ReorderInput", reorder_input},
       {"ReorderOutput", reorder_output}, {"Reshape", split_reshape}};
-  if (!is_nchwc(*match.anchor) && !maybe_split_reshape(match)) return "not ORT's NCHWc channel-splitting Reshape";
-  Layout layout(*match.scope);
-  if (!is_nchwc(*match.anchor) && !layout.blocked(match.value("x"))) return "not a Reshape of an NCHWc tensor";
+  if (!is_nchwc(match.anchor()) && !maybe_split_reshape(match)) return decline("not ORT's NCHWc channel-splitting Reshape");
+  Layout layout(match);
+  if (!is_nchwc(match.anchor()) && !layout.blocked(match.value("x"))) return decline("not a Reshape of an NCHWc tensor");
   auto analysis = analyze(layout, match, b);
-  if (!analysis.problem.empty()) return analysis.problem;
-  auto it = rewrites.find(match.anchor->op_type());
-  if (it == rewrites.end()) return "unknown NCHWc op " + match.anchor->op_type();
+  if (!analysis.problem.empty()) return decline(analysis.problem);
+  auto it = rewrites.find(match.anchor().op_type());
+  if (it == rewrites.end()) return decline("unknown NCHWc op " + match.anchor().op_type());
   return it->second(match, b, layout, analysis.block);
 }
 
 }  // namespace
 
 void register_defuse_nchwc_builders(BuilderRegistry& registry) {
-  registry.add("nchwc_to_nchw", {.values = {"x", "y"}, .optional_values = {"w", "b", "sum", "shape"}},
+  registry.add("nchwc_to_nchw",
+               {.values = {"x", "y"},
+                .optional_values = {"w", "b", "sum", "shape"},
+                .node_attributes = {"activation", "activation_params", "allowzero", "axis", "channels", "channels_last",
+                                    "coordinate_transformation_mode", "group", "mode", "scales"}},
                with_attribute_types_checked(ort_attribute_types(), nchwc_to_nchw));
 }
 

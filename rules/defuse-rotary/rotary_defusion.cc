@@ -27,14 +27,13 @@ std::string unknown(const std::string& what) {
   return fmt::format("{} is unknown (the head layout needs it)", what);
 }
 
-std::string read_layout(const Match& match, Layout& layout) {
-  layout.dtype = element_type(match, {"input", "cos_cache", "sin_cache"});
+std::string read_layout(const BuildContext& match, Layout& layout) {
+  layout.dtype = match.element_type({"input", "cos_cache", "sin_cache"});
   if (layout.dtype == TensorProto::BFLOAT16) {
     return "bfloat16: ONNX Runtime's CPU provider has no bfloat16 RotaryEmbedding to prove the rewrite against";
   }
-  if (auto why = check_element_type(layout.dtype, {TensorProto::FLOAT, TensorProto::FLOAT16}, "RotaryEmbedding");
-      !why.empty()) {
-    return why;
+  if (auto why = check_element_type(layout.dtype, {TensorProto::FLOAT, TensorProto::FLOAT16}, "RotaryEmbedding")) {
+    return *why;
   }
   const auto& input = match.facts("input");
   if (!input.rank()) return unknown("the rank of the input");
@@ -99,10 +98,10 @@ Value offset_positions(GraphBuilder& b, Value input, Value position_ids, const L
   return b.Add(start, steps);
 }
 
-std::string rotary_embedding_as_onnx23(const Match& match, GraphBuilder& b) {
+BuildResult rotary_embedding_as_onnx23(const BuildContext& match, GraphBuilder& b) {
   Layout layout;
-  if (auto why = read_layout(match, layout); !why.empty()) return why;
-  if (layout.rank == 3 && layout.heads <= 0) return "the number of heads is unknown (RotaryEmbedding-23 needs num_heads for 3-D input)";
+  if (auto why = read_layout(match, layout); !why.empty()) return decline(why);
+  if (layout.rank == 3 && layout.heads <= 0) return decline("the number of heads is unknown (RotaryEmbedding-23 needs num_heads for 3-D input)");
   const Value input{match.value("input")};
   Value positions{match.value("position_ids")};
   if (layout.offset) {  // RotaryEmbedding-23 takes [B, S] positions only
@@ -117,21 +116,21 @@ std::string rotary_embedding_as_onnx23(const Match& match, GraphBuilder& b) {
   if (layout.head_size <= 0 || layout.rotary_dim < layout.head_size) {
     attributes.push_back(attr("rotary_embedding_dim", layout.rotary_dim));
   }
-  b.output(match.value("output"), b.op("RotaryEmbedding", {input, Value{match.value("cos_cache")},
-                                                          Value{match.value("sin_cache")}, positions},
+  b.output(match.value("output"), b.op("RotaryEmbedding", {input, match.value("cos_cache"),
+                                                          match.value("sin_cache"), positions},
                                        std::move(attributes)));
-  return {};
+  return built();
 }
 
-std::string defuse_rotary_embedding(const Match& match, GraphBuilder& b) {
+BuildResult defuse_rotary_embedding(const BuildContext& match, GraphBuilder& b) {
   Layout layout;
-  if (auto why = read_layout(match, layout); !why.empty()) return why;
+  if (auto why = read_layout(match, layout); !why.empty()) return decline(why);
   const bool widen = layout.dtype == TensorProto::FLOAT16;
   Value x{match.value("input")};
   Value positions{match.value("position_ids")};
   if (layout.offset) positions = offset_positions(b, x, positions, layout);  // [S]
-  Value cos = b.Gather(Value{match.value("cos_cache")}, positions);          // [B, S, R/2] or [S, R/2]
-  Value sin = b.Gather(Value{match.value("sin_cache")}, positions);
+  Value cos = b.Gather(match.value("cos_cache"), positions);          // [B, S, R/2] or [S, R/2]
+  Value sin = b.Gather(match.value("sin_cache"), positions);
   if (layout.rank == 3) {
     // [B, S, N, H]; one of N, H may be known only at run time
     x = b.Reshape(x, b.ints({0, 0, layout.heads > 0 ? layout.heads : -1, layout.head_size > 0 ? layout.head_size : -1}));
@@ -150,7 +149,7 @@ std::string defuse_rotary_embedding(const Match& match, GraphBuilder& b) {
   if (widen) y = b.Cast(y, layout.dtype);
   if (layout.rank == 3) y = b.Reshape(y, b.ints({0, 0, layout.heads > 0 && layout.head_size > 0 ? layout.heads * layout.head_size : -1}));
   b.output(match.value("output"), y);
-  return {};
+  return built();
 }
 
 }  // namespace

@@ -31,11 +31,8 @@ namespace {
 using onnx::TensorProto;
 
 // Static dims of a value (a constant's header, or declared/inferred dims all known).
-std::optional<std::vector<int64_t>> known_dims(const Match& match, const char* name) {
-  if (!bound(match, name)) return std::nullopt;
-  if (const auto* tensor = match.scope->constant_tensor(match.value(name))) {
-    return std::vector<int64_t>(tensor->dims().begin(), tensor->dims().end());
-  }
+std::optional<std::vector<int64_t>> known_dims(const BuildContext& match, const char* name) {
+  if (!match.has(name)) return std::nullopt;
   auto dims = match.facts(name).static_dims();
   if (!dims) return std::nullopt;
   for (int64_t d : *dims) {
@@ -64,8 +61,8 @@ bool gemm_scale_for_b(const std::vector<int64_t>& param, const std::vector<int64
   return true;
 }
 
-std::string check_type(const Match& match, const char* name, std::initializer_list<int32_t> allowed, const std::string& what) {
-  if (!bound(match, name)) return {};
+std::string check_type(const BuildContext& match, const char* name, std::initializer_list<int32_t> allowed, const std::string& what) {
+  if (!match.has(name)) return {};
   const int32_t type = match.facts(name).elem_type;
   if (!type) return {};
   for (int32_t t : allowed) {
@@ -76,35 +73,35 @@ std::string check_type(const Match& match, const char* name, std::initializer_li
 
 // Shared by both ops: a (quantized, or float for DynamicQuantizeMatMul), its scale and zero point
 // as built values, the b side from the match.
-std::string build(const Match& match, GraphBuilder& b, bool dynamic) {
+BuildResult build(const BuildContext& match, GraphBuilder& b, bool dynamic) {
   const bool qdq = match.attribute_string("form", "integer") == "qdq";
-  const std::string op = match.anchor->op_type();
-  if (auto why = check_type(match, "b", {TensorProto::UINT8, TensorProto::INT8}, "B must be uint8 or int8"); !why.empty()) return why;
+  const std::string op = match.anchor().op_type();
+  if (auto why = check_type(match, "b", {TensorProto::UINT8, TensorProto::INT8}, "B must be uint8 or int8"); !why.empty()) return decline(why);
   for (const char* name : {"a_scale", "b_scale", "bias"}) {
     if (dynamic && name == std::string("a_scale")) continue;  // DynamicQuantizeMatMul has none
-    if (auto why = check_type(match, name, {TensorProto::FLOAT}, "ORT's CPU kernel takes float"); !why.empty()) return why;
+    if (auto why = check_type(match, name, {TensorProto::FLOAT}, "ORT's CPU kernel takes float"); !why.empty()) return decline(why);
   }
   Value a{match.value("a")}, a_scale, a_zero_point;
   std::vector<int64_t> a_scale_dims;  // {} = one element
   if (dynamic) {
-    if (auto why = check_type(match, "a", {TensorProto::FLOAT}, "ORT's CPU kernel takes float"); !why.empty()) return why;
+    if (auto why = check_type(match, "a", {TensorProto::FLOAT}, "ORT's CPU kernel takes float"); !why.empty()) return decline(why);
   } else {
-    if (auto why = check_type(match, "a", {TensorProto::UINT8, TensorProto::INT8}, "A must be uint8 or int8"); !why.empty()) return why;
+    if (auto why = check_type(match, "a", {TensorProto::UINT8, TensorProto::INT8}, "A must be uint8 or int8"); !why.empty()) return decline(why);
     const int32_t a_type = match.facts("a").elem_type, b_type = match.facts("b").elem_type;
-    if (a_type == TensorProto::INT8 && b_type == TensorProto::UINT8) return "A is int8 and B uint8; ORT's kernel has no such pair";
+    if (a_type == TensorProto::INT8 && b_type == TensorProto::UINT8) return decline("A is int8 and B uint8; ORT's kernel has no such pair");
     auto dims = known_dims(match, "a_scale");
-    if (!dims) return "the shape of a_scale is unknown";
+    if (!dims) return decline("the shape of a_scale is unknown");
     a_scale_dims = *dims;
-    a_scale = Value{match.value("a_scale")};
-    a_zero_point = value_of(match, "a_zero_point");
+    a_scale = match.value("a_scale");
+    a_zero_point = match.value("a_zero_point");
     if (auto zp = known_dims(match, "a_zero_point"); zp && !one_element(*zp)) {
-      return "a_zero_point has more than one element; ORT's kernel takes one (per-tensor A)";
+      return decline("a_zero_point has more than one element; ORT's kernel takes one (per-tensor A)");
     }
   }
   auto b_dims = known_dims(match, "b");
   auto b_scale_dims = known_dims(match, "b_scale");
-  if (!b_dims) return "the shape of B is unknown";
-  if (!b_scale_dims) return "the shape of b_scale is unknown";
+  if (!b_dims) return decline("the shape of B is unknown");
+  if (!b_scale_dims) return decline("the shape of b_scale is unknown");
   Value b_scale{match.value("b_scale")};
   if (!dynamic && !one_element(a_scale_dims)) {
     // FixupScaleTensor: scales given the other way round are swapped back.
@@ -117,26 +114,26 @@ std::string build(const Match& match, GraphBuilder& b, bool dynamic) {
   const bool a_in_gemm = dynamic || one_element(a_scale_dims);
   const bool b_in_gemm = gemm_scale_for_b(*b_scale_dims, *b_dims);
   if (auto zp = known_dims(match, "b_zero_point"); zp && !gemm_scale_for_b(*zp, *b_dims)) {
-    return "b_zero_point is neither per tensor nor per column of B (ORT's kernel refuses it)";
-  } else if (!zp && bound(match, "b_zero_point")) {
-    return "the shape of b_zero_point is unknown";
+    return decline("b_zero_point is neither per tensor nor per column of B (ORT's kernel refuses it)");
+  } else if (!zp && match.has("b_zero_point")) {
+    return decline("the shape of b_zero_point is unknown");
   }
 
   if (dynamic) {
     auto quantized = b.op_outputs("DynamicQuantizeLinear", {a}, 3);
     a = quantized[0], a_scale = quantized[1], a_zero_point = quantized[2];
   }
-  Value bias = value_of(match, "bias");
+  Value bias = match.value("bias");
   Value y;
   if (qdq) {
-    if (!a_in_gemm || !b_in_gemm) return "the qdq form takes a per-tensor a_scale and a per-tensor or per-column b_scale";
+    if (!a_in_gemm || !b_in_gemm) return decline("the qdq form takes a per-tensor a_scale and a per-tensor or per-column b_scale");
     const bool per_column = !one_element(*b_scale_dims);
-    if (per_column && b_dims->size() != 2) return "the qdq form takes per-column scales of a 2-D B only";
+    if (per_column && b_dims->size() != 2) return decline("the qdq form takes per-column scales of a 2-D B only");
     auto zp_dims = known_dims(match, "b_zero_point");
-    if (zp_dims && per_column != !one_element(*zp_dims)) return "the qdq form needs b_scale and b_zero_point of one shape";
+    if (zp_dims && per_column != !one_element(*zp_dims)) return decline("the qdq form needs b_scale and b_zero_point of one shape");
     Value da = a_zero_point.absent() ? b.op("DequantizeLinear", {a, a_scale}) : b.op("DequantizeLinear", {a, a_scale, a_zero_point});
-    std::vector<Value> b_inputs{Value{match.value("b")}, b_scale};
-    if (bound(match, "b_zero_point")) b_inputs.push_back(value_of(match, "b_zero_point"));
+    std::vector<Value> b_inputs{match.value("b"), b_scale};
+    if (match.has("b_zero_point")) b_inputs.push_back(match.value("b_zero_point"));
     Value db;
     if (!per_column) {
       db = b.op("DequantizeLinear", b_inputs);
@@ -150,12 +147,12 @@ std::string build(const Match& match, GraphBuilder& b, bool dynamic) {
     y = b.MatMul(da, db);
     if (!bias.absent()) y = b.Add(y, bias);
     b.output(match.value("y"), y);
-    return {};
+    return built();
   }
-  std::vector<Value> inputs{a, Value{match.value("b")}};
-  const bool b_zero_point = bound(match, "b_zero_point");
+  std::vector<Value> inputs{a, match.value("b")};
+  const bool b_zero_point = match.has("b_zero_point");
   if (!a_zero_point.absent() || b_zero_point) inputs.push_back(a_zero_point);
-  if (b_zero_point) inputs.push_back(value_of(match, "b_zero_point"));
+  if (b_zero_point) inputs.push_back(match.value("b_zero_point"));
   Value product = b.Cast(b.op("MatMulInteger", inputs), TensorProto::FLOAT);
   // Scales the kernel applies in its GEMM, then the bias, then the others (ScaleOutput).
   Value gemm_scale;
@@ -169,11 +166,11 @@ std::string build(const Match& match, GraphBuilder& b, bool dynamic) {
   if (!a_in_gemm) y = b.Mul(y, a_scale);
   if (!b_in_gemm) y = b.Mul(y, b_scale);
   b.output(match.value("y"), y);
-  return {};
+  return built();
 }
 
-std::string dynamic_quantize_matmul(const Match& match, GraphBuilder& b) { return build(match, b, true); }
-std::string matmul_integer_to_float(const Match& match, GraphBuilder& b) { return build(match, b, false); }
+BuildResult dynamic_quantize_matmul(const BuildContext& match, GraphBuilder& b) { return build(match, b, true); }
+BuildResult matmul_integer_to_float(const BuildContext& match, GraphBuilder& b) { return build(match, b, false); }
 
 }  // namespace
 

@@ -20,6 +20,21 @@
 namespace onnx_rewrite {
 namespace {
 
+// A fused node's attribute, or `otherwise` when it does not write it.
+int64_t int_attribute(const onnx::NodeProto& node, std::string_view name, int64_t otherwise) {
+  for (const auto& attribute : node.attribute()) {
+    if (attribute.name() == name) return attribute.i();
+  }
+  return otherwise;
+}
+
+float float_attribute(const onnx::NodeProto& node, std::string_view name, float otherwise) {
+  for (const auto& attribute : node.attribute()) {
+    if (attribute.name() == name) return attribute.f();
+  }
+  return otherwise;
+}
+
 using namespace testing;
 
 std::string model(int opset, const std::string& graph) {

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/active_rules.h"
 #include "test_support.h"
 
 namespace onnx_rewrite {

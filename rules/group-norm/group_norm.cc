@@ -45,7 +45,7 @@ struct Groups {
 // The group count when it is known now: the captured attribute `num_groups` (ai.onnx
 // GroupNormalization) or the constant one-element input `num_groups` (mygroupnorm, float or int);
 // nullopt when the input is computed at run time; a string when it can't be a group count.
-std::variant<std::optional<int64_t>, std::string> known_group_count(const Match& match) {
+std::variant<std::optional<int64_t>, std::string> known_group_count(const BuildContext& match) {
   std::optional<int64_t> count;
   if (match.attribute("num_groups")) {
     count = match.attribute_int("num_groups", 0);
@@ -66,17 +66,17 @@ std::variant<std::optional<int64_t>, std::string> known_group_count(const Match&
   return count;
 }
 
-std::variant<Groups, std::string> group_count(const Match& match, GraphBuilder& b) {
+std::variant<Groups, std::string> group_count(const BuildContext& match, GraphBuilder& b) {
   auto known = known_group_count(match);
   if (auto* reason = std::get_if<std::string>(&known)) return *reason;
   if (auto count = std::get<std::optional<int64_t>>(known)) return Groups{count, {}};
   if (b.opset() < 9) return "num_groups is computed at run time, which needs ConstantOfShape (ai.onnx >= 9)";
-  const Value count = b.Cast(b.Reshape(Value{match.value("num_groups")}, b.ints({1})), onnx::TensorProto::INT64);
+  const Value count = b.Cast(b.Reshape(match.value("num_groups"), b.ints({1})), onnx::TensorProto::INT64);
   return Groups{std::nullopt, count};
 }
 
 // x's element type, else scale's (the ops require them equal); kUnknownType when neither is known.
-int32_t x_element_type(const Match& match) { return element_type(match, {"x", "scale"}); }
+int32_t x_element_type(const BuildContext& match) { return match.element_type({"x", "scale"}); }
 
 // `count` copies of `number` as a [G] tensor of `data_type`; of x's type via CastLike when that
 // is unknown (the caller checked the opset).
@@ -104,9 +104,9 @@ Value standardized(GraphBuilder& b, Value grouped, float epsilon, int32_t data_t
 }
 
 // y * scale + bias, with scale and bias reshaped to `channel_shape` to broadcast per channel.
-Value scale_and_shift(const Match& match, GraphBuilder& b, Value y, const std::vector<int64_t>& channel_shape) {
-  const Value scaled = b.Mul(y, reshaped(match, b, "scale", channel_shape));
-  return b.Add(scaled, reshaped(match, b, "bias", channel_shape));
+Value scale_and_shift(const BuildContext& match, GraphBuilder& b, Value y, const std::vector<int64_t>& channel_shape) {
+  const Value scaled = b.Mul(y, match.reshaped(b, "scale", channel_shape));
+  return b.Add(scaled, match.reshaped(b, "bias", channel_shape));
 }
 
 bool is_half(int32_t data_type) {
@@ -116,13 +116,13 @@ bool is_half(int32_t data_type) {
 // The type the statistics are computed in (kUnknownType: x's own, unknown type).
 // GroupNormalization-21 says it in stash_type (float unless told); torch (mygroupnorm) accumulates
 // half types in float; GroupNormalization-18 stays in x's type.
-int32_t statistics_type(const Match& match, Affine affine, int32_t data_type) {
+int32_t statistics_type(const BuildContext& match, Affine affine, int32_t data_type) {
   if (match.attribute("stash_type")) return static_cast<int32_t>(match.attribute_int("stash_type", onnx::TensorProto::FLOAT));
   if (affine == Affine::kPerChannel && is_half(data_type)) return onnx::TensorProto::FLOAT;
   return data_type;
 }
 
-std::string build_group_norm(const Match& match, GraphBuilder& b, Affine affine) {
+BuildResult build_group_norm(const BuildContext& match, GraphBuilder& b, Affine affine) {
   const Value x{match.value("x")};
   const Value scale{match.value("scale")};
   const Value bias{match.value("bias")};
@@ -135,15 +135,15 @@ std::string build_group_norm(const Match& match, GraphBuilder& b, Affine affine)
   // zeros for InstanceNormalization.
   const bool needs_x_type = stash_type != data_type || (!per_group && !spelled_out);
   if (data_type == kUnknownType && needs_x_type && b.opset() < kCastLikeOpset) {
-    return fmt::format("the element type of x (and of scale) is unknown: {} needs CastLike "
+    return decline(fmt::format("the element type of x (and of scale) is unknown: {} needs CastLike "
                        "(ai.onnx >= {}; this graph imports {})",
                        stash_type != data_type ? "casting the statistics back from stash_type to it"
                                                : "making InstanceNormalization's units and zeros of that type",
-                       kCastLikeOpset, b.opset());
+                       kCastLikeOpset, b.opset()));
   }
 
   auto counted = group_count(match, b);
-  if (auto* reason = std::get_if<std::string>(&counted)) return *reason;
+  if (auto* reason = std::get_if<std::string>(&counted)) return decline(*reason);
   const Groups groups = std::get<Groups>(counted);
 
   const Value grouped_shape =
@@ -167,7 +167,7 @@ std::string build_group_norm(const Match& match, GraphBuilder& b, Affine affine)
   const Value restored = b.Reshape(normalized, x_shape);
   if (per_group) {
     b.output(match.value("y"), restored);
-    return {};
+    return built();
   }
 
   // Per channel: scale and bias broadcast as [C, 1, ..., 1] against x's shape when its rank is
@@ -176,29 +176,29 @@ std::string build_group_norm(const Match& match, GraphBuilder& b, Affine affine)
     std::vector<int64_t> per_channel(*rank - 1, 1);
     per_channel.front() = -1;
     b.output(match.value("y"), scale_and_shift(match, b, restored, per_channel));
-    return {};
+    return built();
   }
   const Value channels_view = b.Reshape(restored, b.ints({0, 0, -1}));
   const Value affined = scale_and_shift(match, b, channels_view, {-1, 1});
   b.output(match.value("y"), b.Reshape(affined, x_shape));
-  return {};
+  return built();
 }
 
 // mygroupnorm as GroupNormalization-21 (same semantics), when num_groups is a valid constant.
 // torch takes the statistics of a double tensor in double: stash_type says so (its default is float).
-std::string build_group_normalization_21(const Match& match, GraphBuilder& b) {
+BuildResult build_group_normalization_21(const BuildContext& match, GraphBuilder& b) {
   auto known = known_group_count(match);
-  if (auto* reason = std::get_if<std::string>(&known)) return *reason;
+  if (auto* reason = std::get_if<std::string>(&known)) return decline(*reason);
   const auto count = std::get<std::optional<int64_t>>(known);
-  if (!count) return "num_groups is not a constant";
+  if (!count) return decline("num_groups is not a constant");
   Attributes attributes{attr("epsilon", match.attribute_float("eps", 1e-5f)), attr("num_groups", *count)};
   if (x_element_type(match) == onnx::TensorProto::DOUBLE) {
     attributes.push_back(attr("stash_type", int64_t{onnx::TensorProto::DOUBLE}));
   }
-  const Value y = b.op("GroupNormalization", {Value{match.value("x")}, Value{match.value("scale")}, Value{match.value("bias")}},
+  const Value y = b.op("GroupNormalization", {match.value("x"), match.value("scale"), match.value("bias")},
                        std::move(attributes));
   b.output(match.value("y"), y);
-  return {};
+  return built();
 }
 
 }  // namespace
@@ -213,9 +213,9 @@ void register_group_norm_builders(BuilderRegistry& registry) {
                                        .attributes = {"eps"},
                                        .optional_attributes = {"num_groups", "stash_type"}};
   registry.add("group_norm_per_channel", decomposition,
-               [](const Match& match, GraphBuilder& b) { return build_group_norm(match, b, Affine::kPerChannel); });
+               [](const BuildContext& match, GraphBuilder& b) { return build_group_norm(match, b, Affine::kPerChannel); });
   registry.add("group_norm_per_group", decomposition,
-               [](const Match& match, GraphBuilder& b) { return build_group_norm(match, b, Affine::kPerGroup); });
+               [](const BuildContext& match, GraphBuilder& b) { return build_group_norm(match, b, Affine::kPerGroup); });
 }
 
 }  // namespace onnx_rewrite

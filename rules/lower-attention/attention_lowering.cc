@@ -38,14 +38,14 @@ struct Form {
   int64_t qk_mode = 0;
 };
 
-int64_t known_heads(const Match& match, const Form& f, const char* input, const char* attribute) {
+int64_t known_heads(const BuildContext& match, const Form& f, const char* input, const char* attribute) {
   if (f.three_d) return match.attribute_int(attribute, -1);
   return match.facts(input).dim(1);
 }
 
 // Whether attn_mask's last dimension is T (past and new keys) by the static shapes. Attention-24
 // pads a shorter mask with -inf (a last dimension of 1 too, which Attention-23 broadcast).
-bool mask_covers_keys(const Match& match, const Form& f) {
+bool mask_covers_keys(const BuildContext& match, const Form& f) {
   const auto& mask = match.facts("attn_mask");
   const int64_t mask_keys = mask.rank() ? mask.dim(*mask.rank() - 1) : -1;
   int64_t keys = match.facts("k").dim(f.three_d ? 1 : 2);
@@ -53,7 +53,7 @@ bool mask_covers_keys(const Match& match, const Form& f) {
   return mask_keys >= 0 && mask_keys == keys;
 }
 
-std::string read_form(const Match& match, Form& f) {
+std::string read_form(const BuildContext& match, Form& f) {
   const int64_t q_heads = match.attribute_int("q_num_heads", 0), kv_heads = match.attribute_int("kv_num_heads", 0);
   const auto rank = match.facts("q").rank();
   f.three_d = rank ? *rank == 3 : q_heads > 0 && kv_heads > 0;
@@ -64,20 +64,18 @@ std::string read_form(const Match& match, Form& f) {
   if (f.q_heads > 0 && f.kv_heads > 0 && f.q_heads % f.kv_heads != 0) {
     return fmt::format("q_num_heads {} is not a multiple of kv_num_heads {}", f.q_heads, f.kv_heads);
   }
-  f.dtype = element_type(match, {"q", "k"});
+  f.dtype = match.element_type({"q", "k"});
   if (auto why = check_element_type(f.dtype, {TensorProto::FLOAT, TensorProto::FLOAT16, TensorProto::DOUBLE, TensorProto::BFLOAT16},
-                                    "Attention");
-      !why.empty()) {
-    return why;
+                                    "Attention")) {
+    return *why;
   }
-  if (const int32_t v_type = element_type(match, {"v"}); v_type != 0 && v_type != f.dtype) {
+  if (const int32_t v_type = match.element_type({"v"}); v_type != 0 && v_type != f.dtype) {
     return "V's element type differs from Q's: the product of the probabilities and V has no common type";
   }
   f.softmax_type = static_cast<int32_t>(match.attribute_int("softmax_precision", f.dtype));
   if (auto why = check_element_type(f.softmax_type, {TensorProto::FLOAT, TensorProto::FLOAT16, TensorProto::DOUBLE, TensorProto::BFLOAT16},
-                                    "softmax_precision");
-      !why.empty()) {
-    return why;
+                                    "softmax_precision")) {
+    return *why;
   }
   if (f.three_d) {
     const int64_t hidden = match.facts("q").dim(2);
@@ -86,14 +84,14 @@ std::string read_form(const Match& match, Form& f) {
     f.head_size = match.facts("q").dim(3);
   }
   f.causal = match.attribute_int("is_causal", 0) != 0;
-  f.past = bound(match, "past_key");
-  if (f.past != bound(match, "past_value")) return "past_key and past_value must be given together";
-  f.nonpad = bound(match, "nonpad_kv_seqlen");
+  f.past = match.has("past_key");
+  if (f.past != match.has("past_value")) return "past_key and past_value must be given together";
+  f.nonpad = match.has("nonpad_kv_seqlen");
   if (f.nonpad && f.past) return "nonpad_kv_seqlen together with past_key (an external and an internal cache)";
-  f.mask = bound(match, "attn_mask");
+  f.mask = match.has("attn_mask");
   f.mask_bool = f.mask && match.facts("attn_mask").elem_type == TensorProto::BOOL;
   if (f.mask && match.facts("attn_mask").elem_type == 0) return "the element type of attn_mask is unknown (bool or additive?)";
-  f.pad_mask = f.mask && match.scope->opset("") >= 24 && !mask_covers_keys(match, f);
+  f.pad_mask = f.mask && match.model_opset() >= 24 && !mask_covers_keys(match, f);
   f.softcap = match.attribute_float("softcap", 0.f);
   if (const auto* scale = match.attribute("scale")) f.scale = scale->f();
   f.qk_mode = match.attribute_int("qk_matmul_output_mode", 0);
@@ -108,8 +106,7 @@ Value dim(GraphBuilder& b, Value shape, int64_t axis) { return b.Gather(shape, i
 
 Value range(GraphBuilder& b, Value end) { return b.op("Range", {int64_scalar(b, 0), end, int64_scalar(b, 1)}); }
 
-// [B, S, heads·size] -> [B, heads, S, size]. (One builder call per statement where two would be
-// arguments of one call: their order would be the compiler's.)
+// [B, S, heads·size] -> [B, heads, S, size].
 Value split_heads(GraphBuilder& b, Value x, int64_t heads) {
   return b.Transpose(b.Reshape(x, b.ints({0, 0, heads, -1})), {0, 2, 1, 3});
 }
@@ -122,8 +119,8 @@ Value bias_keeping(GraphBuilder& b, const Form& f, Value kept) {
 }
 
 // The user's mask as an additive bias in the scores' type, padded to T keys (Attention-24).
-Value mask_bias(const Match& match, GraphBuilder& b, const Form& f, Value total) {
-  const Value mask = value_of(match, "attn_mask");
+Value mask_bias(const BuildContext& match, GraphBuilder& b, const Form& f, Value total) {
+  const Value mask = match.value("attn_mask");
   Value bias;
   if (f.mask_bool) {
     bias = bias_keeping(b, f, mask);
@@ -171,9 +168,9 @@ Value root_scale(GraphBuilder& b, const Form& f, Value q_shape) {
   return f.dtype == TensorProto::FLOAT ? root : b.Cast(root, f.dtype);
 }
 
-std::string lower_attention(const Match& match, GraphBuilder& b) {
+BuildResult lower_attention(const BuildContext& match, GraphBuilder& b) {
   Form f;
-  if (auto why = read_form(match, f); !why.empty()) return why;
+  if (auto why = read_form(match, f); !why.empty()) return decline(why);
   Value q{match.value("q")}, k{match.value("k")}, v{match.value("v")};
   if (f.three_d) {
     q = split_heads(b, q, f.q_heads);
@@ -184,9 +181,9 @@ std::string lower_attention(const Match& match, GraphBuilder& b) {
   const Value queries = dim(b, q_shape, 2);
   Value present_key = k, present_value = v, past_length;
   if (f.past) {
-    present_key = b.Concat({value_of(match, "past_key"), k}, 2);
-    present_value = b.Concat({value_of(match, "past_value"), v}, 2);
-    past_length = dim(b, b.Shape(value_of(match, "past_key")), 2);
+    present_key = b.Concat({match.value("past_key"), k}, 2);
+    present_value = b.Concat({match.value("past_value"), v}, 2);
+    past_length = dim(b, b.Shape(match.value("past_key")), 2);
   }
   const Value total = dim(b, b.Shape(present_key), 2);
 
@@ -199,7 +196,7 @@ std::string lower_attention(const Match& match, GraphBuilder& b) {
     if (f.past) {
       rows = b.Add(rows, past_length);
     } else if (f.nonpad) {  // per batch: [B, 1, S, 1]
-      const Value offset = b.Sub(value_of(match, "nonpad_kv_seqlen"), queries);
+      const Value offset = b.Sub(match.value("nonpad_kv_seqlen"), queries);
       const Value rows_4d = b.Unsqueeze(rows, {0, 1});
       rows = b.Add(rows_4d, b.Unsqueeze(offset, {1, 2, 3}));
     }
@@ -207,7 +204,7 @@ std::string lower_attention(const Match& match, GraphBuilder& b) {
   }
   if (f.nonpad) {
     const Value keys = range(b, dim(b, b.Shape(k), 2));
-    const Value kept = b.op("Less", {keys, b.Unsqueeze(value_of(match, "nonpad_kv_seqlen"), {1})});  // [B, kv]
+    const Value kept = b.op("Less", {keys, b.Unsqueeze(match.value("nonpad_kv_seqlen"), {1})});  // [B, kv]
     biases.push_back(b.Unsqueeze(bias_keeping(b, f, kept), {1, 2}));
   }
   Value bias;
@@ -239,34 +236,34 @@ std::string lower_attention(const Match& match, GraphBuilder& b) {
     y = b.Reshape(y_bshd, b.ints({0, 0, -1}));
   }
   b.output(match.value("y"), y);
-  if (bound(match, "present_key")) b.output(match.value("present_key"), present_key);
-  if (bound(match, "present_value")) b.output(match.value("present_value"), present_value);
-  if (bound(match, "qk_matmul_output")) {
+  if (match.has("present_key")) b.output(match.value("present_key"), present_key);
+  if (match.has("present_value")) b.output(match.value("present_value"), present_value);
+  if (match.has("qk_matmul_output")) {
     const Value by_mode[] = {product, capped, scores, probs};
     b.output(match.value("qk_matmul_output"), by_mode[f.qk_mode]);
   }
-  return {};
+  return built();
 }
 
 // RotaryEmbedding-23 (onnx/defs/nn/defs.cc): x 4-D [B, N, S, H] or 3-D [B, S, N·H] (num_heads);
 // cos/sin = cache[position_ids] ([B, S, ·]) or the caches as given (already [B, S, ·]), their
 // first R/2 values (R = rotary_embedding_dim, or H); the first R values of each head rotated in
 // halves or interleaved pairs (rotary_embedding in toolkit.h), in x's own type.
-std::string lower_rotary_embedding(const Match& match, GraphBuilder& b) {
+BuildResult lower_rotary_embedding(const BuildContext& match, GraphBuilder& b) {
   const auto& x_facts = match.facts("x");
-  if (!x_facts.rank() || (*x_facts.rank() != 3 && *x_facts.rank() != 4)) return "x must be 3-D or 4-D of known rank";
+  if (!x_facts.rank() || (*x_facts.rank() != 3 && *x_facts.rank() != 4)) return decline("x must be 3-D or 4-D of known rank");
   const bool three_d = *x_facts.rank() == 3;
   const int64_t heads = match.attribute_int("num_heads", 0);
-  if (three_d && heads <= 0) return "3-D input without num_heads";
+  if (three_d && heads <= 0) return decline("3-D input without num_heads");
   const int64_t head_size = three_d ? (x_facts.dim(2) > 0 ? x_facts.dim(2) / heads : -1) : x_facts.dim(3);
   const int64_t rotary_dim = match.attribute_int("rotary_embedding_dim", 0) > 0 ? match.attribute_int("rotary_embedding_dim", 0) : head_size;
-  if (rotary_dim <= 0) return "the head size is unknown (rotary_embedding_dim is 0: the whole head rotates)";
-  if (rotary_dim % 2 != 0) return fmt::format("rotary_embedding_dim {} is odd", rotary_dim);
-  if (head_size > 0 && rotary_dim > head_size) return fmt::format("rotary_embedding_dim {} exceeds the head size {}", rotary_dim, head_size);
+  if (rotary_dim <= 0) return decline("the head size is unknown (rotary_embedding_dim is 0: the whole head rotates)");
+  if (rotary_dim % 2 != 0) return decline(fmt::format("rotary_embedding_dim {} is odd", rotary_dim));
+  if (head_size > 0 && rotary_dim > head_size) return decline(fmt::format("rotary_embedding_dim {} exceeds the head size {}", rotary_dim, head_size));
   Value cos{match.value("cos_cache")}, sin{match.value("sin_cache")};
-  if (bound(match, "position_ids")) {
-    cos = b.Gather(cos, value_of(match, "position_ids"));
-    sin = b.Gather(sin, value_of(match, "position_ids"));
+  if (match.has("position_ids")) {
+    cos = b.Gather(cos, match.value("position_ids"));
+    sin = b.Gather(sin, match.value("position_ids"));
   }
   if (match.facts("cos_cache").dim(match.facts("cos_cache").rank().value_or(1) - 1) != rotary_dim / 2) {
     cos = b.Slice(cos, {0}, {rotary_dim / 2}, {-1});
@@ -280,32 +277,32 @@ std::string lower_rotary_embedding(const Match& match, GraphBuilder& b) {
   Value y = rotary_embedding(b, x, cos, sin, head_size, rotary_dim, match.attribute_int("interleaved", 0) != 0);
   if (three_d) y = b.Reshape(y, b.ints({0, 0, -1}));
   b.output(match.value("y"), y);
-  return {};
+  return built();
 }
 
 // TensorScatter-24 (onnx/defs/tensor/defs.cc): the update written into the cache along `axis`
 // from write_indices[b] (0 without them) on, modulo the cache's length in mode "circular": one
 // ScatterElements whose indices, [B, S] positions, are spread to the update's shape.
-std::string lower_tensor_scatter(const Match& match, GraphBuilder& b) {
+BuildResult lower_tensor_scatter(const BuildContext& match, GraphBuilder& b) {
   const auto rank = match.facts("past_cache").rank();
-  if (!rank) return "the rank of past_cache is unknown";
+  if (!rank) return decline("the rank of past_cache is unknown");
   const auto r = static_cast<int64_t>(*rank);
   int64_t axis = match.attribute_int("axis", -2);
   if (axis < 0) axis += r;
-  if (axis <= 0 || axis >= r) return fmt::format("axis {} is the batch axis or outside rank {}", match.attribute_int("axis", -2), r);
+  if (axis <= 0 || axis >= r) return decline(fmt::format("axis {} is the batch axis or outside rank {}", match.attribute_int("axis", -2), r));
   const std::string mode = match.attribute_string("mode", "linear");
-  if (mode != "linear" && mode != "circular") return fmt::format("mode '{}' is not linear or circular", mode);
+  if (mode != "linear" && mode != "circular") return decline(fmt::format("mode '{}' is not linear or circular", mode));
   const Value update{match.value("update")};
   const Value update_shape = b.Shape(update);
   const Value length = dim(b, update_shape, axis);
   const Value steps = b.Unsqueeze(range(b, length), {0});  // [1, S]
   Value positions = steps;
-  if (bound(match, "write_indices")) {
-    const Value starts = b.Cast(value_of(match, "write_indices"), TensorProto::INT64);
+  if (match.has("write_indices")) {
+    const Value starts = b.Cast(match.value("write_indices"), TensorProto::INT64);
     positions = b.Add(b.Unsqueeze(starts, {1}), steps);  // [B, S]
   }
   if (mode == "circular") {
-    const Value cache_shape = b.Shape(Value{match.value("past_cache")});
+    const Value cache_shape = b.Shape(match.value("past_cache"));
     const Value cache_length = dim(b, cache_shape, axis);
     positions = b.op("Mod", {positions, cache_length});
   }
@@ -316,8 +313,8 @@ std::string lower_tensor_scatter(const Match& match, GraphBuilder& b) {
   if (!spread.empty()) positions = b.Unsqueeze(positions, spread);
   const Value indices = b.op("Expand", {positions, update_shape});
   b.output(match.value("present_cache"),
-           b.op("ScatterElements", {Value{match.value("past_cache")}, indices, update}, {attr("axis", axis)}));
-  return {};
+           b.op("ScatterElements", {match.value("past_cache"), indices, update}, {attr("axis", axis)}));
+  return built();
 }
 
 }  // namespace

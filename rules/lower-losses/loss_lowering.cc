@@ -17,7 +17,7 @@ namespace {
 
 using onnx::TensorProto;
 
-std::string read_reduction(const Match& match, std::string& reduction) {
+std::string read_reduction(const BuildContext& match, std::string& reduction) {
   reduction = match.attribute_string("reduction", "mean");
   if (reduction != "none" && reduction != "sum" && reduction != "mean") {
     return fmt::format("reduction '{}' is not none, sum or mean", reduction);
@@ -26,12 +26,10 @@ std::string read_reduction(const Match& match, std::string& reduction) {
 }
 
 // The loss of `log_prob` ([N, C, d...]) at the match's target and weight, as graph value `loss`.
-std::string negative_log_likelihood(const Match& match, GraphBuilder& b, Value log_prob, int32_t dtype) {
+BuildResult negative_log_likelihood(const BuildContext& match, GraphBuilder& b, Value log_prob, int32_t dtype) {
   std::string reduction;
-  if (auto why = read_reduction(match, reduction); !why.empty()) return why;
-  if (auto why = check_element_type(dtype, {TensorProto::FLOAT, TensorProto::DOUBLE, TensorProto::FLOAT16}, "the loss"); !why.empty()) {
-    return why;
-  }
+  if (auto why = read_reduction(match, reduction); !why.empty()) return decline(why);
+  if (auto why = check_element_type(dtype, {TensorProto::FLOAT, TensorProto::DOUBLE, TensorProto::FLOAT16}, "the loss")) return decline(*why);
   const Value target{match.value("target")};
   Value index = b.Unsqueeze(target, {1});  // [N, 1, d...]
   Value ignored;                           // bool [N, 1, d...]
@@ -46,8 +44,8 @@ std::string negative_log_likelihood(const Match& match, GraphBuilder& b, Value l
   if (ignore_index) picked = b.Where(ignored, zero, picked);
   const Value loss_unweighted = b.Squeeze(b.op("Neg", {picked}), {1});  // [N, d...]
   Value weight;  // [N, d...], absent: every element weighs 1
-  if (bound(match, "weight")) {
-    weight = b.Gather(value_of(match, "weight"), index);
+  if (match.has("weight")) {
+    weight = b.Gather(match.value("weight"), index);
     if (ignore_index) weight = b.Where(ignored, zero, weight);
     weight = b.Squeeze(weight, {1});
   } else if (ignore_index) {
@@ -67,16 +65,16 @@ std::string negative_log_likelihood(const Match& match, GraphBuilder& b, Value l
     }
   }
   b.output(match.value("loss"), result);
-  return {};
+  return built();
 }
 
-std::string lower_negative_log_likelihood(const Match& match, GraphBuilder& b) {
-  return negative_log_likelihood(match, b, value_of(match, "input"), element_type(match, {"input", "weight"}));
+BuildResult lower_negative_log_likelihood(const BuildContext& match, GraphBuilder& b) {
+  return negative_log_likelihood(match, b, match.value("input"), match.element_type({"input", "weight"}));
 }
 
 // LogSoftmax over axis 1 of [N, C, d...]: as [N, C, D] with C last (opset 11's LogSoftmax
 // normalizes the flattened trailing block; with C last that is C alone).
-std::string lower_softmax_cross_entropy(const Match& match, GraphBuilder& b) {
+BuildResult lower_softmax_cross_entropy(const BuildContext& match, GraphBuilder& b) {
   const Value scores{match.value("scores")};
   const Value as_ncd = b.Reshape(scores, b.ints({0, 0, -1}));
   const Value as_ndc = b.Transpose(as_ncd, {0, 2, 1});
@@ -84,9 +82,9 @@ std::string lower_softmax_cross_entropy(const Match& match, GraphBuilder& b) {
   const Value log_ncd = b.Transpose(log_ndc, {0, 2, 1});
   const Value log_prob = b.Reshape(log_ncd, b.Shape(scores));
   // Named last: the value takes the graph output's name, which the loss must not read before.
-  const std::string why = negative_log_likelihood(match, b, log_prob, element_type(match, {"scores", "weight"}));
-  if (why.empty() && bound(match, "log_prob")) b.output(match.value("log_prob"), log_prob);
-  return why;
+  const BuildResult result = negative_log_likelihood(match, b, log_prob, match.element_type({"scores", "weight"}));
+  if (result.ok() && match.has("log_prob")) b.output(match.value("log_prob"), log_prob);
+  return result;
 }
 
 }  // namespace

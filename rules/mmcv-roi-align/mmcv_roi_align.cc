@@ -19,39 +19,39 @@ namespace {
 
 using onnx::TensorProto;
 
-std::string build_roi_align(const Match& match, GraphBuilder& b) {
+BuildResult build_roi_align(const BuildContext& match, GraphBuilder& b) {
   const Value input{match.value("input")}, rois{match.value("rois")};
   const int64_t height = match.attribute_int("output_height", 0), width = match.attribute_int("output_width", 0);
   const float scale = match.attribute_float("spatial_scale", 1.f);
   int64_t sampling_ratio = match.attribute_int("sampling_ratio", 0);
   const std::string mode = match.attribute_string("mode", "avg");
   const int64_t aligned = match.attribute_int("aligned", 1);
-  if (height < 1 || width < 1) return fmt::format("the output size {} x {} is not positive", height, width);
-  if (mode != "avg" && mode != "max") return fmt::format("mode \"{}\" is neither \"avg\" nor \"max\"", mode);
-  if (aligned != 0 && aligned != 1) return fmt::format("aligned = {} is not 0 or 1", aligned);
+  if (height < 1 || width < 1) return decline(fmt::format("the output size {} x {} is not positive", height, width));
+  if (mode != "avg" && mode != "max") return decline(fmt::format("mode \"{}\" is neither \"avg\" nor \"max\"", mode));
+  if (aligned != 0 && aligned != 1) return decline(fmt::format("aligned = {} is not 0 or 1", aligned));
   if (sampling_ratio < 0) sampling_ratio = 0;  // mmcv: any ratio <= 0 is adaptive; ONNX takes 0
   for (const char* name : {"input", "rois"}) {
     const int32_t type = match.facts(name).elem_type;
-    if (type == 0) return fmt::format("the element type of {} is unknown", name);
+    if (type == 0) return decline(fmt::format("the element type of {} is unknown", name));
     if (type != TensorProto::FLOAT && type != TensorProto::DOUBLE) {
-      return fmt::format("{} is {}: ONNX Runtime's RoiAlign takes float and double", name, data_type_name(type));
+      return decline(fmt::format("{} is {}: ONNX Runtime's RoiAlign takes float and double", name, data_type_name(type)));
     }
   }
-  if (const auto rank = match.facts("input").rank(); rank && *rank != 4) return fmt::format("input has rank {}, not 4", *rank);
+  if (const auto rank = match.facts("input").rank(); rank && *rank != 4) return decline(fmt::format("input has rank {}, not 4", *rank));
   if (const auto& facts = match.facts("rois"); facts.rank() && (*facts.rank() != 2 || (facts.dim(1) >= 0 && facts.dim(1) != 5))) {
-    return "rois is not [K, 5] ([batch index, x1, y1, x2, y2] per roi)";
+    return decline("rois is not [K, 5] ([batch index, x1, y1, x2, y2] per roi)");
   }
   const bool half_pixel = aligned == 1;
   if (half_pixel && b.opset() < 16) {
-    return "aligned = 1 needs RoiAlign-16's half_pixel transformation (ai.onnx >= 16): RoiAlign-10 clamps every roi to at "
+    return decline("aligned = 1 needs RoiAlign-16's half_pixel transformation (ai.onnx >= 16): RoiAlign-10 clamps every roi to at "
            "least one pixel, mmcv's aligned mode does not (shifting the rois by half a pixel, as mmdeploy's own ONNX export "
-           "does, is wrong for rois under a pixel)";
+           "does, is wrong for rois under a pixel)");
   }
   const bool max = mode == "max";
   if (max && sampling_ratio == 0) {
-    return "mode \"max\" with an adaptive sampling ratio (<= 0): mmcv takes the largest of ceil(roi size / output size) "
+    return decline("mode \"max\" with an adaptive sampling ratio (<= 0): mmcv takes the largest of ceil(roi size / output size) "
            "samples per bin, a count that varies per roi, and ONNX RoiAlign's max is another function (the largest weighted "
-           "corner, not the largest interpolated sample)";
+           "corner, not the largest interpolated sample)");
   }
 
   // batch indices: column 0, truncated (as the kernels' (int) cast); boxes: columns 1..4.
@@ -68,7 +68,7 @@ std::string build_roi_align(const Match& match, GraphBuilder& b) {
                               attr("strides", std::vector<int64_t>{refine, refine})});
   }
   b.output(match.value("y"), y);
-  return {};
+  return built();
 }
 
 }  // namespace

@@ -41,10 +41,10 @@ struct GridSampler {
 const char* padding_name(int64_t padding) { return padding == kZeros ? "zeros" : padding == kBorder ? "border" : "reflection"; }
 
 // What the shapes and types allow; `float_only` says why other element types are declined.
-std::string check_shapes(const Match& match, GridSampler& sampler, std::string_view float_only);
+std::string check_shapes(const BuildContext& match, GridSampler& sampler, std::string_view float_only);
 
 // The attributes (torch's enums, as mmdeploy and mmcv write them) and what the shapes allow.
-std::string parse(const Match& match, GridSampler& sampler) {
+std::string parse(const BuildContext& match, GridSampler& sampler) {
   sampler.mode = match.attribute_int("interpolation_mode", kBilinear);
   sampler.padding = match.attribute_int("padding_mode", kZeros);
   const int64_t align_corners = match.attribute_int("align_corners", 0);
@@ -61,9 +61,9 @@ std::string parse(const Match& match, GridSampler& sampler) {
 
 // ONNX GridSample-16/20's string attributes (16: bilinear/bicubic, 20: linear/cubic; torch's
 // grid_sample is what GridSample was specified from), read into the same sampler.
-std::string parse_onnx(const Match& match, GridSampler& sampler) {
-  const std::string mode = string_attribute(*match.anchor, "mode", match.scope->opset("") >= 20 ? "linear" : "bilinear");
-  const std::string padding = string_attribute(*match.anchor, "padding_mode", "zeros");
+std::string parse_onnx(const BuildContext& match, GridSampler& sampler) {
+  const std::string mode = match.anchor().attribute_string("mode", match.model_opset() >= 20 ? "linear" : "bilinear");
+  const std::string padding = match.anchor().attribute_string("padding_mode", "zeros");
   if (mode == "bilinear" || mode == "linear") sampler.mode = kBilinear;
   else if (mode == "nearest") sampler.mode = kNearest;
   else if (mode == "bicubic" || mode == "cubic") sampler.mode = kBicubic;
@@ -72,16 +72,16 @@ std::string parse_onnx(const Match& match, GridSampler& sampler) {
   else if (padding == "border") sampler.padding = kBorder;
   else if (padding == "reflection") sampler.padding = kReflection;
   else return fmt::format("padding_mode '{}' is not a GridSample padding mode", padding);
-  const int64_t align_corners = int_attribute(*match.anchor, "align_corners", 0);
+  const int64_t align_corners = match.anchor().attribute_int("align_corners", 0);
   if (align_corners != 0 && align_corners != 1) return fmt::format("align_corners = {} is not 0 or 1", align_corners);
   sampler.align_corners = align_corners == 1;
   return check_shapes(match, sampler, "the sampling is built in float32 only");
 }
 
-std::string check_shapes(const Match& match, GridSampler& sampler, std::string_view float_only) {
+std::string check_shapes(const BuildContext& match, GridSampler& sampler, std::string_view float_only) {
   sampler.input = {match.value("input")};
   sampler.grid = {match.value("grid")};
-  sampler.output = match.value("y");
+  sampler.output = match.value("y").name;
   const ShapeFacts &input = match.facts("input"), &grid = match.facts("grid");
   if (!input.rank() || !grid.rank()) return "the rank of the input or of the grid is unknown";
   if (*input.rank() != *grid.rank() || (*input.rank() != 4 && *input.rank() != 5)) {
@@ -103,18 +103,18 @@ std::string check_shapes(const Match& match, GridSampler& sampler, std::string_v
 // ---- GridSample ------------------------------------------------------------------------------
 
 // GridSample-16 (4-D; modes bilinear, nearest, bicubic) or -20 (N-D; linear, nearest, cubic).
-std::string build_grid_sample(const Match& match, GraphBuilder& b) {
+BuildResult build_grid_sample(const BuildContext& match, GraphBuilder& b) {
   GridSampler sampler;
-  if (auto why = parse(match, sampler); !why.empty()) return why;
+  if (auto why = parse(match, sampler); !why.empty()) return decline(why);
   if (sampler.mode == kNearest && sampler.padding == kReflection && !sampler.align_corners) {
     // ONNX's reference and ORT round to the nearest pixel first, then reflect; torch reflects
     // the coordinate, then rounds. At x.5 they pick neighbouring pixels.
-    return "nearest with reflection padding and align_corners = 0 differs from GridSample at .5 ties (GridSample rounds, "
-           "then reflects; torch reflects, then rounds): left to the Gather decomposition";
+    return decline("nearest with reflection padding and align_corners = 0 differs from GridSample at .5 ties (GridSample rounds, "
+           "then reflects; torch reflects, then rounds): left to the Gather decomposition");
   }
   if (sampler.rank == 5) {
-    if (b.opset() < 20) return "a 5-D grid_sampler needs GridSample-20 (ai.onnx >= 20); the Gather decomposition is 4-D only";
-    if (sampler.mode == kBicubic) return "bicubic sampling is 4-D only (torch, ONNX GridSample)";
+    if (b.opset() < 20) return decline("a 5-D grid_sampler needs GridSample-20 (ai.onnx >= 20); the Gather decomposition is 4-D only");
+    if (sampler.mode == kBicubic) return decline("bicubic sampling is 4-D only (torch, ONNX GridSample)");
   }
   const bool renamed = b.opset() >= 20;  // GridSample-20 calls the modes linear and cubic
   const std::string mode = sampler.mode == kBilinear ? (renamed ? "linear" : "bilinear")
@@ -123,7 +123,7 @@ std::string build_grid_sample(const Match& match, GraphBuilder& b) {
   b.output(sampler.output, b.op("GridSample", {sampler.input, sampler.grid},
                                 {attr("align_corners", int64_t{sampler.align_corners ? 1 : 0}), attr("mode", mode),
                                  attr("padding_mode", padding_name(sampler.padding))}));
-  return {};
+  return built();
 }
 
 // ---- Gather ----------------------------------------------------------------------------------
@@ -283,8 +283,8 @@ Value weighted_sum(GraphBuilder& b, const std::vector<Value>& values, const std:
 // Layout: the grid's coordinates as [N, H_out, W_out, 1, 1]; y taps on axis 3, x taps on axis 4;
 // the gathered values [N, H_out, W_out, taps_y, taps_x, C]; the result transposed to
 // [N, C, H_out, W_out].
-std::string build_gather_from(const Match& match, GraphBuilder& b, const GridSampler& sampler) {
-  if (sampler.rank != 4) return "the Gather decomposition samples 4-D inputs only (a 5-D one needs GridSample-20)";
+BuildResult build_gather_from(const BuildContext& match, GraphBuilder& b, const GridSampler& sampler) {
+  if (sampler.rank != 4) return decline("the Gather decomposition samples 4-D inputs only (a 5-D one needs GridSample-20)");
   const ShapeFacts& input = match.facts("input");
   Axis height(b, sampler.input, 2, input.dim(2)), width(b, sampler.input, 3, input.dim(3));
 
@@ -331,20 +331,20 @@ std::string build_gather_from(const Match& match, GraphBuilder& b, const GridSam
   }
   const Value channels_last = b.Squeeze(sampled, {3, 4});
   b.output(sampler.output, b.Transpose(channels_last, {0, 3, 1, 2}));
-  return {};
+  return built();
 }
 
 }  // namespace
 
-std::string build_gather(const Match& match, GraphBuilder& b) {
+BuildResult build_gather(const BuildContext& match, GraphBuilder& b) {
   GridSampler sampler;
-  if (auto why = parse(match, sampler); !why.empty()) return why;
+  if (auto why = parse(match, sampler); !why.empty()) return decline(why);
   return build_gather_from(match, b, sampler);
 }
 
-std::string build_gather_onnx(const Match& match, GraphBuilder& b) {
+BuildResult build_gather_onnx(const BuildContext& match, GraphBuilder& b) {
   GridSampler sampler;
-  if (auto why = parse_onnx(match, sampler); !why.empty()) return why;
+  if (auto why = parse_onnx(match, sampler); !why.empty()) return decline(why);
   return build_gather_from(match, b, sampler);
 }
 
@@ -356,7 +356,8 @@ void register_mmdeploy_grid_sampler_builders(BuilderRegistry& registry) {
   registry.add("grid_sampler_grid_sample", signature, build_grid_sample);
   registry.add("grid_sampler_gather", signature, build_gather);
   // ONNX GridSample below opset 16 (rules/opset-down/grid-sample.rules): its own attributes.
-  registry.add("grid_sample_gather", {.values = {"input", "grid", "y"}, .attributes = {}}, build_gather_onnx);
+  registry.add("grid_sample_gather", {.values = {"input", "grid", "y"}, .node_attributes = {"mode", "padding_mode", "align_corners"}},
+               build_gather_onnx);
 }
 
 }  // namespace onnx_rewrite

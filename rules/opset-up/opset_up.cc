@@ -17,13 +17,13 @@
 namespace onnx_rewrite {
 namespace {
 
-std::string attributes_as_inputs(const Match& match, GraphBuilder& b) {
-  const onnx::NodeProto& node = *match.anchor;
+BuildResult attributes_as_inputs(const BuildContext& match, GraphBuilder& b) {
+  const NodeView node = match.anchor();
   const std::string& op = node.op_type();
   std::vector<std::string> moved;
-  std::vector<Value> inputs{Value{match.value("data")}};
+  std::vector<Value> inputs{match.value("data")};
   auto ints_input = [&](const char* name) {
-    const onnx::AttributeProto* attribute = find_attribute(node, name);
+    const onnx::AttributeProto* attribute = node.attribute(name);
     if (!attribute) return Value{};  // an absent optional input
     moved.push_back(name);
     return attribute->type() == onnx::AttributeProto::INT ? b.ints({attribute->i()})
@@ -31,7 +31,7 @@ std::string attributes_as_inputs(const Match& match, GraphBuilder& b) {
   };
   // Clip's bounds and Pad's value have x's type (the older ops took float types only).
   auto scalar_input = [&](const char* name, int32_t type) {
-    const onnx::AttributeProto* attribute = find_attribute(node, name);
+    const onnx::AttributeProto* attribute = node.attribute(name);
     if (!attribute) return Value{};
     moved.push_back(name);
     return b.scalar(attribute->f(), type);
@@ -45,12 +45,11 @@ std::string attributes_as_inputs(const Match& match, GraphBuilder& b) {
   } else if (op == "Slice") {
     for (const char* name : {"starts", "ends", "axes"}) inputs.push_back(ints_input(name));
   } else if (op == "Clip" || op == "Pad") {
-    const int32_t type = element_type(match, {"data"});
+    const int32_t type = match.element_type({"data"});
     if (auto why = check_element_type(type, {onnx::TensorProto::FLOAT, onnx::TensorProto::DOUBLE, onnx::TensorProto::FLOAT16},
-                                      "older schema's");
-        !why.empty()) {
-      return why;
-    }
+                                      "older schema's")) {
+    return decline(*why);
+  }
     if (op == "Clip") {
       for (const char* name : {"min", "max"}) inputs.push_back(scalar_input(name, type));
     } else {
@@ -58,23 +57,28 @@ std::string attributes_as_inputs(const Match& match, GraphBuilder& b) {
       inputs.push_back(scalar_input("value", type));
     }
   }
-  if (moved.empty()) return "no attribute to move: the node means the same at the newer opset";
+  if (moved.empty()) return decline("no attribute to move: the node means the same at the newer opset");
   while (!inputs.empty() && inputs.back().absent()) inputs.pop_back();
   Attributes attributes;
-  for (const auto& attribute : node.attribute()) {
+  for (const auto& attribute : node.attributes_except()) {
     if (std::find(moved.begin(), moved.end(), attribute.name()) == moved.end()) attributes.push_back(attribute);
   }
-  const auto outputs = b.op_outputs(op, inputs, static_cast<size_t>(node.output_size()), attributes);
-  for (int i = 0; i < node.output_size(); ++i) {
-    if (!node.output(i).empty()) b.output(node.output(i), outputs[static_cast<size_t>(i)]);
+  const std::vector<Value> node_outputs = node.outputs();
+  const auto outputs = b.op_outputs(op, inputs, node_outputs.size(), attributes);
+  for (size_t i = 0; i < node_outputs.size(); ++i) {
+    if (!node_outputs[i].absent()) b.output(node_outputs[i], outputs[i]);
   }
-  return {};
+  return built();
 }
 
 }  // namespace
 
 void register_opset_up_builders(BuilderRegistry& registry) {
-  registry.add("attributes_as_inputs", {.values = {"data"}, .optional_attributes = {"axes", "split"}}, attributes_as_inputs);
+  registry.add("attributes_as_inputs",
+               {.values = {"data"},
+                .optional_attributes = {"axes", "split"},
+                .node_attributes = {"axes", "split", "k", "starts", "ends", "min", "max", "pads", "value"}},
+               attributes_as_inputs);
 }
 
 }  // namespace onnx_rewrite

@@ -43,8 +43,8 @@ constexpr double kNone = std::numeric_limits<float>::lowest();
 
 // A number attribute as the TensorRT ONNX parser hands it to a plugin: INT, FLOAT, or a
 // one-element INTS/FLOATS (yolov7 writes background_class and box_coding as 1-tuples).
-std::optional<double> number(const onnx::NodeProto& node, std::string_view name) {
-  const onnx::AttributeProto* a = find_attribute(node, name);
+std::optional<double> number(const NodeView& node, std::string_view name) {
+  const onnx::AttributeProto* a = node.attribute(name);
   if (!a) return std::nullopt;
   switch (a->type()) {
     case onnx::AttributeProto::INT: return static_cast<double>(a->i());
@@ -68,10 +68,10 @@ struct Attribute {
 
 // Reads `attributes` of the node into `values` (in order); a reason when one is missing, not a
 // number or (integral ones) not a whole number.
-std::string read_attributes(const onnx::NodeProto& node, const std::vector<Attribute>& attributes, std::vector<double>& values) {
+std::string read_attributes(const NodeView& node, const std::vector<Attribute>& attributes, std::vector<double>& values) {
   for (const Attribute& a : attributes) {
     auto value = number(node, a.name);
-    if (!value && find_attribute(node, a.name)) return fmt::format("attribute {} is not a number (or a one-element list)", a.name);
+    if (!value && node.attribute(a.name)) return fmt::format("attribute {} is not a number (or a one-element list)", a.name);
     if (!value && !a.fallback) return fmt::format("attribute {} is missing (the plugin requires it)", a.name);
     if (!value) value = a.fallback;
     if (a.integral && *value != std::floor(*value)) return fmt::format("attribute {} = {} is not a whole number", a.name, *value);
@@ -179,16 +179,16 @@ Value gather_rows(GraphBuilder& b, Value table, Value rows) { return b.Gather(b.
 
 // `value` for graph output `name` (a pattern output): cast to its declared element type when
 // that differs from what the plugin makes (mmdeploy declares labels as the traced int64).
-void output(const Match& match, GraphBuilder& b, const std::string& pattern_name, Value value, int32_t made) {
-  if (!match.has_value(pattern_name) || match.value(pattern_name).empty()) return;
+void output(const BuildContext& match, GraphBuilder& b, const std::string& pattern_name, Value value, int32_t made) {
+  if (!match.has(pattern_name)) return;
   const int32_t declared = match.facts(pattern_name).elem_type;
   if (declared != 0 && declared != made) value = b.Cast(value, declared);
   b.output(match.value(pattern_name), value);
 }
 
 // Reshapes num_detections [B, 1] to [B] when the graph declares it rank 1.
-Value count_shape(const Match& match, GraphBuilder& b, const std::string& pattern_name, Value count) {
-  if (!match.has_value(pattern_name) || match.value(pattern_name).empty()) return count;
+Value count_shape(const BuildContext& match, GraphBuilder& b, const std::string& pattern_name, Value count) {
+  if (!match.has(pattern_name)) return count;
   const auto rank = match.facts(pattern_name).rank();
   return rank && *rank == 1 ? b.Reshape(count, b.ints({-1})) : count;
 }
@@ -204,9 +204,9 @@ void arithmetic_reorder(GraphBuilder& b, Value& first, Value& second) {
   second = b.Where(swap, new_second, second);
 }
 
-std::string check_float(const Match& match, std::initializer_list<const char*> names) {
+std::string check_float(const BuildContext& match, std::initializer_list<const char*> names) {
   for (const char* name : names) {
-    if (!match.has_value(name) || match.value(name).empty()) continue;
+    if (!match.has(name)) continue;
     const int32_t type = match.facts(name).elem_type;
     if (type == 0) return fmt::format("the element type of {} is unknown", name);
     if (type != kFloat) return fmt::format("{} is {}: ONNX NonMaxSuppression takes float only", name, data_type_name(type));
@@ -215,67 +215,67 @@ std::string check_float(const Match& match, std::initializer_list<const char*> n
 }
 
 // scores [B, N, C] or [B, N, C, 1] -> [B, N, C].
-std::string scores3(const Match& match, GraphBuilder& b, Value& scores) {
+BuildResult scores3(const BuildContext& match, GraphBuilder& b, Value& scores) {
   const auto rank = match.facts("scores").rank();
-  if (!rank) return "the rank of scores is unknown";
+  if (!rank) return decline("the rank of scores is unknown");
   if (*rank == 4) {
-    if (match.facts("scores").dim(3) != 1) return "scores of rank 4 must be [B, N, C, 1]";
+    if (match.facts("scores").dim(3) != 1) return decline("scores of rank 4 must be [B, N, C, 1]");
     scores = b.Squeeze(scores, {3});
   } else if (*rank != 3) {
-    return fmt::format("scores has rank {}, the plugin takes [B, N, C] (or [B, N, C, 1])", *rank);
+    return decline(fmt::format("scores has rank {}, the plugin takes [B, N, C] (or [B, N, C, 1])", *rank));
   }
-  return {};
+  return built();
 }
 
 // ---- EfficientNMS_TRT -----------------------------------------------------------------------
 
 constexpr int64_t kEfficientNmsCandidates = 5000;  // numSelectedBoxes on regsPerBlock >= 65536 GPUs
 
-std::string build_efficient_nms(const Match& match, GraphBuilder& b) {
+BuildResult build_efficient_nms(const BuildContext& match, GraphBuilder& b) {
   std::vector<double> v;
-  if (auto why = read_attributes(*match.anchor,
+  if (auto why = read_attributes(match.anchor(),
                                  {{"score_threshold", std::nullopt, false}, {"iou_threshold", std::nullopt, false},
                                   {"max_output_boxes", std::nullopt}, {"background_class", std::nullopt},
                                   {"score_activation", std::nullopt}, {"box_coding", std::nullopt}, {"class_agnostic", 0.0}},
                                  v);
       !why.empty()) {
-    return why;
+    return decline(why);
   }
   const float score_threshold = static_cast<float>(v[0]), iou_threshold = static_cast<float>(v[1]);
   const int64_t max_boxes = static_cast<int64_t>(v[2]), background = static_cast<int64_t>(v[3]);
   const bool activation = v[4] != 0, center_size = v[5] != 0, agnostic = v[6] != 0;
-  if (score_threshold < 0) return fmt::format("score_threshold = {} is negative (the plugin refuses it)", score_threshold);
-  if (!(iou_threshold > 0)) return fmt::format("iou_threshold = {} is not positive (the plugin refuses it)", iou_threshold);
-  if (max_boxes <= 0) return fmt::format("max_output_boxes = {} is not positive", max_boxes);
+  if (score_threshold < 0) return decline(fmt::format("score_threshold = {} is negative (the plugin refuses it)", score_threshold));
+  if (!(iou_threshold > 0)) return decline(fmt::format("iou_threshold = {} is not positive (the plugin refuses it)", iou_threshold));
+  if (max_boxes <= 0) return decline(fmt::format("max_output_boxes = {} is not positive", max_boxes));
   for (const auto& [name, value] : {std::pair{"score_activation", v[4]}, {"box_coding", v[5]}, {"class_agnostic", v[6]}}) {
-    if (value != 0 && value != 1) return fmt::format("{} = {} is not 0 or 1", name, value);
+    if (value != 0 && value != 1) return decline(fmt::format("{} = {} is not 0 or 1", name, value));
   }
-  if (auto why = check_float(match, {"boxes", "scores", "anchors"}); !why.empty()) return why;
+  if (auto why = check_float(match, {"boxes", "scores", "anchors"}); !why.empty()) return decline(why);
 
   Value boxes{match.value("boxes")}, scores{match.value("scores")};
-  if (auto why = scores3(match, b, scores); !why.empty()) return why;
+  if (BuildResult squeezed = scores3(match, b, scores); !squeezed) return squeezed;
   const ShapeFacts& scores_facts = match.facts("scores");
   Dim batch(b, scores_facts.dim(0), scores, 0), anchors_count(b, scores_facts.dim(1), scores, 1),
       classes(b, scores_facts.dim(2), scores, 2);
 
   // Boxes: shared [B, N, 4] (also given as [B, N, 1, 4]) or per class [B, N, C, 4].
   const auto box_rank = match.facts("boxes").rank();
-  if (!box_rank || (*box_rank != 3 && *box_rank != 4)) return "boxes must be [B, N, 4], [B, N, 1, 4] or [B, N, C, 4]";
+  if (!box_rank || (*box_rank != 3 && *box_rank != 4)) return decline("boxes must be [B, N, 4], [B, N, 1, 4] or [B, N, C, 4]");
   bool per_class = false;
   if (*box_rank == 4) {
     const int64_t locations = match.facts("boxes").dim(2);
-    if (locations < 0) return "boxes [B, N, ?, 4]: whether they are shared (1) or per class (C) is unknown";
+    if (locations < 0) return decline("boxes [B, N, ?, 4]: whether they are shared (1) or per class (C) is unknown");
     per_class = locations != 1;
     if (per_class && classes.known() && locations != classes.value()) {
-      return fmt::format("boxes have {} per anchor, scores {} classes", locations, classes.value());
+      return decline(fmt::format("boxes have {} per anchor, scores {} classes", locations, classes.value()));
     }
     if (!per_class) boxes = b.Squeeze(boxes, {2});
   }
 
   // The fused box decoder: box and anchor reordered (corner coding), then decoded.
   auto split_pairs = [&](Value x) { return b.Split(x, -1, {2, 2}); };
-  if (match.has_value("anchors") && !match.value("anchors").empty()) {
-    if (const auto rank = match.facts("anchors").rank(); !rank || *rank != 3) return "anchors must be [1, N, 4] or [B, N, 4]";
+  if (match.has("anchors")) {
+    if (const auto rank = match.facts("anchors").rank(); !rank || *rank != 3) return decline("anchors must be [1, N, 4] or [B, N, 4]");
     Value anchors{match.value("anchors")};
     if (per_class) anchors = b.Unsqueeze(anchors, {2});
     auto box_pairs = split_pairs(boxes), anchor_pairs = split_pairs(anchors);
@@ -373,7 +373,7 @@ std::string build_efficient_nms(const Match& match, GraphBuilder& b) {
   output(match, b, "detection_scores", b.Where(ranked.valid, activation ? b.Sigmoid(ranked.values) : ranked.values, zero), kFloat);
   const Value chosen_classes = b.Cast(b.op("Mod", {ranked.indices, classes.scalar()}), kInt32);
   output(match, b, "detection_classes", b.Where(ranked.valid, chosen_classes, b.scalar(0, kInt32)), kInt32);
-  return {};
+  return built();
 }
 
 // ---- BatchedNMS_TRT, BatchedNMSDynamic_TRT, mmdeploy TRTBatchedNMS ------------------------------
@@ -386,11 +386,11 @@ struct Batched {
   float score_threshold = 0, iou_threshold = 0;
 };
 
-std::string parse_batched(const Match& match, Variant variant, Batched& p) {
+std::string parse_batched(const BuildContext& match, Variant variant, Batched& p) {
   std::vector<double> v;
-  const onnx::NodeProto& node = *match.anchor;
+  const NodeView node = match.anchor();
   if (variant == Variant::kTensorRT) {
-    if (!find_attribute(node, "isNormalized")) {
+    if (!node.attribute("isNormalized")) {
       return "isNormalized is absent: the plugin leaves it uninitialized (its README says true, its header false)";
     }
     if (auto why = read_attributes(node,
@@ -439,28 +439,28 @@ std::string parse_batched(const Match& match, Variant variant, Batched& p) {
   return {};
 }
 
-std::string build_batched_nms(const Match& match, GraphBuilder& b, Variant variant) {
+BuildResult build_batched_nms(const BuildContext& match, GraphBuilder& b, Variant variant) {
   Batched p;
-  if (auto why = parse_batched(match, variant, p); !why.empty()) return why;
-  if (auto why = check_float(match, {"boxes", "scores"}); !why.empty()) return why;
+  if (auto why = parse_batched(match, variant, p); !why.empty()) return decline(why);
+  if (auto why = check_float(match, {"boxes", "scores"}); !why.empty()) return decline(why);
   Value boxes{match.value("boxes")}, scores{match.value("scores")};
-  if (auto why = scores3(match, b, scores); !why.empty()) return why;
+  if (BuildResult squeezed = scores3(match, b, scores); !squeezed) return squeezed;
   const ShapeFacts &scores_facts = match.facts("scores"), &box_facts = match.facts("boxes");
   Dim batch(b, scores_facts.dim(0), scores, 0), anchors_count(b, scores_facts.dim(1), scores, 1),
       classes(b, scores_facts.dim(2), scores, 2);
   if (classes.known() && classes.value() != p.classes) {
-    return fmt::format("scores have {} classes, the node says {}", classes.value(), p.classes);
+    return decline(fmt::format("scores have {} classes, the node says {}", classes.value(), p.classes));
   }
   if (!box_facts.rank() || *box_facts.rank() != 4) {
-    return "boxes must be [B, N, 1, 4] or [B, N, C, 4] (the static plugin's implicit-batch [N, L, 4] is not supported)";
+    return decline("boxes must be [B, N, 1, 4] or [B, N, C, 4] (the static plugin's implicit-batch [N, L, 4] is not supported)");
   }
   const int64_t locations = box_facts.dim(2);
-  if (locations < 0) return "boxes [B, N, ?, 4]: whether they are shared (1) or per class (C) is unknown";
+  if (locations < 0) return decline("boxes [B, N, ?, 4]: whether they are shared (1) or per class (C) is unknown");
   const bool per_class = locations != 1;
   if (variant == Variant::kTensorRT && per_class == p.share_location) {
-    return fmt::format("shareLocation = {} but boxes have {} per anchor", p.share_location ? 1 : 0, locations);
+    return decline(fmt::format("shareLocation = {} but boxes have {} per anchor", p.share_location ? 1 : 0, locations));
   }
-  if (per_class && locations != p.classes) return fmt::format("boxes have {} per anchor, numClasses is {}", locations, p.classes);
+  if (per_class && locations != p.classes) return decline(fmt::format("boxes have {} per anchor, numClasses is {}", locations, p.classes));
 
   // Per-class top-K: TensorRT's topK as given (it reads at most N), mmdeploy's topk if 0 < topk <= N, else N.
   const int64_t keep = p.keep_top_k;
@@ -470,7 +470,7 @@ std::string build_batched_nms(const Match& match, GraphBuilder& b, Variant varia
     // The plugin writes nothing when keep_topk exceeds its per-class top-K (topk, or N).
     const int64_t effective = static_top_k >= 0 ? static_top_k : anchors_count.value();
     if (effective >= 0 && keep > effective) {
-      return fmt::format("keep_topk = {} > the per-class top-K {}: the plugin then writes no output at all", keep, effective);
+      return decline(fmt::format("keep_topk = {} > the per-class top-K {}: the plugin then writes no output at all", keep, effective));
     }
     if (!anchors_count.known()) {
       b.note("when there are fewer boxes than keep_topk at run time, TRTBatchedNMS writes no output at all; the rewrite pads");
@@ -549,7 +549,7 @@ std::string build_batched_nms(const Match& match, GraphBuilder& b, Variant varia
     const Value index = per_class ? ranked.indices : anchor;
     output(match, b, "index", b.Where(ranked.valid, b.Cast(index, kInt32), minus_one), kInt32);
   }
-  return {};
+  return built();
 }
 
 }  // namespace
@@ -558,21 +558,21 @@ void register_trt_nms_builders(BuilderRegistry& registry) {
   registry.add("efficient_nms_trt",
                {.values = {"boxes", "scores"},
                 .optional_values = {"anchors", "num_detections", "detection_boxes", "detection_scores", "detection_classes"},
-                .attributes = {},
-                .optional_attributes = {}},
+                .node_attributes = {"score_threshold", "iou_threshold", "max_output_boxes", "background_class",
+                                    "score_activation", "box_coding", "class_agnostic"}},
                build_efficient_nms);
   registry.add("batched_nms_trt",
                {.values = {"boxes", "scores"},
                 .optional_values = {"num_detections", "nmsed_boxes", "nmsed_scores", "nmsed_classes"},
-                .attributes = {},
-                .optional_attributes = {}},
-               [](const Match& match, GraphBuilder& b) { return build_batched_nms(match, b, Variant::kTensorRT); });
+                .node_attributes = {"shareLocation", "backgroundLabelId", "numClasses", "topK", "keepTopK", "scoreThreshold",
+                                    "iouThreshold", "isNormalized", "clipBoxes", "caffeSemantics"}},
+               [](const BuildContext& match, GraphBuilder& b) { return build_batched_nms(match, b, Variant::kTensorRT); });
   registry.add("mmdeploy_trt_batched_nms",
                {.values = {"boxes", "scores"},
                 .optional_values = {"dets", "labels", "index"},
-                .attributes = {},
-                .optional_attributes = {}},
-               [](const Match& match, GraphBuilder& b) { return build_batched_nms(match, b, Variant::kMmdeploy); });
+                .node_attributes = {"background_label_id", "num_classes", "topk", "keep_topk", "score_threshold",
+                                    "iou_threshold", "is_normalized", "clip_boxes", "return_index"}},
+               [](const BuildContext& match, GraphBuilder& b) { return build_batched_nms(match, b, Variant::kMmdeploy); });
 }
 
 }  // namespace onnx_rewrite

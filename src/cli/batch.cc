@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "engine/active_rules.h"
 #include "cli/junit.h"
 #include "cli/outcome.h"
 #include "cli/path_guard.h"

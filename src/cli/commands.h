@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "onnx_rewrite/engine.h"
-#include "onnx_rewrite/rule.h"
+#include "rules/rule.h"
 #include "runtime/verification.h"
 
 namespace onnx_rewrite {

@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 
 #include "onnx_rewrite/error.h"
-#include "onnx_rewrite/opset.h"
 #include "runtime/process.h"
+#include "verify/opset.h"
 
 extern char** environ;
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "onnx_rewrite/engine.h"
-#include "onnx_rewrite/rule.h"
+#include "rules/rule.h"
 #include "runtime/verification.h"
 
 namespace onnx_rewrite {

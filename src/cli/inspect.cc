@@ -10,8 +10,8 @@
 #include "cli/outcome.h"
 #include "graph/walk.h"
 #include "onnx_rewrite/error.h"
-#include "onnx_rewrite/opset.h"
-#include "onnx_rewrite/scope.h"
+#include "verify/opset.h"
+#include "graph/scope.h"
 #include "onnx_rewrite/tensor.h"
 
 namespace onnx_rewrite {

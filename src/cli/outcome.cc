@@ -11,7 +11,7 @@
 #include "cli/path_guard.h"
 #include "io/atomic_file.h"
 #include "onnx_rewrite/error.h"
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 
 #if defined(__SANITIZE_ADDRESS__)  // GCC; clang: __has_feature(address_sanitizer)
 #define ONNX_REWRITE_LEAK_CHECKED 1

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "io/atomic_file.h"
-#include "onnx_rewrite/rule.h"
+#include "rules/rule.h"
 
 namespace onnx_rewrite {
 namespace fs = std::filesystem;

@@ -6,11 +6,12 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "engine/active_rules.h"
 #include "cli/html.h"
 #include "cli/outcome.h"
 #include "cli/path_guard.h"
 #include "onnx_rewrite/error.h"
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 
 namespace onnx_rewrite {
 namespace fs = std::filesystem;

@@ -8,8 +8,8 @@
 #include "cli/commands.h"
 #include "cli/json.h"
 #include "onnx_rewrite/error.h"
-#include "onnx_rewrite/opset.h"
-#include "onnx_rewrite/rule_example.h"
+#include "verify/opset.h"
+#include "rules/rule_example.h"
 
 namespace onnx_rewrite {
 

@@ -3,7 +3,7 @@
 
 #include "cli/commands.h"
 #include "cli/json.h"
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 #include "onnx_rewrite/target.h"
 
 namespace onnx_rewrite {

@@ -3,7 +3,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 #include "onnx_rewrite/tensor.h"
 
 namespace onnx_rewrite {

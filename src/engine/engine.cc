@@ -1,5 +1,6 @@
 #include "onnx_rewrite/engine.h"
-#include "onnx_rewrite/toolkit.h"
+#include "engine/active_rules.h"
+#include "graph/node_attributes.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,14 +14,14 @@
 #include <fmt/format.h>
 
 #include "onnx_rewrite/error.h"
-#include "onnx_rewrite/inline.h"
-#include "onnx_rewrite/matcher.h"
+#include "engine/inline.h"
+#include "rules/matcher.h"
 #include "onnx_rewrite/model_io.h"
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 #include "engine/match_ahead.h"
 #include "engine/rewriter.h"
 #include "engine/worklist.h"
-#include "onnx_rewrite/scope.h"
+#include "graph/scope.h"
 #include "onnx_rewrite/target.h"
 #include "onnx_rewrite/verify.h"
 #include "graph/imports.h"
@@ -541,15 +542,13 @@ class Run {
   std::string build(const Rule& rule, Match& match, GraphBuilder& builder) {
     std::string reason = evaluate_lets(rule, match);
     if (reason.empty()) {
-      match.signature = rule.replacement->signature();
       try {
-        reason = rule.replacement->build(match, builder);
+        reason = rule.replacement->build(match, builder).reason();
       } catch (const std::exception& e) {
         reason = std::string("internal error in the replacement: ") + e.what();
         add_note(fmt::format("{}: internal error at node '{}', left as it was (a bug in the rule): {}", rule.id,
                              describe_node(*match.anchor), e.what()));
       }
-      match.signature = nullptr;
     }
     if (reason.empty()) reason = missing_output(match, builder);
     return reason;

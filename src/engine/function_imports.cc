@@ -12,7 +12,7 @@
 #include "engine/opset_policy.h"
 #include "graph/imports.h"
 #include "graph/walk.h"
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 
 namespace onnx_rewrite {
 

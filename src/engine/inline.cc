@@ -1,4 +1,4 @@
-#include "onnx_rewrite/inline.h"
+#include "engine/inline.h"
 
 #include <algorithm>
 #include <utility>
@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "onnx_rewrite/error.h"
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 #include "engine/rewriter.h"
 #include "graph/imports.h"
 #include "graph/walk.h"
@@ -112,10 +112,7 @@ class Renamer {
 
   void rename_uses(onnx::NodeProto& node, const Scope& scope) const {
     for (auto& input : *node.mutable_input()) rename(input, scope);
-    for (auto& attribute : *node.mutable_attribute()) {
-      if (attribute.has_g()) rename_graph(*attribute.mutable_g(), scope);
-      for (auto& graph : *attribute.mutable_graphs()) rename_graph(graph, scope);
-    }
+    for (auto [attribute, graph] : subgraphs_of(node)) rename_graph(*graph, scope);
   }
 
   // A subgraph sees the names of the scopes around it; everything it defines gets a fresh name.
@@ -209,10 +206,7 @@ class Inliner {
       if (!frame.subgraphs_done) {
         frame.subgraphs_done = true;
         const size_t before = stack.size();
-        for (auto& attribute : *node.mutable_attribute()) {
-          if (attribute.has_g()) open(stack, *attribute.mutable_g()->mutable_node(), nullptr);
-          for (auto& graph : *attribute.mutable_graphs()) open(stack, *graph.mutable_node(), nullptr);
-        }
+        for (auto [attribute, graph] : subgraphs_of(node)) open(stack, *graph->mutable_node(), nullptr);
         std::reverse(stack.begin() + static_cast<std::ptrdiff_t>(before), stack.end());  // in attribute order
         continue;
       }

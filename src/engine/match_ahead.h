@@ -17,11 +17,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "onnx_rewrite/matcher.h"
-#include "onnx_rewrite/node_set.h"
-#include "onnx_rewrite/opset.h"
-#include "onnx_rewrite/rule.h"
-#include "onnx_rewrite/scope.h"
+#include "rules/matcher.h"
+#include "graph/node_set.h"
+#include "verify/opset.h"
+#include "rules/rule.h"
+#include "graph/scope.h"
 
 namespace onnx_rewrite {
 

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 
 namespace onnx_rewrite {
 namespace {

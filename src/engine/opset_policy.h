@@ -16,9 +16,9 @@
 #include "graph/imports.h"
 #include "graph/node_types.h"
 #include "onnx_rewrite/model.h"
-#include "onnx_rewrite/node_set.h"
-#include "onnx_rewrite/rule.h"
-#include "onnx_rewrite/scope.h"
+#include "graph/node_set.h"
+#include "rules/rule.h"
+#include "graph/scope.h"
 
 namespace onnx_rewrite {
 

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 #include "onnx_rewrite/engine.h"
 
 namespace onnx_rewrite {

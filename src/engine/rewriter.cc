@@ -9,7 +9,7 @@
 #include <system_error>
 #include <utility>
 
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 #include "graph/walk.h"
 
 namespace onnx_rewrite {
@@ -56,10 +56,7 @@ size_t stored_hash(std::string_view name) {
 template <typename Visit>
 void for_each_read(const onnx::NodeProto& node, Visit&& visit) {
   for (const auto& input : node.input()) visit(std::string_view(input));
-  const bool has_subgraph = std::any_of(node.attribute().begin(), node.attribute().end(), [](const onnx::AttributeProto& attribute) {
-    return attribute.has_g() || attribute.graphs_size() > 0;
-  });
-  if (has_subgraph) {
+  if (holds_a_graph(node)) {
     for (const auto name : implicit_inputs(node)) visit(name);
   }
 }
@@ -278,7 +275,7 @@ void Rewriter::replace(const Match& match, GraphBuilder&& builder) {
       if (auto it = renamed.find(input); it != renamed.end()) input = it->second;
     }
   }
-  auto& inserted = pending.inserted.emplace_back(Pending::Insertion{last, std::move(constant_nodes)}).nodes;
+  auto& inserted = pending.inserted.emplace_back(Insertion{last, std::move(constant_nodes)}).nodes;
   inserted.insert(inserted.end(), std::make_move_iterator(nodes.begin()), std::make_move_iterator(nodes.end()));
 }
 
@@ -339,26 +336,60 @@ size_t Rewriter::bypass_identities(const std::vector<std::unique_ptr<Scope>>& sc
   return nodes_removed_ - before;
 }
 
-void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
-  // The walks below go by the index's value ids, not names: a round on a big graph removes
-  // hundreds of thousands of nodes, and hashing each name they read and write again was much of
-  // a commit.
-  using ValueId = Scope::ValueId;
-  // In node order (matches are found mostly in it: this sort has little to do).
-  std::stable_sort(pending.inserted.begin(), pending.inserted.end(),
-                   [](const Pending::Insertion& a, const Pending::Insertion& b) { return a.before < b.before; });
-  // Insertions before one node are one run of new nodes, in the order recorded (their ranks
-  // count on for breaks_order).
+namespace {
+
+using ValueId = Scope::ValueId;
+
+// Insertions before one node become one run of new nodes, in the order recorded (their ranks
+// count on for breaks_order); in node order (matches are found mostly in it: the sort has little
+// to do).
+void merge_insertion_runs(std::vector<Rewriter::Insertion>& inserted) {
+  std::stable_sort(inserted.begin(), inserted.end(),
+                   [](const Rewriter::Insertion& a, const Rewriter::Insertion& b) { return a.before < b.before; });
   size_t runs = 0;
-  for (auto& insertion : pending.inserted) {
-    if (runs > 0 && pending.inserted[runs - 1].before == insertion.before) {
-      auto& run = pending.inserted[runs - 1].nodes;
+  for (auto& insertion : inserted) {
+    if (runs > 0 && inserted[runs - 1].before == insertion.before) {
+      auto& run = inserted[runs - 1].nodes;
       run.insert(run.end(), std::make_move_iterator(insertion.nodes.begin()), std::make_move_iterator(insertion.nodes.end()));
-    } else if (&pending.inserted[runs++] != &insertion) {
-      pending.inserted[runs - 1] = std::move(insertion);
+    } else if (&inserted[runs++] != &insertion) {
+      inserted[runs - 1] = std::move(insertion);
     }
   }
-  pending.inserted.resize(runs);
+  inserted.resize(runs);
+}
+
+// value_info of values that no longer exist: computed by a node that went and by no new one, or
+// a dead initializer.
+void drop_vanished_value_info(const Scope& scope, const std::vector<Rewriter::Insertion>& inserted,
+                              const std::vector<int>& gone, const std::unordered_set<std::string>& dead_initializers) {
+  if (!scope.graph() || scope.graph()->value_info_size() == 0) return;
+  FlatMap<std::string_view, bool> computed_by_new;
+  for (const auto& insertion : inserted) {
+    for (const auto& node : insertion.nodes) {
+      for (const auto& output : node.output()) computed_by_new[output] = true;
+    }
+  }
+  std::unordered_set<std::string> vanished;
+  for (int position : gone) {
+    for (const ValueId value : scope.writes_at(position)) {
+      if (!computed_by_new.contains(scope.name(value))) vanished.emplace(scope.name(value));
+    }
+  }
+  vanished.insert(dead_initializers.begin(), dead_initializers.end());
+  auto& infos = *scope.graph()->mutable_value_info();
+  for (auto* info : take_all(infos)) {
+    if (vanished.count(info->name())) delete info;
+    else infos.AddAllocated(info);
+  }
+}
+
+}  // namespace
+
+// The walks of a commit go by the index's value ids, not names: a round on a big graph removes
+// hundreds of thousands of nodes, and hashing each name they read and write again was much of a
+// commit.
+void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
+  merge_insertion_runs(pending.inserted);
   // Values of the index that new nodes read: whatever goes, they stay in use. Their ids, in
   // the order read, serve breaks_order too.
   std::vector<char> read_by_new(scope.value_count(), 0);
@@ -372,25 +403,47 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
       });
     }
   }
+  Removals removals(scope);
+  for (const auto* node : pending.removed) removals.remove(scope.position(node));
+  const std::unordered_set<std::string> dead_initializers = sweep_unused(scope, pending, read_by_new, removals);
+  // Readers whose values something else computes now (a new node, or an initializer a folded
+  // constant became) may match differently, as may the producers that lost readers (above).
+  for (int position : removals.gone) {
+    for (const ValueId value : scope.writes_at(position)) {
+      for (const auto& use : scope.uses(value)) {
+        if (!removals.is_gone(use.position)) touched_.insert(use.node);
+      }
+    }
+  }
+  drop_vanished_value_info(scope, pending.inserted, removals.gone, dead_initializers);
+  const bool reorder = !ordered_ || breaks_order(scope, pending, read_ids, removals.gone_at);
+  // Readers of bypassed Identities read their inputs from now on: only after the last use of the
+  // round's index, whose keys view the names as they were.
+  for (const auto& rewire : pending.rewired) rewire.node->set_input(rewire.input, rewire.source);
+  rebuild_nodes(scope, pending, removals);
+  if (scope.graph()) {
+    if (!dead_initializers.empty()) {
+      model_.remove_initializers(*scope.graph(), [&](const onnx::TensorProto& tensor) {
+        return dead_initializers.count(tensor.name()) != 0;
+      });
+    }
+    auto& initializers = *scope.graph()->mutable_initializer();
+    for (auto& tensor : pending.initializers) *initializers.Add() = std::move(tensor);
+  }
+  if (reorder) repair_order(scope.nodes(), scope.where());
+}
 
-  // The nodes that go, by their place in the round's index.
-  std::vector<int> gone;
-  std::vector<char> gone_at(static_cast<size_t>(scope.nodes().size()), 0);
-  auto is_gone = [&](int position) { return gone_at[static_cast<size_t>(position)] != 0; };
-  auto remove = [&](int position) {
-    gone_at[static_cast<size_t>(position)] = 1;
-    gone.push_back(position);
-  };
-  for (const auto* node : pending.removed) remove(scope.position(node));
-
-  // Producers and initializers the removals leave without any use (and only those), found with
-  // the round's index before anything changes.
+// Producers and initializers the removals leave without any use (and only those), found with
+// the round's index before anything changes: the producers join the removals, the initializers'
+// names are returned.
+std::unordered_set<std::string> Rewriter::sweep_unused(const Scope& scope, const Pending& pending,
+                                                       const std::vector<char>& read_by_new, Removals& removals) {
   std::vector<ValueId> maybe_dead;
   auto inputs_maybe_dead = [&](int position) {
     const auto reads = scope.reads_at(position);
     maybe_dead.insert(maybe_dead.end(), reads.begin(), reads.end());
   };
-  for (int position : gone) inputs_maybe_dead(position);
+  for (int position : removals.gone) inputs_maybe_dead(position);
   // Nodes only go, so each value keeps how many of its uses are known to be gone: a constant
   // read by every block of a long chain is scanned once, not once per removed reader.
   std::vector<uint32_t> uses_gone(scope.value_count(), 0);
@@ -401,7 +454,7 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
     }
     const auto uses = scope.uses(value);
     uint32_t& known = uses_gone[value.index];
-    while (known < uses.size() && is_gone(uses[known].position)) ++known;
+    while (known < uses.size() && removals.is_gone(uses[known].position)) ++known;
     return known == uses.size();
   };
   std::unordered_set<std::string> dead_initializers;
@@ -410,58 +463,25 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
     maybe_dead.pop_back();
     const auto* produced = scope.producer(value);
     if (produced) {
-      if (is_gone(produced->position)) continue;  // most: values between two nodes of one match
+      if (removals.is_gone(produced->position)) continue;  // most: values between two nodes of one match
       touched_.insert(produced->node);  // it loses a reader (and leaves touched_ again if it goes too)
     }
     if (!unused(value)) continue;
     if (produced) {
       const auto outputs = scope.writes_at(produced->position);
       if (!std::all_of(outputs.begin(), outputs.end(), unused)) continue;
-      remove(produced->position);
+      removals.remove(produced->position);
       inputs_maybe_dead(produced->position);
     } else if (const std::string_view name = scope.name(value); scope.owns_initializer(name) && !scope.is_graph_input_here(name)) {
       dead_initializers.emplace(name);
     }
   }
+  return dead_initializers;
+}
 
-  // Readers whose values something else computes now (a new node, or an initializer a folded
-  // constant became) may match differently, as may the producers that lost readers (above).
-  for (int position : gone) {
-    for (const ValueId value : scope.writes_at(position)) {
-      for (const auto& use : scope.uses(value)) {
-        if (!is_gone(use.position)) touched_.insert(use.node);
-      }
-    }
-  }
-
-  // value_info of values that no longer exist.
-  if (scope.graph() && scope.graph()->value_info_size() > 0) {
-    FlatMap<std::string_view, bool> computed_by_new;
-    for (const auto& insertion : pending.inserted) {
-      for (const auto& node : insertion.nodes) {
-        for (const auto& output : node.output()) computed_by_new[output] = true;
-      }
-    }
-    std::unordered_set<std::string> vanished;
-    for (int position : gone) {
-      for (const ValueId value : scope.writes_at(position)) {
-        if (!computed_by_new.contains(scope.name(value))) vanished.emplace(scope.name(value));
-      }
-    }
-    vanished.insert(dead_initializers.begin(), dead_initializers.end());
-    auto& infos = *scope.graph()->mutable_value_info();
-    for (auto* info : take_all(infos)) {
-      if (vanished.count(info->name())) delete info;
-      else infos.AddAllocated(info);
-    }
-  }
-
-  const bool reorder = !ordered_ || breaks_order(scope, pending, read_ids, gone_at);
-
-  // Readers of bypassed Identities read their inputs from now on: only after the last use of the
-  // round's index, whose keys view the names as they were.
-  for (const auto& rewire : pending.rewired) rewire.node->set_input(rewire.input, rewire.source);
-
+// The scope's node list rebuilt: new nodes before the node they stand before, the removed ones
+// deleted.
+void Rewriter::rebuild_nodes(const Scope& scope, Pending& pending, const Removals& removals) {
   NodeList& nodes = scope.nodes();
   int position = 0;  // the index's
   auto insertion = pending.inserted.begin();
@@ -474,7 +494,7 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
         touched_.insert(added);
       }
     }
-    if (is_gone(position++)) {
+    if (removals.is_gone(position++)) {
       created_.erase(node);
       touched_.erase(node);
       retried_.erase(node);
@@ -484,16 +504,6 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
       nodes.AddAllocated(node);
     }
   }
-  if (scope.graph()) {
-    if (!dead_initializers.empty()) {
-      model_.remove_initializers(*scope.graph(), [&](const onnx::TensorProto& tensor) {
-        return dead_initializers.count(tensor.name()) != 0;
-      });
-    }
-    auto& initializers = *scope.graph()->mutable_initializer();
-    for (auto& tensor : pending.initializers) *initializers.Add() = std::move(tensor);
-  }
-  if (reorder) repair_order(nodes, scope.where());
 }
 
 // Whether the rebuilt node list will have a node before what it reads, found with the round's

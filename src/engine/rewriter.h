@@ -17,10 +17,10 @@
 
 #include "graph/flat_map.h"
 #include "onnx_rewrite/builder.h"
-#include "onnx_rewrite/matcher.h"
+#include "rules/matcher.h"
 #include "onnx_rewrite/model.h"
-#include "onnx_rewrite/node_set.h"
-#include "onnx_rewrite/scope.h"
+#include "graph/node_set.h"
+#include "graph/scope.h"
 
 namespace onnx_rewrite {
 
@@ -113,13 +113,15 @@ class Rewriter {
   // checks only the places its changes can break the order, not every node.
   void set_ordered(bool ordered) { ordered_ = ordered; }
 
+  // New nodes standing before a node of the round's index (at commit).
+  struct Insertion {
+    int before;  // the index position of the node they stand before (the match's last)
+    std::vector<onnx::NodeProto> nodes;
+  };
+
  private:
   struct Pending {
     NodeSet removed;  // every change removes a node: empty, nothing was recorded
-    struct Insertion {
-      int before;  // the index position of the node they stand before (the match's last)
-      std::vector<onnx::NodeProto> nodes;
-    };
     std::vector<Insertion> inserted;  // sorted by `before` at commit
     std::vector<onnx::TensorProto> initializers;
     // Indexes into `initializers` by the hash of each one's serialization without its name: a
@@ -134,7 +136,22 @@ class Rewriter {
     std::vector<Rewire> rewired;  // inputs changed at commit (bypassed Identities)
   };
 
+  // The nodes a commit removes, by their place in the round's index.
+  struct Removals {
+    explicit Removals(const Scope& scope) : gone_at(static_cast<size_t>(scope.nodes().size()), 0) {}
+    void remove(int position) {
+      gone_at[static_cast<size_t>(position)] = 1;
+      gone.push_back(position);
+    }
+    bool is_gone(int position) const { return gone_at[static_cast<size_t>(position)] != 0; }
+    std::vector<int> gone;
+    std::vector<char> gone_at;
+  };
+
   void commit_scope(const Scope& scope, Pending& pending);
+  std::unordered_set<std::string> sweep_unused(const Scope& scope, const Pending& pending, const std::vector<char>& read_by_new,
+                                               Removals& removals);
+  void rebuild_nodes(const Scope& scope, Pending& pending, const Removals& removals);
   bool breaks_order(const Scope& scope, const Pending& pending, const std::vector<std::optional<Scope::ValueId>>& read_ids,
                     const std::vector<char>& gone_at) const;
 

@@ -13,9 +13,9 @@
 
 #include <onnx/onnx_pb.h>
 
-#include "onnx_rewrite/node_set.h"
-#include "onnx_rewrite/rule.h"
-#include "onnx_rewrite/scope.h"
+#include "graph/node_set.h"
+#include "rules/rule.h"
+#include "graph/scope.h"
 
 namespace onnx_rewrite {
 

@@ -4,7 +4,7 @@
 
 #include "graph/node_types.h"
 #include "graph/walk.h"
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 
 namespace onnx_rewrite {
 namespace {

@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "onnx_rewrite/scope.h"
+#include "graph/scope.h"
 
 namespace onnx_rewrite {
 

@@ -1,4 +1,4 @@
-#include "onnx_rewrite/scope.h"
+#include "graph/scope.h"
 
 #include <array>
 #include <deque>
@@ -10,7 +10,7 @@
 #include "graph/shape_inference.h"
 #include "graph/two_threads.h"
 #include "graph/walk.h"
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 
 namespace onnx_rewrite {
 
@@ -144,14 +144,6 @@ void fetch_ahead(const NodeList& nodes, int position, bool inputs) {
   if (position + 4 < count) {
     for (const auto& name : names(position + 4)) __builtin_prefetch(name.data());
   }
-}
-
-// Whether a node holds a graph (its subgraphs' reads are reads of the node).
-bool holds_a_graph(const onnx::NodeProto& node) {
-  for (const auto& attribute : node.attribute()) {
-    if (attribute.has_g() || attribute.graphs_size() > 0) return true;
-  }
-  return false;
 }
 
 }  // namespace

@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 
 #include "graph/flat_map.h"
-#include "onnx_rewrite/opset.h"
-#include "onnx_rewrite/scope.h"
+#include "verify/opset.h"
+#include "graph/scope.h"
 #include "onnx_rewrite/shapes.h"
 
 namespace onnx_rewrite {
@@ -309,10 +309,8 @@ class ShapeInference::Worker {
   void infer(const onnx::NodeProto& node, std::vector<ShapeFacts>& outputs) {
     const std::string domain = normalize_domain(node.domain());
     const std::string& op = node.op_type();
-    const std::string& out = node.output(0);
-    ShapeFacts& result = outputs[0];
     if (domain == "com.microsoft") return infer_contrib(node, outputs);
-    if (domain == "com.microsoft.nchwc") return infer_spatial(node, input(node, 0), result);
+    if (domain == "com.microsoft.nchwc") return infer_spatial(node, input(node, 0), outputs[0]);
     if (!domain.empty()) return;
     if (op == "If") return infer_if_types(node, outputs);
     if (op == "LSTM" || op == "GRU" || op == "RNN") {  // every output has X's type (W's: the same)
@@ -321,7 +319,25 @@ class ShapeInference::Worker {
       for (auto& output : outputs) output.elem_type = type;
       return;
     }
+    if (op == "Constant") {
+      outputs[0] = declared(node.output(0));  // the tensor's type and values
+      return;
+    }
+    infer_standard(node, outputs);
+    static const OpNames kBoolean = {"And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual",
+                                     "GreaterOrEqual", "Not", "IsNaN", "IsInf"};
+    if (kBoolean.count(op)) outputs[0].elem_type = onnx::TensorProto::BOOL;
+    if (outputs[0].elem_type == 0 && kSameType.count(op)) outputs[0].elem_type = any_input_type(node);
+    if (op == "LayerNormalization" || op == "SimplifiedLayerNormalization") {
+      infer_statistics(node, input(node, 0), int_attribute(node, "axis").value_or(-1), outputs);
+    }
+  }
 
+  // An ai.onnx op's outputs.
+  void infer_standard(const onnx::NodeProto& node, std::vector<ShapeFacts>& outputs) {
+    const std::string& op = node.op_type();
+    const std::string& out = node.output(0);
+    ShapeFacts& result = outputs[0];
     static const OpNames kSameShape = {
         "Identity", "Abs", "Neg", "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "Tanh",
         "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Softplus",
@@ -334,14 +350,7 @@ class ShapeInference::Worker {
                                        "Mean", "Mod", "PRelu", "And", "Or", "Xor", "Equal", "Less",
                                        "Greater", "LessOrEqual", "GreaterOrEqual", "Where",
                                        "BitwiseAnd", "BitwiseOr", "BitwiseXor"};
-    static const OpNames kBoolean = {"And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual",
-                                     "GreaterOrEqual", "Not", "IsNaN", "IsInf"};
     const ShapeFacts& first = input(node, 0);
-
-    if (op == "Constant") {
-      result = declared(out);  // the tensor's type and values
-      return;
-    }
     if (kSameShape.count(op)) {
       result.shape = first.shape;
       result.elem_type = first.elem_type;
@@ -358,17 +367,7 @@ class ShapeInference::Worker {
     } else if (op == "Gather") {
       infer_gather(node, first, input(node, 1), result);
     } else if (op == "Shape") {
-      result.elem_type = onnx::TensorProto::INT64;
-      if (first.shape) {
-        const auto rank = static_cast<int64_t>(first.shape->size());
-        auto clamp = [&](int64_t at) { return std::clamp(at < 0 ? at + rank : at, int64_t{0}, rank); };
-        const int64_t start = clamp(int_attribute(node, "start").value_or(0));
-        const int64_t end = clamp(int_attribute(node, "end").value_or(rank));
-        result.values = Dims(first.shape->begin() + start, first.shape->begin() + std::max(start, end));
-        result.shape = Dims{Dim::of(static_cast<int64_t>(result.values->size()))};
-      } else {
-        result.shape = Dims{fresh(out, 0)};
-      }
+      infer_shape_of(node, first, result);
     } else if (op == "Size") {
       result.elem_type = onnx::TensorProto::INT64;
       result.shape = Dims{};
@@ -379,18 +378,7 @@ class ShapeInference::Worker {
     } else if (op == "Reshape") {
       infer_reshape(node, first, input(node, 1), out, result);
     } else if (op == "Transpose") {
-      result.elem_type = first.elem_type;
-      if (first.shape) {
-        std::vector<int64_t> perm = ints_attribute(node, "perm").value_or(std::vector<int64_t>{});
-        if (perm.empty()) {
-          for (size_t i = first.shape->size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
-        }
-        if (is_permutation_of_axes(perm, first.shape->size())) {
-          Dims dims;
-          for (int64_t axis : perm) dims.push_back((*first.shape)[static_cast<size_t>(axis)]);
-          result.shape = std::move(dims);
-        }
-      }
+      infer_transpose(node, first, result);
     } else if (op == "Slice") {
       infer_slice(node, first, out, result);
     } else if (op == "Expand") {
@@ -416,31 +404,9 @@ class ShapeInference::Worker {
         if (first.shape) output.shape = fresh_dims(first.shape->size(), out);
       }
     } else if (op == "ArgMax" || op == "ArgMin") {
-      result.elem_type = onnx::TensorProto::INT64;
-      if (first.shape) {  // one axis (attribute `axis`, default 0), kept as 1 or dropped
-        const auto rank = static_cast<int64_t>(first.shape->size());
-        int64_t axis = int_attribute(node, "axis").value_or(0);
-        if (axis < 0) axis += rank;
-        if (axis >= 0 && axis < rank) {
-          Dims dims = *first.shape;
-          if (int_attribute(node, "keepdims").value_or(1)) dims[static_cast<size_t>(axis)] = Dim::of(1);
-          else dims.erase(dims.begin() + axis);
-          result.shape = std::move(dims);
-        }
-      }
-    } else if (op == "Range") {  // 1-D; its length when start, limit and delta are known integers
-      result.elem_type = first.elem_type;
-      result.shape = Dims{fresh(out, 0)};
-      const auto& start = first.values;
-      const auto& limit = input(node, 1).values;
-      const auto& delta = input(node, 2).values;
-      if (start && limit && delta && start->size() == 1 && limit->size() == 1 && delta->size() == 1 &&
-          (*start)[0].known() && (*limit)[0].known() && (*delta)[0].known() && *(*delta)[0].number != 0) {
-        const int64_t span = *(*limit)[0].number - *(*start)[0].number;
-        const int64_t step = *(*delta)[0].number;
-        const int64_t count = span / step + (span % step != 0 && (span < 0) == (step < 0) ? 1 : 0);
-        result.shape = Dims{Dim::of(std::max<int64_t>(count, 0))};
-      }
+      infer_arg_reduce(node, first, result);
+    } else if (op == "Range") {
+      infer_range(node, first, result);
     } else if (op == "ConstantOfShape") {
       result.elem_type = onnx::TensorProto::FLOAT;
       for (const auto& attribute : node.attribute()) {
@@ -448,10 +414,63 @@ class ShapeInference::Worker {
       }
       result.shape = input(node, 0).values;
     }
-    if (kBoolean.count(op)) result.elem_type = onnx::TensorProto::BOOL;
-    if (result.elem_type == 0 && kSameType.count(op)) result.elem_type = any_input_type(node);
-    if (op == "LayerNormalization" || op == "SimplifiedLayerNormalization") {
-      infer_statistics(node, first, int_attribute(node, "axis").value_or(-1), outputs);
+  }
+
+  // Shape <start, end>: int64, the dims themselves as its values.
+  void infer_shape_of(const onnx::NodeProto& node, const ShapeFacts& first, ShapeFacts& result) {
+    result.elem_type = onnx::TensorProto::INT64;
+    if (!first.shape) {
+      result.shape = Dims{fresh(node.output(0), 0)};
+      return;
+    }
+    const auto rank = static_cast<int64_t>(first.shape->size());
+    auto clamp = [&](int64_t at) { return std::clamp(at < 0 ? at + rank : at, int64_t{0}, rank); };
+    const int64_t start = clamp(int_attribute(node, "start").value_or(0));
+    const int64_t end = clamp(int_attribute(node, "end").value_or(rank));
+    result.values = Dims(first.shape->begin() + start, first.shape->begin() + std::max(start, end));
+    result.shape = Dims{Dim::of(static_cast<int64_t>(result.values->size()))};
+  }
+
+  void infer_transpose(const onnx::NodeProto& node, const ShapeFacts& first, ShapeFacts& result) {
+    result.elem_type = first.elem_type;
+    if (!first.shape) return;
+    std::vector<int64_t> perm = ints_attribute(node, "perm").value_or(std::vector<int64_t>{});
+    if (perm.empty()) {
+      for (size_t i = first.shape->size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+    }
+    if (!is_permutation_of_axes(perm, first.shape->size())) return;
+    Dims dims;
+    for (int64_t axis : perm) dims.push_back((*first.shape)[static_cast<size_t>(axis)]);
+    result.shape = std::move(dims);
+  }
+
+  // ArgMax, ArgMin: one axis (attribute `axis`, default 0), kept as 1 or dropped.
+  void infer_arg_reduce(const onnx::NodeProto& node, const ShapeFacts& first, ShapeFacts& result) {
+    result.elem_type = onnx::TensorProto::INT64;
+    if (!first.shape) return;
+    const auto rank = static_cast<int64_t>(first.shape->size());
+    int64_t axis = int_attribute(node, "axis").value_or(0);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return;
+    Dims dims = *first.shape;
+    if (int_attribute(node, "keepdims").value_or(1)) dims[static_cast<size_t>(axis)] = Dim::of(1);
+    else dims.erase(dims.begin() + axis);
+    result.shape = std::move(dims);
+  }
+
+  // Range: 1-D; its length when start, limit and delta are known integers.
+  void infer_range(const onnx::NodeProto& node, const ShapeFacts& first, ShapeFacts& result) {
+    result.elem_type = first.elem_type;
+    result.shape = Dims{fresh(node.output(0), 0)};
+    const auto& start = first.values;
+    const auto& limit = input(node, 1).values;
+    const auto& delta = input(node, 2).values;
+    if (start && limit && delta && start->size() == 1 && limit->size() == 1 && delta->size() == 1 &&
+        (*start)[0].known() && (*limit)[0].known() && (*delta)[0].known() && *(*delta)[0].number != 0) {
+      const int64_t span = *(*limit)[0].number - *(*start)[0].number;
+      const int64_t step = *(*delta)[0].number;
+      const int64_t count = span / step + (span % step != 0 && (span < 0) == (step < 0) ? 1 : 0);
+      result.shape = Dims{Dim::of(std::max<int64_t>(count, 0))};
     }
   }
 

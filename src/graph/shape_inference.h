@@ -6,7 +6,7 @@
 #include <memory>
 #include <string_view>
 
-#include "onnx_rewrite/scope.h"
+#include "graph/scope.h"
 #include "onnx_rewrite/shapes.h"
 
 namespace onnx_rewrite {

@@ -26,13 +26,15 @@ constexpr TypeName kTypeNames[] = {
     {25, "uint2"},                       {26, "int2"},
 };
 
-// Bytes per element in raw_data for the types decode_tensor understands; 0 for the others.
+// Bytes per element in raw_data for the types decode_tensor reads a byte or more at a time; 0
+// for the others.
 size_t raw_element_size(int32_t type) {
   switch (type) {
-    case TensorProto::FLOAT: case TensorProto::INT32: case TensorProto::UINT32: return 4;
-    case TensorProto::DOUBLE: case TensorProto::INT64: case TensorProto::UINT64: return 8;
-    case TensorProto::FLOAT16: case TensorProto::BFLOAT16: case TensorProto::INT16: case TensorProto::UINT16: return 2;
-    case TensorProto::INT8: case TensorProto::UINT8: case TensorProto::BOOL: return 1;
+    case TensorProto::FLOAT: case TensorProto::INT32: case TensorProto::UINT32:
+    case TensorProto::DOUBLE: case TensorProto::INT64: case TensorProto::UINT64:
+    case TensorProto::FLOAT16: case TensorProto::BFLOAT16: case TensorProto::INT16: case TensorProto::UINT16:
+    case TensorProto::INT8: case TensorProto::UINT8: case TensorProto::BOOL:
+      return static_cast<size_t>(element_bits(type) / 8);
     default: return 0;
   }
 }
@@ -235,6 +237,21 @@ TensorProto make_int64_tensor(const std::vector<int64_t>& dims, const std::vecto
   for (int64_t dim : dims) tensor.add_dims(dim);
   tensor.set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t)));
   return tensor;
+}
+
+int element_bits(int32_t data_type) {
+  switch (data_type) {
+    case TensorProto::FLOAT: case TensorProto::INT32: case TensorProto::UINT32: return 32;
+    case TensorProto::DOUBLE: case TensorProto::INT64: case TensorProto::UINT64: case TensorProto::COMPLEX64: return 64;
+    case TensorProto::COMPLEX128: return 128;
+    case TensorProto::FLOAT16: case TensorProto::BFLOAT16: case TensorProto::INT16: case TensorProto::UINT16: return 16;
+    case TensorProto::INT8: case TensorProto::UINT8: case TensorProto::BOOL:
+    case 17: case 18: case 19: case 20:  // the float8 types
+    case 24: return 8;                    // float8e8m0
+    case 21: case 22: case 23: return 4;  // uint4, int4, float4e2m1: two per byte
+    case 25: case 26: return 2;           // uint2, int2: four per byte
+    default: return 0;
+  }
 }
 
 std::string data_type_name(int32_t data_type) {

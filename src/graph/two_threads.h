@@ -1,11 +1,18 @@
-// Fork and join for work split in two on a big graph (loading its nodes, indexing their reads).
+// What a big graph is, and fork and join for work split in two on one (loading its nodes,
+// indexing their reads).
 #pragma once
 
+#include <cstddef>
 #include <exception>
 #include <system_error>
 #include <thread>
 
 namespace onnx_rewrite {
+
+// A graph of this many nodes or more is big: work on it split over a second thread (loading,
+// indexing, matching, writing) gains more than the thread's start costs. A smaller graph is done
+// before a thread would have started. (RewriteOptions::second_thread_from, public, defaults to it.)
+inline constexpr size_t kBigGraphNodes = 50'000;
 
 // Runs `second` on another thread while `first` runs here (both here, one after the other,
 // without a thread to be had); what either throws comes out here, once both are done.

@@ -2,9 +2,14 @@
 
 #include <unordered_set>
 
-#include "onnx_rewrite/toolkit.h"
+#include "graph/node_attributes.h"
 
 namespace onnx_rewrite {
+
+bool holds_a_graph(const onnx::NodeProto& node) {
+  return std::any_of(node.attribute().begin(), node.attribute().end(),
+                     [](const onnx::AttributeProto& attribute) { return attribute.has_g() || attribute.graphs_size() > 0; });
+}
 namespace {
 
 // Places deeper than this are named by their innermost levels and their root.

@@ -136,6 +136,9 @@ void for_each_node(Model& model, Visit&& visit) {
   });
 }
 
+// Whether a node holds a graph (If, Loop, Scan: its subgraphs' reads are reads of the node).
+bool holds_a_graph(const onnx::NodeProto& node);
+
 // The graphs a node holds (graph attributes, in order), with the attribute holding each.
 template <typename Node>
 auto subgraphs_of(Node& node) {

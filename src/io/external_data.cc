@@ -35,24 +35,6 @@ std::optional<int64_t> parse_size(const std::string& text) {
   return value;
 }
 
-// Bits per element of the types whose size is fixed; 0 for strings and types we don't know.
-int element_bits(int32_t data_type) {
-  switch (data_type) {
-    case onnx::TensorProto::FLOAT: case onnx::TensorProto::INT32: case onnx::TensorProto::UINT32: return 32;
-    case onnx::TensorProto::DOUBLE: case onnx::TensorProto::INT64: case onnx::TensorProto::UINT64:
-    case onnx::TensorProto::COMPLEX64: return 64;
-    case onnx::TensorProto::COMPLEX128: return 128;
-    case onnx::TensorProto::FLOAT16: case onnx::TensorProto::BFLOAT16: case onnx::TensorProto::INT16:
-    case onnx::TensorProto::UINT16: return 16;
-    case onnx::TensorProto::INT8: case onnx::TensorProto::UINT8: case onnx::TensorProto::BOOL:
-    case 17: case 18: case 19: case 20:  // the float8 types
-    case 24: return 8;                    // float8e8m0
-    case 21: case 22: case 23: return 4;  // uint4, int4, float4e2m1: two per byte
-    case 25: case 26: return 2;           // uint2, int2: four per byte
-    default: return 0;
-  }
-}
-
 std::string shape_text(const onnx::TensorProto& tensor) {
   std::string dims;
   for (const int64_t dim : tensor.dims()) dims += (dims.empty() ? "" : ",") + std::to_string(dim);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "onnx_rewrite/error.h"
+#include "graph/two_threads.h"
 #include "io/atomic_file.h"
 #include "io/file_identity.h"
 #include "io/os_error.h"

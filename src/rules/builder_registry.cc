@@ -10,14 +10,30 @@ namespace onnx_rewrite {
 
 void register_family_builders(BuilderRegistry& registry);  // generated: families_registry.cc
 
-bool BuilderSignature::declares_value(const std::string& name) const {
-  return std::find(values.begin(), values.end(), name) != values.end() ||
-         std::find(optional_values.begin(), optional_values.end(), name) != optional_values.end();
+static bool listed(const std::vector<std::string>& names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-bool BuilderSignature::declares_attribute(const std::string& name) const {
-  return std::find(attributes.begin(), attributes.end(), name) != attributes.end() ||
-         std::find(optional_attributes.begin(), optional_attributes.end(), name) != optional_attributes.end();
+bool BuilderSignature::declares_value(std::string_view name) const {
+  return listed(values, name) || listed(optional_values, name);
+}
+
+bool BuilderSignature::declares_attribute(std::string_view name) const {
+  return listed(attributes, name) || listed(optional_attributes, name);
+}
+
+bool BuilderSignature::declares_node_attribute(std::string_view name) const { return listed(node_attributes, name); }
+
+BuildResult BuildResult::declined(std::string reason) {
+  if (reason.empty()) throw std::logic_error("a builder declined without saying why");
+  BuildResult result;
+  result.reason_ = std::move(reason);
+  return result;
+}
+
+const std::string& BuildResult::reason() const {
+  static const std::string none;
+  return reason_ ? *reason_ : none;
 }
 
 void BuilderRegistry::add(std::string name, BuilderSignature signature, BuildFunction build) {

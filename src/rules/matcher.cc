@@ -1,5 +1,5 @@
-#include "onnx_rewrite/matcher.h"
-#include "onnx_rewrite/toolkit.h"
+#include "rules/matcher.h"
+#include "graph/node_attributes.h"
 
 #include <algorithm>
 #include <array>
@@ -16,40 +16,25 @@
 #include <fmt/format.h>
 #include <onnx/defs/schema.h>
 
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 #include "graph/walk.h"
 
 namespace onnx_rewrite {
 
 // ---- Match accessors -------------------------------------------------------------------------
 
-void Match::require_value(const std::string& name) const {
-  if (signature && !signature->declares_value(name)) {
-    throw BuilderContractError(fmt::format("the builder of rule {} reads pattern value '{}', which it does not declare", rule->id, name));
-  }
-}
-
-void Match::require_attribute(const std::string& name) const {
-  if (signature && !signature->declares_attribute(name)) {
-    throw BuilderContractError(fmt::format("the builder of rule {} reads '{}', which it does not declare", rule->id, name));
-  }
-}
-
 const std::string& Match::value(const std::string& pattern_name) const {
-  require_value(pattern_name);
   auto it = values.find(pattern_name);
   if (it == values.end()) throw std::logic_error("rule " + rule->id + " has no value named '" + pattern_name + "'");
   return it->second;
 }
 
 bool Match::has_value(const std::string& pattern_name) const {
-  require_value(pattern_name);
   auto it = values.find(pattern_name);
   return it != values.end() && !it->second.empty();
 }
 
 const onnx::AttributeProto* Match::attribute(const std::string& name) const {
-  require_attribute(name);
   auto it = attributes.find(name);
   return it == attributes.end() ? nullptr : &it->second;
 }

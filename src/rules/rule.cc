@@ -1,6 +1,6 @@
 // Rules as data (rule.h): descriptions for messages, and rule sets loaded from files, directories
 // and the families compiled in.
-#include "onnx_rewrite/rule.h"
+#include "rules/rule.h"
 
 #include <algorithm>
 #include <exception>
@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include "onnx_rewrite/error.h"
-#include "onnx_rewrite/matcher.h"
-#include "onnx_rewrite/opset.h"
+#include "rules/matcher.h"
+#include "verify/opset.h"
 #include "onnx_rewrite/target.h"
 #include "onnx_rewrite/tensor.h"
 #include "graph/two_threads.h"

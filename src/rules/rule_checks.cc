@@ -8,7 +8,7 @@
 #include <fmt/ranges.h>
 #include <onnx/defs/schema.h>
 
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 #include "onnx_rewrite/target.h"
 
 namespace onnx_rewrite {

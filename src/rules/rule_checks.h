@@ -8,7 +8,7 @@
 
 #include <onnx/defs/parser.h>
 
-#include "onnx_rewrite/rule.h"
+#include "rules/rule.h"
 
 namespace onnx_rewrite {
 

@@ -1,4 +1,4 @@
-#include "onnx_rewrite/rule_example.h"
+#include "rules/rule_example.h"
 
 #include <map>
 #include <sstream>
@@ -11,7 +11,7 @@
 #include "onnx_rewrite/engine.h"
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/model_io.h"
-#include "onnx_rewrite/scope.h"
+#include "graph/scope.h"
 #include "onnx_rewrite/tensor.h"
 
 namespace onnx_rewrite {

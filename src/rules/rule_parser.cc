@@ -14,9 +14,9 @@
 
 #include "onnx_rewrite/builder.h"
 #include "onnx_rewrite/error.h"
-#include "onnx_rewrite/matcher.h"
-#include "onnx_rewrite/opset.h"
-#include "onnx_rewrite/rule.h"
+#include "rules/matcher.h"
+#include "verify/opset.h"
+#include "rules/rule.h"
 #include "onnx_rewrite/target.h"
 #include "onnx_rewrite/tensor.h"
 #include "rules/text_replacement.h"
@@ -201,26 +201,27 @@ class RuleFileParser {
   }
 
   // ---- Rules -----------------------------------------------------------------------------
+
+  // What a rule's clauses say before the rule is checked and finished, with where each was written.
+  struct Clauses {
+    std::vector<Constraint> shared_constraints;
+    std::map<std::string, onnx::AttributeProto> shared_defaults;
+    std::vector<VersionRange> shared_opsets;
+    bool has_replacement = false;
+    onnx::NodeList replacement_nodes;
+    std::vector<std::string> replacement_inputs, replacement_outputs;
+    std::string builder_name;
+    size_t replacement_at = 0, targets_at = 0, fuse_targets_at = 0, requires_at = 0;
+    std::vector<std::vector<size_t>> pattern_node_at;  // where each pattern node's op is written
+    std::vector<size_t> replacement_node_at;
+  };
+
   std::shared_ptr<const Rule> parse_rule() {
     auto rule = std::make_shared<Rule>();
     rule->file = file_;
     rule->line = line_column(pos_).first;
     rule->id = read_word("a rule id");
-    std::vector<Constraint> shared_constraints;
-    std::map<std::string, onnx::AttributeProto> shared_defaults;
-    std::vector<VersionRange> shared_opsets;
-    std::vector<std::vector<size_t>> declared_at;  // where each pattern came from (errors)
-    bool has_replacement = false;
-    onnx::NodeList replacement_nodes;
-    std::vector<std::string> replacement_inputs, replacement_outputs;
-    size_t replacement_at = 0;
-    size_t targets_at = 0;
-    size_t fuse_targets_at = 0;
-    size_t requires_at = 0;
-    std::vector<std::vector<size_t>> pattern_node_at;  // where each pattern node's op is written
-    std::vector<size_t> replacement_node_at;
-    std::string builder_name;
-
+    Clauses clauses;
     for (;;) {
       const size_t clause_at = (skip_space(), pos_);
       std::string clause = read_word("a clause or 'end'");
@@ -229,128 +230,155 @@ class RuleFileParser {
         pos_ += 3;
         clause = "fuses for";
       }
-      if (clause == "description" || clause == "targets" || clause == "fuses for" || clause == "priority" || clause == "requires") {
-        expect(':');
-        const std::string value = rest_of_line();
-        if (clause == "description") rule->description = value;
-        else if (clause == "targets") {
-          rule->targets = split_list(value, clause_at);
-          targets_at = clause_at;
-        } else if (clause == "fuses for") {
-          rule->fuse_targets = split_list(value, clause_at);
-          fuse_targets_at = clause_at;
-        }
-        else if (clause == "priority") rule->priority = parse_int(value, clause_at);
-        else {
-          rule->requires_opsets = parse_version_list(value, clause_at);
-          requires_at = clause_at;
-        }
-      } else if (clause == "pattern") {
-        rule->patterns.push_back(parse_pattern(pattern_node_at.emplace_back()));
-        if (peek_word() == "where") {  // this pattern's own constraints
-          pos_ += 5;
-          parse_where(rule->patterns.back().constraints, rule->patterns.back().defaults, rule->patterns.back().opsets);
-        }
-      } else if (clause == "where") {
-        if (!rule->patterns.empty()) error_at(clause_at, "a shared 'where' must come before the first pattern");
-        parse_where(shared_constraints, shared_defaults, shared_opsets);
-      } else if (clause == "let") {
-        parse_lets(rule->lets);
-      } else if (clause == "replace") {
-        if (has_replacement) error_at(clause_at, "a rule has one replacement");
-        has_replacement = true;
-        replacement_at = clause_at;
-        if (peek_word() == "with") {
-          pos_ += 4;
-          builder_name = read_word("a builder name");
-        } else {
-          parse_signature(replacement_inputs, replacement_outputs);
-          skip_space();
-          const size_t nodes_at = pos_;
-          parse_onnx(replacement_nodes, "the replacement");
-          replacement_node_at = op_positions(nodes_at, replacement_nodes);
-        }
-      } else if (clause == "example") {
-        RuleExample example;
-        if (peek_word() == "exact") {  // `example exact opset N { ... }`: as with --to-opset N
-          pos_ += 5;
-          example.exact_opset = true;
-          if (peek_word() != "opset") error("expected 'opset N' after 'exact'");
-        }
-        if (peek_word() == "opset") {  // `example opset N { ... }`: shown as rewritten with --opset N
-          pos_ += 5;
-          example.max_opset = parse_int(read_word("an opset version"), pos_);
-        }
-        const size_t end = nested_block_end();
-        example.line = line_column(pos_).first;
-        onnx::ModelProto model;
-        example.model_text = parse_onnx(model, "the example model", end);
-        pos_ = end + 1;
-        rule->example = std::move(example);
-      } else if (clause == "expect") {
-        if (!rule->example) error_at(clause_at, "'expect' follows an 'example'");
-        if (peek_word() == "like") {  // the same nodes as another rule's expect, written once
-          pos_ += 4;
-          rule->example->expected_like = read_word("a rule id");
-        } else {
-          onnx::NodeList nodes;
-          rule->example->expected_nodes_text = parse_onnx(nodes, "the expected nodes");
-        }
-      } else {
-        error_at(clause_at, "unknown clause '" + clause + "' (description, targets, fuses for, priority, requires, where, "
-                            "pattern, let, replace, example, expect, end)");
-      }
+      parse_clause(clause, clause_at, *rule, clauses);
     }
+    finish_rule(*rule, clauses);
+    return rule;
+  }
 
-    if (rule->patterns.empty()) error("rule " + rule->id + " has no pattern");
-    if (!has_replacement) error("rule " + rule->id + " has no replacement");
-    if (rule->targets.empty() && rule->fuse_targets.empty()) error("rule " + rule->id + " names no targets");
-    const auto check_targets = [&](const std::vector<std::string>& targets, size_t at) {
-      const auto& known = all_targets();
-      for (const auto& target : targets) {
-        if (std::none_of(known.begin(), known.end(), [&](const Target* t) { return t->name == target; })) {
-          std::vector<std::string> names;
-          for (const Target* t : known) names.push_back(t->name);
-          error_at(at, fmt::format("rule {}: unknown target '{}' (known: {})", rule->id, target, fmt::join(names, ", ")));
-        }
+  void parse_clause(const std::string& clause, size_t clause_at, Rule& rule, Clauses& clauses) {
+    if (clause == "description" || clause == "targets" || clause == "fuses for" || clause == "priority" || clause == "requires") {
+      expect(':');
+      const std::string value = rest_of_line();
+      if (clause == "description") rule.description = value;
+      else if (clause == "targets") {
+        rule.targets = split_list(value, clause_at);
+        clauses.targets_at = clause_at;
+      } else if (clause == "fuses for") {
+        rule.fuse_targets = split_list(value, clause_at);
+        clauses.fuse_targets_at = clause_at;
       }
-    };
-    check_targets(rule->targets, targets_at);
-    check_targets(rule->fuse_targets, fuse_targets_at);
-    for (auto& pattern : rule->patterns) {
-      for (const auto& constraint : shared_constraints) {
+      else if (clause == "priority") rule.priority = parse_int(value, clause_at);
+      else {
+        rule.requires_opsets = parse_version_list(value, clause_at);
+        clauses.requires_at = clause_at;
+      }
+    } else if (clause == "pattern") {
+      rule.patterns.push_back(parse_pattern(clauses.pattern_node_at.emplace_back()));
+      if (peek_word() == "where") {  // this pattern's own constraints
+        pos_ += 5;
+        parse_where(rule.patterns.back().constraints, rule.patterns.back().defaults, rule.patterns.back().opsets);
+      }
+    } else if (clause == "where") {
+      if (!rule.patterns.empty()) error_at(clause_at, "a shared 'where' must come before the first pattern");
+      parse_where(clauses.shared_constraints, clauses.shared_defaults, clauses.shared_opsets);
+    } else if (clause == "let") {
+      parse_lets(rule.lets);
+    } else if (clause == "replace") {
+      parse_replace(clause_at, clauses);
+    } else if (clause == "example") {
+      rule.example = parse_example();
+    } else if (clause == "expect") {
+      if (!rule.example) error_at(clause_at, "'expect' follows an 'example'");
+      if (peek_word() == "like") {  // the same nodes as another rule's expect, written once
+        pos_ += 4;
+        rule.example->expected_like = read_word("a rule id");
+      } else {
+        onnx::NodeList nodes;
+        rule.example->expected_nodes_text = parse_onnx(nodes, "the expected nodes");
+      }
+    } else {
+      error_at(clause_at, "unknown clause '" + clause + "' (description, targets, fuses for, priority, requires, where, "
+                          "pattern, let, replace, example, expect, end)");
+    }
+  }
+
+  // `replace with BUILDER`, or `replace (inputs) => (outputs) { ONNX text }`.
+  void parse_replace(size_t clause_at, Clauses& clauses) {
+    if (clauses.has_replacement) error_at(clause_at, "a rule has one replacement");
+    clauses.has_replacement = true;
+    clauses.replacement_at = clause_at;
+    if (peek_word() == "with") {
+      pos_ += 4;
+      clauses.builder_name = read_word("a builder name");
+      return;
+    }
+    parse_signature(clauses.replacement_inputs, clauses.replacement_outputs);
+    skip_space();
+    const size_t nodes_at = pos_;
+    parse_onnx(clauses.replacement_nodes, "the replacement");
+    clauses.replacement_node_at = op_positions(nodes_at, clauses.replacement_nodes);
+  }
+
+  // `example [exact] [opset N] { model }`.
+  RuleExample parse_example() {
+    RuleExample example;
+    if (peek_word() == "exact") {  // `example exact opset N { ... }`: as with --to-opset N
+      pos_ += 5;
+      example.exact_opset = true;
+      if (peek_word() != "opset") error("expected 'opset N' after 'exact'");
+    }
+    if (peek_word() == "opset") {  // `example opset N { ... }`: shown as rewritten with --opset N
+      pos_ += 5;
+      example.max_opset = parse_int(read_word("an opset version"), pos_);
+    }
+    const size_t end = nested_block_end();
+    example.line = line_column(pos_).first;
+    onnx::ModelProto model;
+    example.model_text = parse_onnx(model, "the example model", end);
+    pos_ = end + 1;
+    return example;
+  }
+
+  // The rule complete and checked: every pattern given the shared `where`, its ops and targets
+  // known, its replacement made.
+  void finish_rule(Rule& rule, Clauses& clauses) {
+    if (rule.patterns.empty()) error("rule " + rule.id + " has no pattern");
+    if (!clauses.has_replacement) error("rule " + rule.id + " has no replacement");
+    if (rule.targets.empty() && rule.fuse_targets.empty()) error("rule " + rule.id + " names no targets");
+    check_targets(rule, rule.targets, clauses.targets_at);
+    check_targets(rule, rule.fuse_targets, clauses.fuse_targets_at);
+    for (auto& pattern : rule.patterns) {
+      for (const auto& constraint : clauses.shared_constraints) {
         if (pattern_has_name(pattern, constraint.subject)) pattern.constraints.push_back(constraint);
       }
-      for (const auto& [name, value] : shared_defaults) pattern.defaults.emplace(name, value);
-      for (const auto& range : shared_opsets) pattern.opsets.push_back(range);
+      for (const auto& [name, value] : clauses.shared_defaults) pattern.defaults.emplace(name, value);
+      for (const auto& range : clauses.shared_opsets) pattern.opsets.push_back(range);
     }
-    for (const auto& constraint : shared_constraints) {
-      if (std::none_of(rule->patterns.begin(), rule->patterns.end(),
+    for (const auto& constraint : clauses.shared_constraints) {
+      if (std::none_of(rule.patterns.begin(), rule.patterns.end(),
                        [&](const Pattern& p) { return pattern_has_name(p, constraint.subject); })) {
-        error(fmt::format("rule {}: 'where' line {} names '{}', which no pattern has", rule->id, constraint.line, constraint.subject));
+        error(fmt::format("rule {}: 'where' line {} names '{}', which no pattern has", rule.id, constraint.line, constraint.subject));
       }
     }
-    for (auto& pattern : rule->patterns) finish_pattern(*rule, pattern);
-
-    if (auto problem = check_rule_ops(*rule, builder_name.empty() ? &replacement_nodes : nullptr)) {
+    for (auto& pattern : rule.patterns) finish_pattern(rule, pattern);
+    if (auto problem = check_rule_ops(rule, clauses.builder_name.empty() ? &clauses.replacement_nodes : nullptr)) {
       using Place = RuleProblem::Place;
-      const size_t at = problem->place == Place::kPatternNode       ? pattern_node_at[problem->pattern][problem->index]
-                        : problem->place == Place::kReplacementNode ? replacement_node_at[problem->index]
-                                                                    : requires_at;
-      error_at(at, fmt::format("rule {}: {}", rule->id, problem->message));
+      const size_t at = problem->place == Place::kPatternNode       ? clauses.pattern_node_at[problem->pattern][problem->index]
+                        : problem->place == Place::kReplacementNode ? clauses.replacement_node_at[problem->index]
+                                                                    : clauses.requires_at;
+      error_at(at, fmt::format("rule {}: {}", rule.id, problem->message));
     }
-    if (!builder_name.empty()) {
-      const BuilderRegistry& registry = BuilderRegistry::builtin();
-      const Builder* builder = registry.find(builder_name);
-      if (!builder) error_at(replacement_at, fmt::format("unknown builder '{}' (known: {})", builder_name, fmt::join(registry.names(), ", ")));
-      check_signature(*rule, *builder, replacement_at);
-      rule->replacement = std::make_shared<BuilderReplacement>(*builder);
-    } else {
-      check_replacement(*rule, replacement_nodes, replacement_inputs, replacement_outputs, replacement_at);
-      rule->replacement = std::make_shared<TextReplacement>(std::move(replacement_nodes), replacement_inputs, replacement_outputs);
+    rule.replacement = make_replacement(rule, clauses);
+    if (!rule.example) error("rule " + rule.id + " has no example (every rule documents and tests one)");
+  }
+
+  void check_targets(const Rule& rule, const std::vector<std::string>& targets, size_t at) {
+    const auto& known = all_targets();
+    for (const auto& target : targets) {
+      if (std::none_of(known.begin(), known.end(), [&](const Target* t) { return t->name == target; })) {
+        std::vector<std::string> names;
+        for (const Target* t : known) names.push_back(t->name);
+        error_at(at, fmt::format("rule {}: unknown target '{}' (known: {})", rule.id, target, fmt::join(names, ", ")));
+      }
     }
-    if (!rule->example) error("rule " + rule->id + " has no example (every rule documents and tests one)");
-    return rule;
+  }
+
+  std::shared_ptr<const Replacement> make_replacement(const Rule& rule, Clauses& clauses) {
+    if (clauses.builder_name.empty()) {
+      check_replacement(rule, clauses.replacement_nodes, clauses.replacement_inputs, clauses.replacement_outputs,
+                        clauses.replacement_at);
+      return std::make_shared<TextReplacement>(std::move(clauses.replacement_nodes), clauses.replacement_inputs,
+                                               clauses.replacement_outputs);
+    }
+    const BuilderRegistry& registry = BuilderRegistry::builtin();
+    const Builder* builder = registry.find(clauses.builder_name);
+    if (!builder) {
+      error_at(clauses.replacement_at,
+               fmt::format("unknown builder '{}' (known: {})", clauses.builder_name, fmt::join(registry.names(), ", ")));
+    }
+    check_signature(rule, *builder, clauses.replacement_at);
+    return std::make_shared<BuilderReplacement>(*builder);
   }
 
   std::vector<std::string> split_list(const std::string& value, size_t at) {

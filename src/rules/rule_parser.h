@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "onnx_rewrite/rule.h"
+#include "rules/rule.h"
 
 namespace onnx_rewrite {
 

@@ -4,8 +4,9 @@
 
 #include <fmt/format.h>
 
-#include "onnx_rewrite/matcher.h"
-#include "onnx_rewrite/scope.h"
+#include "onnx_rewrite/build_context.h"
+#include "rules/matcher.h"
+#include "graph/scope.h"
 
 namespace onnx_rewrite {
 namespace {
@@ -238,7 +239,7 @@ std::string evaluate_lets(const Rule& rule, Match& match) {
   return {};
 }
 
-std::string TextReplacement::build(const Match& match, GraphBuilder& builder) const {
+BuildResult TextReplacement::build(const Match& match, GraphBuilder& builder) const {
   std::map<std::string, Value> local;
   for (const auto& input : inputs_) local[input] = Value{match.value(input)};
   for (const auto& written : nodes_) {
@@ -253,8 +254,8 @@ std::string TextReplacement::build(const Match& match, GraphBuilder& builder) co
       if (!value) continue;  // unset: the op's own default applies, as in an ONNX function call
       auto converted = convert_attribute(*value, attribute.type(), attribute.name());
       if (!converted) {
-        return fmt::format("@{} is {}, the replacement wants {}", attribute.ref_attr_name(),
-                           A::AttributeType_Name(value->type()), A::AttributeType_Name(attribute.type()));
+        return decline(fmt::format("@{} is {}, the replacement wants {}", attribute.ref_attr_name(),
+                                   A::AttributeType_Name(value->type()), A::AttributeType_Name(attribute.type())));
       }
       *node.add_attribute() = std::move(*converted);
     }
@@ -270,7 +271,12 @@ std::string TextReplacement::build(const Match& match, GraphBuilder& builder) co
   for (const auto& output : outputs_) {
     if (!match.value(output).empty()) builder.output(match.value(output), local.at(output));  // else an absent optional output
   }
-  return {};
+  return built();
+}
+
+BuildResult BuilderReplacement::build(const Match& match, GraphBuilder& builder) const {
+  const BuildContext context(match, builder_.signature);
+  return builder_.build(context, builder);
 }
 
 }  // namespace onnx_rewrite

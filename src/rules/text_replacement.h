@@ -7,7 +7,7 @@
 #include <onnx/defs/parser.h>
 
 #include "onnx_rewrite/builder.h"
-#include "onnx_rewrite/rule.h"
+#include "rules/rule.h"
 
 namespace onnx_rewrite {
 
@@ -15,7 +15,7 @@ class TextReplacement : public Replacement {
  public:
   TextReplacement(onnx::NodeList nodes, std::vector<std::string> inputs, std::vector<std::string> outputs)
       : nodes_(std::move(nodes)), inputs_(std::move(inputs)), outputs_(std::move(outputs)) {}
-  std::string build(const Match& match, GraphBuilder& builder) const override;
+  BuildResult build(const Match& match, GraphBuilder& builder) const override;
   std::string describe() const override { return "ONNX text"; }
 
  private:
@@ -27,7 +27,8 @@ class TextReplacement : public Replacement {
 class BuilderReplacement : public Replacement {
  public:
   explicit BuilderReplacement(const Builder& builder) : builder_(builder) {}
-  std::string build(const Match& match, GraphBuilder& builder) const override { return builder_.build(match, builder); }
+  // The builder reads the match through a BuildContext: what it declared, and nothing else.
+  BuildResult build(const Match& match, GraphBuilder& builder) const override;
   std::string describe() const override { return "builder " + builder_.name; }
   const BuilderSignature* signature() const override { return &builder_.signature; }
 

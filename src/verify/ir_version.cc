@@ -11,7 +11,7 @@
 
 #include "graph/imports.h"
 #include "graph/walk.h"
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 #include "onnx_rewrite/tensor.h"
 
 namespace onnx_rewrite {

@@ -1,4 +1,4 @@
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 
 #include <algorithm>
 #include <charconv>

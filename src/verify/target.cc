@@ -20,7 +20,7 @@
 #include "rules/embedded.h"
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/verify.h"
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 
 namespace onnx_rewrite {
 namespace {

@@ -1,5 +1,5 @@
 #include "onnx_rewrite/verify.h"
-#include "onnx_rewrite/toolkit.h"
+#include "graph/node_attributes.h"
 
 #include <algorithm>
 #include <deque>
@@ -14,7 +14,7 @@
 
 #include "graph/flat_map.h"
 #include "graph/walk.h"
-#include "onnx_rewrite/opset.h"
+#include "verify/opset.h"
 
 namespace onnx_rewrite {
 namespace {

@@ -28,7 +28,7 @@
 #include <onnx/defs/printer.h>
 
 #include "onnx_rewrite/model_io.h"
-#include "onnx_rewrite/scope.h"
+#include "graph/scope.h"
 
 namespace onnx_rewrite::testing {
 

@@ -13,8 +13,8 @@
 
 #include "onnx_rewrite/engine.h"
 #include "onnx_rewrite/model.h"
-#include "onnx_rewrite/rule.h"
-#include "onnx_rewrite/rule_example.h"
+#include "rules/rule.h"
+#include "rules/rule_example.h"
 
 #include <google/protobuf/struct.pb.h>
 

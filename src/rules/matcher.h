@@ -12,18 +12,15 @@
 #include <onnx/onnx_pb.h>
 
 #include "onnx_rewrite/builder.h"
-#include "onnx_rewrite/node_set.h"
-#include "onnx_rewrite/rule.h"
-#include "onnx_rewrite/scope.h"
+#include "graph/node_set.h"
+#include "rules/rule.h"
+#include "graph/scope.h"
 
 namespace onnx_rewrite {
 
 class Match {
  public:
   const Scope* scope = nullptr;
-  // While a C++ builder runs: what it declared it reads. Reading anything else is a bug in the
-  // builder, thrown as BuilderContractError.
-  const BuilderSignature* signature = nullptr;
   const Rule* rule = nullptr;
   const Pattern* pattern = nullptr;
   onnx::NodeProto* anchor = nullptr;
@@ -43,14 +40,10 @@ class Match {
   const ShapeFacts& facts(const std::string& pattern_name) const { return scope->facts(value(pattern_name)); }
   std::optional<TensorValues> constant(const std::string& pattern_name) const;
   int opset(const std::string& domain = "") const;
-
- private:
-  void require_value(const std::string& name) const;
-  void require_attribute(const std::string& name) const;
 };
 
-// A builder read a name its signature does not declare: a bug in the builder, not a reason to
-// decline (the engine reports it as an internal error of the rule).
+// A builder read a name its signature does not declare (BuildContext): a bug in the builder, not
+// a reason to decline (the engine reports it as an internal error of the rule).
 class BuilderContractError : public std::logic_error {
  public:
   using std::logic_error::logic_error;

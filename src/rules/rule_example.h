@@ -7,7 +7,7 @@
 
 #include <onnx/onnx_pb.h>
 
-#include "onnx_rewrite/rule.h"
+#include "rules/rule.h"
 
 namespace onnx_rewrite {
 

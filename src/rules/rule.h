@@ -1,4 +1,5 @@
-// Rules as data: what a rule file (rules/*.rules, docs/rules.md) says, after parsing.
+// Rules as data: what a rule file (rules/*.rules, docs/rules.md) says, after parsing (the syntax
+// tree; RuleSet, what a program holds them in, is public: onnx_rewrite/rule_set.h).
 // A rule is one or more alternative patterns, constraints, computed values, and a replacement
 // (ONNX text, or a C++ builder named in the file).
 #pragma once
@@ -13,11 +14,12 @@
 
 #include <onnx/onnx_pb.h>
 
+#include "onnx_rewrite/builder.h"
+#include "onnx_rewrite/rule_set.h"
+
 namespace onnx_rewrite {
 
-class GraphBuilder;
 class Match;
-struct BuilderSignature;
 struct Target;
 
 // A domain's opset import must lie in [min, max].
@@ -108,9 +110,9 @@ struct Let {
 class Replacement {
  public:
   virtual ~Replacement() = default;
-  // Adds nodes to `builder` that compute every output of the pattern; returns why it declines
-  // (e.g. a shape it needs is unknown), or "" on success.
-  virtual std::string build(const Match& match, GraphBuilder& builder) const = 0;
+  // Adds nodes to `builder` that compute every output of the pattern, or says why it declines
+  // (e.g. a shape it needs is unknown).
+  virtual BuildResult build(const Match& match, GraphBuilder& builder) const = 0;
   virtual std::string describe() const = 0;
   // What a C++ builder declared it reads (null for ONNX text, checked when the file loads).
   virtual const BuilderSignature* signature() const { return nullptr; }
@@ -149,21 +151,5 @@ struct Rule {
 // InputError when there is nothing at the path.
 std::vector<std::filesystem::path> rule_files(const std::string& path);
 
-struct RuleSet {
-  std::vector<std::shared_ptr<const Rule>> rules;
-
-  // Adds rules from a file or a directory of *.rules files; throws InputError("file:line:col: what").
-  void load_path(const std::string& path);
-  // Adds rules from text; `name` is used in errors.
-  void load_text(const std::string& text, const std::string& name);
-  // The rules compiled into the binary (rules/ at build time).
-  void load_builtin();
-  // Adds parsed rules; throws InputError naming a rule whose id is already used.
-  void add(std::vector<std::shared_ptr<const Rule>> parsed);
-  const Rule* find(const std::string& id) const;
-  // The nodes a rule's example is expected to become (following `expect like RULE`); throws
-  // InputError naming the rule when the rule it refers to is not loaded.
-  const std::string& expected_nodes(const Rule& rule) const;
-};
 
 }  // namespace onnx_rewrite
