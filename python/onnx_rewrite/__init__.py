@@ -26,12 +26,14 @@ The GIL is released while models are loaded, rewritten, checked and written.
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple, Union
 
 from . import _core
-from ._errors import Error, InputError, UsageError
+from ._errors import Error, InputError, UsageError, VerifyError
 
 if TYPE_CHECKING:
     import onnx  # type: ignore[import]  # optional, and untyped in Debian 12
@@ -49,16 +51,21 @@ __all__ = [
     "Target",
     "Unloadable",
     "UsageError",
+    "Verification",
+    "VerifyError",
     "builtin_rules",
     "check",
     "load_rules",
     "rewrite",
     "targets",
+    "verify",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: What :func:`rewrite` and :func:`check` take as a model.
 ModelLike = Union["onnx.ModelProto", bytes, bytearray, memoryview, str, "os.PathLike[str]"]
+#: What ``input_shapes=`` takes: dims per graph input name (``--input-shape NAME=D0,D1,...``).
+InputShapes = Mapping[str, Iterable[int]]
 #: What ``rules=`` takes: a rule set, a rule file or directory, rule text, or several of these.
 RulesLike = Union["RuleSet", str, "os.PathLike[str]", Iterable[Union["RuleSet", str, "os.PathLike[str]"]]]
 
@@ -244,6 +251,43 @@ def _check_report(item: Dict[str, Any], target: str, max_opset: Optional[int]) -
         opset_problems=tuple(item["opset_problems"]), notes=tuple(item["notes"]))
 
 
+class Verification:
+    """Both models run in ONNX Runtime on the same inputs, every output of the original compared
+    by name: :func:`verify`, ``rewrite(..., verify=True)``, the CLI's ``verify`` (docs/cli.md).
+
+    Attributes:
+        status: ``"match"``, ``"mismatch"`` (an output differs or is missing),
+            ``"rewritten-failed"`` (the rewritten model does not load or run) or
+            ``"not-compared"`` (the original does not run on these inputs: ``reason`` says what
+            to give).
+        reason: why, for every status but ``"match"``.
+        runtime: ``(name, version)`` of the runtime both ran in.
+        inputs: per graph input, its ``name``, ``dtype``, ``shape`` and ``file`` (``None``:
+            seeded random values).
+        outputs: per output of the original, its ``name``, ``status``, ``max_abs``,
+            ``max_rel``, tolerances, NaN/Inf counts and ``flags``, as the CLI's ``--json``.
+        report: the whole ``verify`` object of the CLI's ``--json``.
+    """
+
+    def __init__(self, report: Dict[str, Any]) -> None:
+        self.report = report
+        self.status: str = report["status"]
+        self.reason: Optional[str] = report["reason"]
+        runtime = report["runtime"] or {}
+        self.runtime: Tuple[str, str] = (runtime.get("name", ""), runtime.get("version", ""))
+        self.inputs: Tuple[Dict[str, Any], ...] = tuple(report["inputs"])
+        self.outputs: Tuple[Dict[str, Any], ...] = tuple(report["outputs"])
+
+    @property
+    def ok(self) -> bool:
+        """Whether the rewrite holds: every output matched, or the original could not be run
+        (``not-compared``: the rewrite then only had to load)."""
+        return self.status not in ("mismatch", "rewritten-failed")
+
+    def __repr__(self) -> str:
+        return f"<onnx_rewrite.Verification {self.status}" + (f": {self.reason}>" if self.reason else ">")
+
+
 class RewriteResult:
     """What :func:`rewrite` did, and the model it made.
 
@@ -265,6 +309,7 @@ class RewriteResult:
         functions_inlined: calls to model-local functions inlined.
         output: the path written (``output=``), or ``None``.
         explanation: with ``explain=``, each rule tried at those nodes and why it matched or not.
+        verification: with ``verify=True``, the :class:`Verification`; else ``None``.
     """
 
     def __init__(self, held: Any, info: Dict[str, Any], target: str, max_opset: Optional[int],
@@ -286,6 +331,7 @@ class RewriteResult:
         self.functions_inlined: int = info["functions_inlined"]
         self.output: Optional[str] = output
         self.explanation: str = info["explanation"]
+        self.verification: Optional[Verification] = None
 
     @property
     def target_met(self) -> bool:
@@ -394,6 +440,19 @@ def _rules(rules: Optional[RulesLike], builtin: bool) -> RuleSet:
     return RuleSet(_core.combine_rules([s._held for s in sets]))
 
 
+def _input_shapes(shapes: Optional[InputShapes]) -> Dict[str, List[int]]:
+    if shapes is None:
+        return {}
+    if not isinstance(shapes, Mapping):
+        raise TypeError(f"input_shapes maps input names to dims, not {type(shapes).__name__}")
+    result: Dict[str, List[int]] = {}
+    for name, dims in shapes.items():
+        if not isinstance(name, str):
+            raise TypeError(f"input_shapes: an input name is a str, not {type(name).__name__}")
+        result[name] = [_bounded(f"input_shapes[{name!r}]", dim, 1, 2**62) for dim in dims]
+    return result
+
+
 def _target_name(target: PathLike) -> str:
     if not isinstance(target, (str, os.PathLike)):
         raise TypeError(f"target is a name or a .target file, not {type(target).__name__}")
@@ -407,7 +466,8 @@ def rewrite(model: ModelLike, target: PathLike = "onnx", *, opset: Optional[int]
             output: Optional[PathLike] = None, builtin_rules: bool = True, only: Iterable[str] = (),
             skip: Iterable[str] = (), inline_functions: Optional[bool] = None, canonicalize: bool = True,
             max_rounds: int = 16, ir_version: Optional[int] = None, provenance: bool = True,
-            explain: Optional[str] = None) -> RewriteResult:
+            explain: Optional[str] = None, input_shapes: Optional[InputShapes] = None,
+            verify: bool = False, seed: int = 1) -> RewriteResult:
     """Rewrites a model for a target, checks the result, and writes it if ``output`` is given:
     ``onnx-rewrite rewrite`` with the same options and the same result.
 
@@ -441,6 +501,14 @@ def rewrite(model: ModelLike, target: PathLike = "onnx", *, opset: Optional[int]
         explain: an op type (or ``domain.op``) or node name: :attr:`RewriteResult.explanation`
             then says, for each such node, each rule tried and why it matched or not
             (``--explain``).
+        input_shapes: dims per graph input name, fixed before matching as if the model had been
+            exported with them, checked against what it declares (``--input-shape``).
+        verify: run the original and the rewritten model in ONNX Runtime on seeded random
+            inputs (of ``input_shapes``; symbolic dims otherwise 2) and compare every output
+            (``--verify``); on a mismatch, or a rewrite that does not load or run, raise
+            :class:`VerifyError` and write nothing. For other inputs or tolerances, call
+            :func:`verify` on the files.
+        seed: the seed of ``verify``'s inputs.
 
     Returns:
         A :class:`RewriteResult`. A target not met is no error: ``result.target_met`` is
@@ -450,9 +518,12 @@ def rewrite(model: ModelLike, target: PathLike = "onnx", *, opset: Optional[int]
         InputError: the model, its external data, a rule file or a target file can't be read or
             is invalid; the rules keep firing; the output can't be written.
         UsageError: an unknown target or rule id, ``output``'s directory is missing, ``output``
-            is the input or a directory.
+            is the input or a directory; ``verify`` without ONNX Runtime (the message says what
+            to install).
+        VerifyError: ``verify`` found other numbers, or a rewrite ONNX Runtime can't run.
     """
     target = _target_name(target)
+    shapes = _input_shapes(input_shapes)
     if opset is not None and to_opset is not None:
         raise UsageError("opset and to_opset exclude each other")
     max_opset = _opset("opset", opset, 1, 1000) if to_opset is None else _opset("to_opset", to_opset, 1, 1000)
@@ -466,11 +537,73 @@ def rewrite(model: ModelLike, target: PathLike = "onnx", *, opset: Optional[int]
     rule_set = _rules(rules, builtin_rules)
     source, is_path, name = _source(model)
     output_path = None if output is None else os.fspath(output)
+    # Verified before anything is written: the output goes in place only once it matched.
     held, info = _core.rewrite(
         source, is_path, name, rule_set._held, target, max_opset, to_opset is not None, only_ids, skip_ids,
         inline_functions, bool(fuse), bool(canonicalize), max_rounds, ir_version, explain or "", bool(provenance),
-        None if output_path is None else os.fsencode(output_path))
-    return RewriteResult(held, info, target_name, max_opset, output_path)
+        shapes, None if output_path is None or verify else os.fsencode(output_path))
+    result = RewriteResult(held, info, target_name, max_opset, output_path)
+    if verify:
+        with tempfile.TemporaryDirectory(prefix="onnx-rewrite-verify-") as work:
+            original = os.fsdecode(source) if is_path else os.path.join(work, "original.onnx")
+            if not is_path:
+                with open(original, "wb") as file:
+                    file.write(source)
+            rewritten = os.path.join(work, "rewritten.onnx")
+            result.save(rewritten)
+            verification, failure = _verify(original, rewritten, shapes, _bounded("seed", seed, 0, 2**63 - 1), None, None,
+                                            "", {})
+        result.verification = verification
+        if failure:
+            error = VerifyError(failure + "; nothing was written", output_path or name)
+            error.verification = verification
+            raise error
+        if output_path is not None:
+            result.save(output_path)
+    return result
+
+
+def _verify(original: str, rewritten: str, shapes: Dict[str, List[int]], seed: int, rtol: Optional[float],
+            atol: Optional[float], runtime: str, inputs: Dict[str, str]) -> Tuple[Verification, str]:
+    report, failure = _core.verify(os.fsencode(original), os.fsencode(rewritten), shapes, seed, rtol, atol, runtime,
+                                   {name: os.fsencode(path) for name, path in inputs.items()})
+    return Verification(json.loads(report)["verify"]), failure
+
+
+def verify(original: PathLike, rewritten: PathLike, *, input_shapes: Optional[InputShapes] = None,
+           inputs: Optional[Mapping[str, PathLike]] = None, seed: int = 1, rtol: Optional[float] = None,
+           atol: Optional[float] = None, runtime: Optional[str] = None) -> Verification:
+    """Runs both models in ONNX Runtime on the same inputs and compares every output of the
+    original by name with the rewritten model's: ``onnx-rewrite verify ORIGINAL REWRITTEN``.
+
+    Args:
+        original, rewritten: paths of ``.onnx`` files (external data beside them, as they refer
+            to it).
+        input_shapes: dims per graph input name for the inputs made (``--input-shape``);
+            symbolic dims otherwise 2.
+        inputs: per graph input name, a ``.npy`` or TensorProto ``.pb`` file to feed instead of
+            random values (``--inputs``).
+        seed: the seed of the random inputs (``--seed``).
+        rtol, atol: tolerances for float outputs (``--rtol``, ``--atol``); by default each
+            element type's own (float16 looser, integers exact).
+        runtime: ``"node"`` (npm's onnxruntime-node) or ``"python"`` (pip's onnxruntime);
+            by default the first found (``--runtime``).
+
+    Returns:
+        A :class:`Verification`; ``.ok`` is whether the rewrite holds. A mismatch is a result
+        here, not an error (the CLI exits 4).
+
+    Raises:
+        InputError: a model can't be read.
+        UsageError: no ONNX Runtime (the message says what to install), an input ``inputs``
+            or ``input_shapes`` names that the model does not have.
+    """
+    files = {name: os.fspath(path) for name, path in (inputs or {}).items()}
+    if runtime not in (None, "node", "python"):
+        raise UsageError(f"runtime={runtime!r}: expected 'node' or 'python'")
+    verification, _ = _verify(os.fspath(original), os.fspath(rewritten), _input_shapes(input_shapes),
+                              _bounded("seed", seed, 0, 2**63 - 1), rtol, atol, runtime or "", files)
+    return verification
 
 
 def check(model: ModelLike, target: PathLike = "onnx", *, opset: Optional[int] = None) -> CheckReport:

@@ -44,6 +44,17 @@ def rewrite(
     ir_version: Optional[int],
     explain: str,
     provenance: bool,
+    input_shapes: Dict[str, List[int]],
     output: Optional[Union[str, bytes]],
 ) -> Tuple[Model, Dict[str, Any]]: ...
+def verify(
+    original: Union[str, bytes],
+    rewritten: Union[str, bytes],
+    input_shapes: Dict[str, List[int]],
+    seed: int,
+    rtol: Optional[float],
+    atol: Optional[float],
+    runtime: str,
+    inputs: Dict[str, Union[str, bytes]],
+) -> Tuple[str, str]: ...
 def run_cli(argv: Sequence[Union[str, bytes]]) -> int: ...

@@ -55,3 +55,14 @@ class UsageError(Error):
     """
 
     exit_code = 2
+
+
+class VerifyError(Error):
+    """The rewritten model computes other numbers than the original in ONNX Runtime, or does not
+    load or run there (``rewrite(..., verify=True)``: nothing was written). ``file`` is the
+    output asked for, or the model's name; ``verification`` the comparison. The CLI exits 4 with
+    it.
+    """
+
+    exit_code = 4
+    verification: Optional[object] = None

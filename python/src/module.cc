@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -297,9 +298,10 @@ py::tuple rewrite(const py::bytes& data, bool is_path, const std::string& name, 
                   const std::string& target_name, std::optional<int> max_opset, bool exact_opset,
                   const std::set<std::string>& only, const std::set<std::string>& skip, std::optional<bool> inline_functions,
                   bool fuse, bool canonicalize, int max_rounds, std::optional<int64_t> ir_version, const std::string& explain,
-                  bool provenance, std::optional<std::string> output) {
+                  bool provenance, const InputShapes& input_shapes, std::optional<std::string> output) {
   const Source source = source_of(data, is_path, name);
   RewriteOptions options;
+  options.input_shapes = input_shapes;
   options.target = target_name;
   options.max_opset = max_opset;
   options.exact_opset = exact_opset;
@@ -353,6 +355,33 @@ py::tuple rewrite(const py::bytes& data, bool is_path, const std::string& name, 
   return py::make_tuple(held, out);
 }
 
+// `verify ORIGINAL REWRITTEN --json` in this process: the report's JSON text, and the message of
+// the VerifyError the CLI exits 4 with ("" when the rewrite holds).
+py::tuple verify(const std::string& original, const std::string& rewritten, const InputShapes& input_shapes,
+                 uint64_t seed, std::optional<double> rtol, std::optional<double> atol, const std::string& runtime,
+                 const std::map<std::string, std::string>& inputs) {
+  VerifyCommand command;
+  command.original = original;
+  command.rewritten = rewritten;
+  command.input_shapes = input_shapes;
+  command.options.runtime = runtime;
+  command.options.seed = seed;
+  command.options.tolerance = {rtol, atol};
+  for (const auto& [input, file] : inputs) command.options.input_files[input] = file;
+  command.json = true;
+  std::ostringstream report;
+  std::string failure;
+  {
+    py::gil_scoped_release release;
+    try {
+      run_verify(command, report);
+    } catch (const VerifyError& e) {
+      failure = e.what();
+    }
+  }
+  return py::make_tuple(text(report.str()), text(failure));
+}
+
 // ---- The command line ----------------------------------------------------------------------
 
 // `python3 -m onnx_rewrite ARGS...`: the tool's own main, in this process (argv[0] first).
@@ -396,6 +425,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("rewrite", &rewrite, py::arg("source"), py::arg("is_path"), py::arg("name"), py::arg("rules"), py::arg("target"),
         py::arg("max_opset"), py::arg("exact_opset"), py::arg("only"), py::arg("skip"), py::arg("inline_functions"),
         py::arg("fuse"), py::arg("canonicalize"), py::arg("max_rounds"), py::arg("ir_version"), py::arg("explain"),
-        py::arg("provenance"), py::arg("output"), "Rewrite for the target, check, and write if asked.");
+        py::arg("provenance"), py::arg("input_shapes"), py::arg("output"), "Rewrite for the target, check, and write if asked.");
+  m.def("verify", &verify, py::arg("original"), py::arg("rewritten"), py::arg("input_shapes"), py::arg("seed"), py::arg("rtol"),
+        py::arg("atol"), py::arg("runtime"), py::arg("inputs"), "Run both models in ONNX Runtime and compare: (JSON report, failure).");
   m.def("run_cli", &run_cli, py::arg("argv"), "Run the onnx-rewrite command line in this process; returns its exit code.");
 }

@@ -1,6 +1,7 @@
 """The package's API: models in every form, results, check, rules, targets, errors, external data
 and big models through paths, each held to what the CLI does with the same file."""
 
+import json
 import os
 import resource
 import subprocess
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (SOURCE_DIR, assert_check_same_as_cli, assert_same_as_cli, cli_error, require, run, run_cli, tool)
+from conftest import (SOURCE_DIR, assert_check_same_as_cli, assert_same_as_cli, cli_error, node, require, run, run_cli,
+                      tool)
 
 GROUP_NORM = SOURCE_DIR / "testdata" / "mygroupnorm-opset9.onnx"
 
@@ -67,6 +69,105 @@ rule my-twice-as-add
   }
 end
 """
+
+
+# ---- Input shapes and verification in ONNX Runtime ---------------------------------------------
+
+RELU_TO_ABS = """
+rule relu-to-abs
+  description: wrong on purpose: Abs differs from Relu for every negative x
+  targets: onnx
+  pattern (x) => (y) { y = Relu (x) }
+  replace (x) => (y) { y = Abs (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] x) => (float[2] y) { y = Relu (x) }
+  }
+  expect { y = Abs (x) }
+end
+"""
+
+
+RELU_AS_LEAKY_RELU = """
+rule relu-as-leaky-relu
+  description: the same numbers: LeakyRelu with alpha 0 is Relu
+  targets: onnx
+  pattern (x) => (y) { y = Relu (x) }
+  replace (x) => (y) { y = LeakyRelu <alpha = 0.0> (x) }
+  example {
+    <ir_version: 8, opset_import: ["": 17]>
+    g (float[2] x) => (float[2] y) { y = Relu (x) }
+  }
+  expect { y = LeakyRelu <alpha = 0.0> (x) }
+end
+"""
+
+
+def relu_model(path: Path) -> Path:
+    """y = Relu(x), x of dims [N, 3]."""
+    onnx = require("onnx", "python3-onnx")
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return path
+
+
+def test_input_shapes_fix_dims_as_the_clis_input_shape(onnx_rewrite, tmp_path):
+    model = relu_model(tmp_path / "relu.onnx")
+    result = onnx_rewrite.rewrite(model, rules=RELU_TO_ABS, input_shapes={"x": [4, 3]}, output=tmp_path / "py.onnx")
+    dims = [d.dim_value for d in result.model.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [4, 3] and [d.dim_value for d in result.model.graph.output[0].type.tensor_type.shape.dim] == [4, 3]
+    rules = tmp_path / "wrong.rules"
+    rules.write_text(RELU_TO_ABS)
+    assert_same_as_cli(result, tmp_path / "py.onnx", model, "--rules", str(rules), "--input-shape", "x=4,3")
+    with pytest.raises(onnx_rewrite.UsageError) as error:
+        onnx_rewrite.rewrite(model, input_shapes={"x": [4, 3, 1]})
+    assert cli_error("rewrite", model, "-o", tmp_path / "no.onnx", "--input-shape", "x=4,3,1") == (2, str(error.value))
+    with pytest.raises(TypeError):
+        onnx_rewrite.rewrite(model, input_shapes=[4, 3])
+
+
+def test_verify_catches_a_wrong_rule_and_writes_nothing(onnx_rewrite, tmp_path):
+    node()
+    model = relu_model(tmp_path / "relu.onnx")
+    output = tmp_path / "out.onnx"
+    with pytest.raises(onnx_rewrite.VerifyError) as error:
+        onnx_rewrite.rewrite(model, rules=RELU_TO_ABS, verify=True, output=output)
+    assert not output.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["relu.onnx"]
+    assert error.value.exit_code == 4 and error.value.file == str(output)
+    assert "computes other numbers than the original" in str(error.value) and "'y'" in str(error.value)
+    assert error.value.verification.status == "mismatch" and not error.value.verification.ok
+    # The CLI says the same of the same rewrite, and exits 4.
+    rules = tmp_path / "wrong.rules"
+    rules.write_text(RELU_TO_ABS)
+    cli = run_cli("rewrite", model, "-o", output, "--rules", rules, "--verify")
+    assert cli.returncode == 4 and not output.exists(), cli.stderr
+    assert "computes other numbers than the original" in cli.stderr
+
+
+def test_verify_of_a_good_rewrite_is_the_clis_verify(onnx_rewrite, tmp_path):
+    node()
+    model = relu_model(tmp_path / "relu.onnx")
+    result = onnx_rewrite.rewrite(model, rules=RELU_AS_LEAKY_RELU, input_shapes={"x": [5, 3]}, verify=True,
+                                  output=tmp_path / "out.onnx")
+    assert result.rules["relu-as-leaky-relu"].matches == 1
+    assert (tmp_path / "out.onnx").exists() and result.verification is not None
+    assert result.verification.status == "match" and result.verification.ok
+    assert result.verification.inputs[0]["shape"] == [5, 3]
+    # verify() on two files, against the CLI's `verify --json`; the tolerance and seed reach it.
+    wrong = onnx_rewrite.rewrite(model, rules=RELU_TO_ABS)
+    wrong.save(tmp_path / "wrong.onnx")
+    verification = onnx_rewrite.verify(model, tmp_path / "wrong.onnx", input_shapes={"x": [5, 3]}, seed=7)
+    cli = run_cli("verify", model, tmp_path / "wrong.onnx", "--input-shape", "x=5,3", "--seed", "7", "--json")
+    assert cli.returncode == 4
+    assert verification.report == json.loads(cli.stdout)["verify"] | {"timing": verification.report["timing"],
+                                                                      "seconds": verification.report["seconds"]}
+    assert not verification.ok and verification.outputs[0]["max_abs"] > 0
+    assert onnx_rewrite.verify(model, tmp_path / "wrong.onnx", atol=10.0).ok
+    with pytest.raises(onnx_rewrite.UsageError):
+        onnx_rewrite.verify(model, tmp_path / "wrong.onnx", runtime="java")
 
 
 # ---- Models in, models out ---------------------------------------------------------------------
