@@ -25,13 +25,15 @@ on every output written, against PyTorch's outputs. Each (case, variant) is
 
 Also kept: a refused case whose written output ORT can't run while the original runs
 ("refused-bad-output", counted as refused). Results are cached per case in WORK/results (keyed by
-the case's files, the tool binary, this script and the tolerances), so an interrupted run resumes.
+the case's files, the tool binary, the functions of this script that make a result, the targets
+and the tolerances), so an interrupted run resumes and a changed page costs nothing.
 Exit 1 when any WRONG or crash, 0 otherwise; 2 on a usage or harness error.
 """
 
 import argparse
 import concurrent.futures
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -248,7 +250,7 @@ def convert_case(case, args, targets, case_work):
         if t == source:
             continue
         specs.append(('to-opset', t, ['--to-opset', str(t)]))
-        if t < source and args.opset_flag:
+        if t < source and args.opset_flag and case_size(case, args.cache) <= args.opset_flag_max_mb * 1e6:
             specs.append(('opset', t, ['--opset', str(t)]))
 
     def one(spec):
@@ -318,7 +320,7 @@ def case_key(case, args, tool_hash, script_hash, targets):
     for name in sorted(os.listdir(tds)):
         h.update(name.encode())
         sha256_file(os.path.join(tds, name), h)
-    h.update(json.dumps([tool_hash, script_hash, args.rtol, args.atol, targets, args.opset_flag,
+    h.update(json.dumps([tool_hash, script_hash, args.rtol, args.atol, targets, args.opset_flag, args.opset_flag_max_mb,
                          case.get('rewrite_args'), RESULT_VERSION]).encode())
     return h.hexdigest()
 
@@ -571,6 +573,9 @@ def main():
     parser.add_argument('--atol', type=float, default=1e-7)
     parser.add_argument('--no-opset-flag', dest='opset_flag', action='store_false',
                         help='do not also run --opset T for T below the export\'s opset')
+    parser.add_argument('--opset-flag-max-mb', type=float, default=100,
+                        help='run --opset T only on cases up to this size (default 100 MB: the big ones would copy '
+                             'their weights once more per target for a conversion docs/cli.md defines as the same)')
     parser.add_argument('--markdown', help='write the summary here (docs/real-export-matrix.md)')
     parser.add_argument('--json', help='write every result here')
     parser.add_argument('--chunk-mb', type=float, default=3000,
@@ -591,9 +596,15 @@ def main():
     manifest, entries, cases = load_cases(args.cache, args.match)
     if not cases:
         raise HarnessError('no exported case selected')
+    if not manifest.get('complete', True):
+        print(f'conversion_matrix: note: {args.cache}/manifest.json is incomplete (an export is under way): '
+              f'the {len(cases)} cases exported so far', file=sys.stderr)
     os.makedirs(os.path.join(work, 'results'), exist_ok=True)
     tool_hash = sha256_file(args.bin).hexdigest()
-    script_hash = sha256_file(os.path.abspath(__file__)).hexdigest()
+    # what a case's result depends on in this script: the functions that make it (not the page)
+    script_hash = hashlib.sha256(''.join(inspect.getsource(f) for f in (
+        reasons_of, run_tool, run_ort, ort_brief, baseline_kind, classify, convert_case, process_chunk,
+        model_digest)).encode()).hexdigest()
 
     t0 = time.time()
     todo, results = [], {}

@@ -11,7 +11,8 @@ in Debian 12's python3-torch 1.13) at one opset, with random weights from a fixe
     CACHE/<model>-op<N>/test_data_set_0/input_K.pb  serialized TensorProto, K-th graph input
     CACHE/<model>-op<N>/test_data_set_0/output_K.pb PyTorch's own output: the oracle
     CACHE/.stamps/<model>-op<N>.json                what made the case, or why it did not export
-    CACHE/manifest.json                             every (model, opset) tried: exported or the error
+    CACHE/manifest.json                             every (model, opset) of the last run: exported or the
+                                                    error ("complete": false while a run is under way)
 
 A case is reused while its stamp matches: the hash of this file and of the module defining the
 model, the torch/torchvision/onnx versions and the options that change the files. Anything else
@@ -52,6 +53,7 @@ def _find_python():
 _find_python()
 
 import argparse  # noqa: E402
+import fcntl  # noqa: E402
 import hashlib  # noqa: E402
 import multiprocessing  # noqa: E402
 import json  # noqa: E402
@@ -358,24 +360,32 @@ def write_stamp(stamps_dir, case, opset, key, info):
     os.replace(tmp, os.path.join(stamps_dir, f'{case.name}-op{opset}.json'))
 
 
-def write_manifest(cache, stamps_dir, cases, opsets):
+def write_manifest(cache, stamps_dir, cases, opsets, keys):
+    """manifest.json: the stamp of every selected (model, opset) that is up to date (exported, or
+    failed with its reason). Written after each model, so that conversion_matrix.py can run on the
+    models done while the others export."""
     entries = []
-    wanted = {f'{c.name}-op{o}' for c in cases for o in opsets}
-    for name in sorted(os.listdir(stamps_dir)):
-        if not name.endswith('.json') or name.startswith('.'):
-            continue
-        with open(os.path.join(stamps_dir, name)) as f:
-            stamp = json.load(f)
-        stamp.pop('key', None)
-        stamp['selected'] = stamp['case'] in wanted
-        entries.append(stamp)
+    for case in cases:
+        for opset in opsets:
+            path = os.path.join(stamps_dir, f'{case.name}-op{opset}.json')
+            if not os.path.exists(path):
+                continue
+            with open(path) as f:
+                stamp = json.load(f)
+            if stamp.pop('key', None) != keys[case.name]:
+                continue
+            stamp['selected'] = True
+            entries.append(stamp)
     manifest = {'torch': torch.__version__, 'torchvision': torchvision.__version__, 'onnx': onnx.__version__,
-                'cases': entries}
+                'complete': False, 'cases': entries}
+    return manifest
+
+
+def save_manifest(cache, manifest):
     tmp = os.path.join(cache, '.manifest.json.tmp')
     with open(tmp, 'w') as f:
         json.dump(manifest, f, indent=1)
     os.replace(tmp, os.path.join(cache, 'manifest.json'))
-    return entries
 
 
 def log(msg):
@@ -426,6 +436,12 @@ def main():
     cache = os.path.abspath(args.cache)
     stamps_dir = os.path.join(cache, '.stamps')
     os.makedirs(stamps_dir, exist_ok=True)
+    lock = open(os.path.join(cache, '.lock'), 'w')
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        sys.stderr.write(f'export_corpus.py: error: another export_corpus.py is writing {args.cache}\n')
+        return 2
     script_hash = file_hash(os.path.abspath(__file__)) + file_hash(os.path.join(HERE, 'corpus.py'))
     options = {'external_above_mb': args.external_above_mb}
     keys = {}
@@ -440,19 +456,30 @@ def main():
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.jobs))
     t0 = time.time()
     _WORK[:] = [(i, len(cases), case, opsets, cache, stamps_dir, key_of(case), options) for i, case in enumerate(cases)]
+    keys = {case.name: key_of(case) for case in cases}
+    done = 0
     if args.jobs == 1:
-        done = sum(_export_one(i) for i in range(len(_WORK)))
+        for i in range(len(_WORK)):
+            done += _export_one(i)
+            save_manifest(cache, write_manifest(cache, stamps_dir, cases, opsets, keys))
     else:
         # fork: the workers inherit the registered symbolics and the imported modules; each exports
         # whole models (all their opsets), so the weights shared between opsets stay in one process.
         with multiprocessing.get_context('fork').Pool(args.jobs, maxtasksperchild=1) as pool:
-            done = sum(pool.imap_unordered(_export_one, range(len(_WORK))))
-    shutil.rmtree(os.path.join(cache, '.tmp'), ignore_errors=True)
-    entries = write_manifest(cache, stamps_dir, cases, opsets)
-    selected = [e for e in entries if e['selected']]
-    exported = sum(e['status'] == 'exported' for e in selected)
+            for made in pool.imap_unordered(_export_one, range(len(_WORK))):
+                done += made
+                save_manifest(cache, write_manifest(cache, stamps_dir, cases, opsets, keys))
+    try:
+        os.rmdir(os.path.join(cache, '.tmp'))  # each case removes its own; empty unless another run is under way
+    except OSError:
+        pass
+    manifest = write_manifest(cache, stamps_dir, cases, opsets, keys)
+    manifest['complete'] = True
+    save_manifest(cache, manifest)
+    entries = manifest['cases']
+    exported = sum(e['status'] == 'exported' for e in entries)
     log(f'{len(cases)} models x {len(opsets)} opsets: {exported} cases exported, '
-        f'{len(selected) - exported} did not export (reasons in {os.path.join(args.cache, "manifest.json")}); '
+        f'{len(entries) - exported} did not export (reasons in {os.path.join(args.cache, "manifest.json")}); '
         f'{done} (re)made in {time.time() - t0:.0f} s')
     return 0
 
