@@ -23,6 +23,9 @@ on every output written, against PyTorch's outputs. Each (case, variant) is
     baseline-fail  the case's own export does not reproduce PyTorch in ORT (an exporter or ORT
                    problem, not the converter's): its outputs are not judged, unless they pass
 
+An export that misses PyTorch only by rounding (max abs error at most 1e-4) is judged, with its
+conversions, at atol = 10 x its own error instead.
+
 Also kept: a refused case whose written output ORT can't run while the original runs
 ("refused-bad-output", counted as refused). Results are cached per case in WORK/results (keyed by
 the case's files, the tool binary, the functions of this script that make a result, the targets
@@ -48,6 +51,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 CONFORMANCE_JS = os.path.join(ROOT, 'tests', 'ort', 'conformance.js')
 RESULT_VERSION = 1
 CLASSES = ['ok', 'refused', 'WRONG', 'crash', 'baseline-fail']
+BASELINE_ATOL_CAP = 1e-4  # the largest export error a case's atol is raised to 10 x of
 
 
 class HarnessError(Exception):
@@ -290,6 +294,23 @@ def process_chunk(chunk, args, targets, work):
             v['job'] = digests[d]
         per_case.append((case, key, variants, base_index))
     results = run_ort(jobs, work, 'chunk', args.workers, args.rtol, args.atol)
+    # An export that misses PyTorch only by rounding (ConvNeXt's logits of 1e-4, where ORT and
+    # PyTorch differ by 3e-6) would leave its conversions unjudged: they are judged again with atol
+    # at 10 x the export's own error, when that error is below BASELINE_ATOL_CAP.
+    tolerance, rerun = {}, []
+    for case, key, variants, base_index in per_case:
+        b = results[base_index]
+        if b['status'] == 'mismatch' and isinstance(b.get('max_abs'), (int, float)) and b['max_abs'] <= BASELINE_ATOL_CAP:
+            atol = max(args.atol, 10 * b['max_abs'])
+            tolerance[case['case']] = atol
+            for i in sorted({base_index} | {v['job'] for v, _ in variants if 'job' in v}):
+                if results[i]['status'] == 'mismatch':
+                    rerun.append(i)
+    if rerun:
+        again = run_ort([dict(jobs[i], atol=tolerance[os.path.basename(jobs[i]['case'])]) for i in rerun], work,
+                        'chunk-baseline-atol', args.workers, args.rtol, args.atol)
+        for i, r in zip(rerun, again):
+            results[i] = r
     for case, key, variants, base_index in per_case:
         baseline = ort_brief(results[base_index])
         kind = baseline_kind(baseline)
@@ -306,7 +327,8 @@ def process_chunk(chunk, args, targets, work):
             out_variants.append(v)
         result = {'version': RESULT_VERSION, 'key': key, 'case': case['case'], 'model': case['model'],
                   'family': case['family'], 'opset': case['opset'], 'baseline': baseline, 'baseline_kind': kind,
-                  'rewrite_args': case.get('rewrite_args') or [], 'variants': out_variants}
+                  'rewrite_args': case.get('rewrite_args') or [], 'variants': out_variants,
+                  'atol': tolerance.get(case['case'], args.atol)}
         with open(os.path.join(work, 'results', f'{case["case"]}.json'), 'w') as f:
             json.dump(result, f, indent=1)
         shutil.rmtree(os.path.join(tmp, case['case']), ignore_errors=True)
@@ -321,7 +343,7 @@ def case_key(case, args, tool_hash, script_hash, targets):
         h.update(name.encode())
         sha256_file(os.path.join(tds, name), h)
     h.update(json.dumps([tool_hash, script_hash, args.rtol, args.atol, targets, args.opset_flag, args.opset_flag_max_mb,
-                         case.get('rewrite_args'), RESULT_VERSION]).encode())
+                         case.get('rewrite_args'), RESULT_VERSION, BASELINE_ATOL_CAP]).encode())
     return h.hexdigest()
 
 
@@ -410,6 +432,12 @@ def markdown(manifest, entries, results, targets, args, timing):
         if r['baseline_kind'] == 'fail':
             add(f'| {r["case"]} | {md(r["baseline"]["status"] + ": " + r["baseline"].get("message", "")[:200])} |')
     add('')
+    loose = sorted((r['case'], r['atol']) for r in results if r.get('atol', args.atol) != args.atol)
+    if loose:
+        add(f'{len(loose)} exports miss PyTorch at atol {args.atol} only by rounding (an error under '
+            f'{BASELINE_ATOL_CAP}); they and their conversions are judged with atol at 10 times that error: '
+            + ', '.join(f'{c} ({a:.1e})' for c, a in loose) + '.')
+        add('')
     # per target
     add('## Per target opset (`--to-opset T`)')
     add('')
