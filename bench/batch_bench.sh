@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Batch throughput: `batch -j 1` against `batch -j 2` over a zoo of real models, RUNS runs each
 # taken in turns, and the ratio (issue #11 asks for at least 1.8x on 2 cores). The zoo is COPIES
-# copies of every MODELS_DIR/*/model.onnx (fetch them with ../shared/models/fetch.sh), under
+# copies of every MODELS_DIR/*/model.onnx (fetch them with scripts/fetch-test-data.sh models), under
 # --target ort.
 #
 # The baseline measured alongside: two separate `batch -j 1` processes at once, each over half of
@@ -11,13 +11,13 @@
 # tool's own parallelism loses or gains.
 #
 # Builds nothing: uses onnx-rewrite from $BUILD_DIR. Environment: BUILD_DIR (default <repo>/build),
-# MODELS_DIR (default /work/models), BENCH_DIR (default /tmp/onnx-rewrite-batch-bench), RUNS (12:
+# MODELS_DIR (default $BUILD_DIR/test-data/models), BENCH_DIR (default /tmp/onnx-rewrite-batch-bench), RUNS (12:
 # a multiple of 6 takes each order of the three settings alike), COPIES (12).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${BUILD_DIR:-$repo/build}
-models_dir=${MODELS_DIR:-/work/models}
+models_dir=${MODELS_DIR:-$build_dir/test-data/models}
 bench_dir=${BENCH_DIR:-/tmp/onnx-rewrite-batch-bench}
 runs=${RUNS:-12}
 copies=${COPIES:-12}

@@ -13,7 +13,8 @@
 # measured ones. The ORT rows' RSS includes node itself (~75 MiB).
 #
 # Environment: BUILD_DIR (default <repo>/build), BENCH_DIR (default /tmp/onnx-rewrite-bench),
-# RUNS (default 5).
+# RUNS (default 5). Exit 1 when a row can't be measured or the rewritten model computes something
+# else than the original (tests/bench/fusion_bench_test.sh plants such a rewrite).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -60,6 +61,7 @@ row() {
   echo "== $label: $*" >>"$log"
   if ! summary=$("$build_dir/bench-measure" --runs "$runs" --warmup 1 --json -- "$@" 2>>"$log"); then
     echo "| $label | failed, see $log | | | | |"
+    status=1
     return
   fi
   jq -r --arg name "$label" --arg nodes "$(node_count "$output")" --arg fused "$(fused_ops "$output")" \
@@ -72,6 +74,7 @@ echo "### $(basename "$base"): $(stat -c %s "$base" | awk '{ printf "%.1f", $1 /
 echo
 echo "| row | median wall (s) | min–max (s) | median peak RSS (MiB) | nodes | fused ops in the output |"
 echo "|---|---:|---:|---:|---:|---|"
+status=0
 row "\`onnx-rewrite rewrite --target ort\`" "$out/rewrite.onnx" "$rewrite" rewrite "$base" -o "$out/rewrite.onnx" --target ort
 for level in extended all; do
   row "ORT optimize.js \`--level $level\`" "$out/ort-$level.onnx" node "$optimize" "$base" "$out/ort-$level.onnx" --level "$level"
@@ -79,7 +82,14 @@ done
 
 # The rewritten model computes what the original does (ORT, graph optimizations off).
 echo
-echo "check: $(cd "$repo" && node tests/ort/compare.js "$base" "$out/rewrite.onnx" --dim batch=2 --dim sequence=32 \
-  --range input_ids=0,30521 --range token_type_ids=0,1 --range attention_mask=0,1 --trials 2 --level disabled | tail -n 2 | tr '\n' ' ')"
+if check=$(node "$repo/tests/ort/compare.js" "$base" "$out/rewrite.onnx" --dim batch=2 --dim sequence=32 \
+  --range input_ids=0,30521 --range token_type_ids=0,1 --range attention_mask=0,1 --trials 2 --level disabled 2>&1); then
+  echo "check: $(tail -n 2 <<<"$check" | tr '\n' ' ')"
+else
+  echo "check FAILED: the rewritten model does not compute what the original does:"
+  echo "$check"
+  status=1
+fi
 echo
 echo "$runs runs per row after one warm-up, warm page cache, $(nproc) cores; per-run figures in $log"
+exit $status

@@ -6,10 +6,10 @@
 # our output computes what the original does (tests/ort/compare.js, graph optimizations off on
 # both sides, seeded random inputs). bench/fusion_bench.sh is the timing counterpart on BERT-base.
 #
-#   bench/fusion_parity.sh [MODELS_DIR]     (default $MODELS_DIR, else /work/models)
+#   bench/fusion_parity.sh [MODELS_DIR]     (default $MODELS_DIR, else $BUILD_DIR/test-data/models)
 #
-# MODELS_DIR holds NAME/model.onnx, as /work/shared/models/fetch.sh writes them (models are never
-# committed). The inputs fed to each model are in `inputs` below; a model not listed there is
+# MODELS_DIR holds NAME/model.onnx, as scripts/fetch-test-data.sh models writes them (models are
+# never committed). The inputs fed to each model are in `inputs` below; a model not listed there is
 # fed what its graph declares (compare.js says which dims it needs). Exit 1 if any output differs.
 #
 # Builds nothing: uses onnx-rewrite from $BUILD_DIR (default <repo>/build), node with the
@@ -19,14 +19,14 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${BUILD_DIR:-$repo/build}
-models=${1:-${MODELS_DIR:-/work/models}}
+models=${1:-${MODELS_DIR:-$build_dir/test-data/models}}
 out=${OUT_DIR:-/tmp/onnx-rewrite-parity}
 
 die() { echo "fusion_parity.sh: $*" >&2; exit 2; }
 [[ -x $build_dir/onnx-rewrite ]] || die "$build_dir/onnx-rewrite not built (see bench/fusion_bench.sh)"
 command -v jq >/dev/null || die "needs jq (apt-get install jq)"
 command -v node >/dev/null || die "needs node (ONNX Runtime runs in onnxruntime-node)"
-[[ -d $models ]] || die "no models in '$models': fetch them with /work/shared/models/fetch.sh DIR"
+[[ -d $models ]] || die "no models in '$models': fetch them with scripts/fetch-test-data.sh models"
 mkdir -p "$out"
 
 # compare.js options per model: sizes for the symbolic dims, and inputs that must hold valid

@@ -26,9 +26,9 @@ cmake --build build-fuzz -j "$(nproc)" --target "fuzz_$target"
 corpus=build-fuzz/corpus/$target
 mkdir -p "$corpus"
 if [ "$target" = parse_rules ]; then
-  find families tests bench -name '*.rules' -exec cp -n {} "$corpus/" \;
+  find rules tests bench -name '*.rules' -exec cp -n {} "$corpus/" \;
 else
-  find families testdata -name '*.onnx' -exec cp -n {} "$corpus/" \;
+  find rules testdata -name '*.onnx' -exec cp -n {} "$corpus/" \;
 fi
 cd build-fuzz
 exec "./fuzz/fuzz_$target" "corpus/$target" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 "$@"

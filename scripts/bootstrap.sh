@@ -4,9 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# graphviz: `rewrite --html` draws with dot. The test suite also renders that page in Chromium.
-packages=(cmake make g++ libonnx-dev libprotobuf-dev libcli11-dev libfmt-dev libmimalloc-dev libgtest-dev ca-certificates dpkg-dev graphviz)
-[ "${ONNX_REWRITE_TESTS:-0}" = 1 ] && packages+=(chromium)
+# graphviz: `rewrite --html` draws with dot. The test suite also renders that page in Chromium,
+# reads the benchmarks' JSON with jq, and may fetch the conformance corpus with git.
+# pybind11-dev, python3-dev: the Python package (python/, docs/python.md), built with the rest;
+# python3-pip, -setuptools, -wheel: its offline `pip install` (the tests check it, and a venv).
+# The Python tests export the seed scenarios with PyTorch and compare in ONNX Runtime.
+packages=(cmake make g++ libonnx-dev libprotobuf-dev libcli11-dev libfmt-dev libmimalloc-dev libgtest-dev ca-certificates dpkg-dev graphviz
+          pybind11-dev python3-dev python3-pip python3-setuptools python3-wheel)
+[ "${ONNX_REWRITE_TESTS:-0}" = 1 ] && packages+=(chromium jq git python3-pytest python3-onnx python3-numpy python3-torch python3-torchvision python3-venv python3-mypy)
 node_ok() { command -v node >/dev/null && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 18 ]; }
 node_ok && command -v npm >/dev/null || packages+=(nodejs npm)
 

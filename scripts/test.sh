@@ -1,14 +1,32 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the whole test suite (what CI runs); then the same
-# suite built with AddressSanitizer (leak checks on) and UndefinedBehaviorSanitizer in build-asan/.
+# Installs what is missing, builds, fetches the data sets the tests need (scripts/fetch-test-data.sh)
+# and runs the whole test suite (what CI runs); then the same suite built with AddressSanitizer
+# (leak checks on) and UndefinedBehaviorSanitizer in build-asan/. After each run, the tests
+# skipped and why.
+#
+# ONNX_REWRITE_SKIP_DATA=SET[,SET...] does without those data sets (conformance, models): they
+# are not fetched, and the tests that need them are skipped instead of failed. CI sets none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ONNX_REWRITE_TESTS=1 scripts/bootstrap.sh
-ctest --test-dir build --output-on-failure -j 2
+scripts/fetch-test-data.sh
+
+# ctest on a build tree, then what it skipped; ctest's status.
+run_suite() {
+  local build=$1 status=0
+  shift
+  ctest --test-dir "$build" --output-on-failure -j 2 "$@" || status=$?
+  node scripts/test-summary.js "$build/Testing/Temporary/LastTest.log"
+  return $status
+}
+
+run_suite build
 
 # Every sanitizer finding is fatal (-fno-sanitize-recover). The install tests build a consumer
-# project against the installed library, which the instrumented build can't serve: they run above.
+# project against the installed library, which the instrumented build can't serve: they run above,
+# as do the tests of scripts that run nothing the build made.
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DONNX_REWRITE_SANITIZE=ON >/dev/null
 cmake --build build-asan -j "$(nproc)"
+ln -sfn ../build/test-data build-asan/test-data  # the same data sets
 ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j 2 -E '^Install\.'
+  run_suite build-asan -E '^(Install|FetchTestData|OrtHarness)\.'

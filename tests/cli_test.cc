@@ -73,7 +73,7 @@ TEST(Cli, VersionAndHelpForEverySubcommand) {
   const auto version = run_cli({"--version"});
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_EQ(version.out.rfind("onnx-rewrite 0.", 0), 0u) << version.out;
-  for (const char* command : {"rewrite", "check", "inspect", "rules", "batch"}) {
+  for (const char* command : {"rewrite", "check", "verify", "inspect", "rules", "batch"}) {
     const auto help = run_cli({command, "--help"});
     EXPECT_EQ(help.exit_code, 0) << command;
     EXPECT_NE(help.out.find("Usage:"), std::string::npos) << command;
@@ -88,7 +88,7 @@ TEST(Cli, UsageErrorsExitWith2AndOneLine) {
       {"frobnicate"},
       {"rewrite", model.string()},
       {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--in-place"},
-      {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--target", "tensorrt"},
+      {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--target", "tvm"},
       {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--only", "no-such-rule"},
       {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--opset", "zero"},
       {"rewrite", model.string(), "-o", (dir / "missing-dir" / "o.onnx").string()},
@@ -119,7 +119,7 @@ TEST(Cli, PathErrorsNameTheFileTheyAreAbout) {
   expect_error({"batch", model.string(), "-o", (dir / "o").string(), "--report", (missing / "r.json").string()},
                (missing / "r.json").string() + ": report directory '" + missing.string() + "' does not exist");
   expect_error({"rewrite", model.string(), "-o", dir.path().string()}, dir.path().string() + ": the output is a directory");
-  expect_error({"rewrite", model.string(), "-o", model.string()}, model.string() + ": refusing to overwrite the input (use --in-place)");
+  expect_error({"rewrite", model.string(), "-o", model.string()}, model.string() + ": -o would replace the input model; nothing was written");
   EXPECT_FALSE(fs::exists(dir / "o.onnx"));
   // batch creates OUT_DIR, unless something is in the way.
   const auto blocked = run_cli({"batch", model.string(), "-o", (model / "out").string()});
@@ -131,7 +131,7 @@ TEST(Cli, PathErrorsNameTheFileTheyAreAbout) {
 TEST(Cli, AnUnknownSubcommandIsNamedWithTheKnownOnes) {
   const auto result = run_cli({"frob", "m.onnx"});
   EXPECT_EQ(result.exit_code, 2);
-  EXPECT_EQ(result.err, "onnx-rewrite: error: unknown subcommand 'frob' (known: rewrite, check, inspect, rules, targets, batch, merge-reports) (see --help)\n");
+  EXPECT_EQ(result.err, "onnx-rewrite: error: unknown subcommand 'frob' (known: rewrite, check, verify, inspect, rules, targets, batch, merge-reports) (see --help)\n");
 }
 
 TEST(Cli, RepeatableOptionsTakeOneValueEach) {
@@ -704,7 +704,7 @@ TEST(JsonErrors, CheckAndInspectPrintAnErrorObjectBesidesTheErrorLine) {
     expect_error_object(fields.at("error"), missing.string(), "no such file", 3);
   }
   const auto model = write_model_text(kCustomOpModel, dir / "m.onnx");
-  const auto target = run_cli({"check", model.string(), "--target", "tensorrt", "--json"});
+  const auto target = run_cli({"check", model.string(), "--target", "tvm", "--json"});
   EXPECT_EQ(target.exit_code, 2);
   const auto fields = parse_json(target.out).struct_value().fields();
   EXPECT_EQ(target.err, "onnx-rewrite: error: " + fields.at("error").struct_value().fields().at("message").string_value() + "\n");
@@ -776,7 +776,7 @@ TEST(Commit, AReportPathThatCantHoldAReportIsRefusedBeforeAnyWork) {
   EXPECT_EQ(directory.err, "onnx-rewrite: error: " + (dir / "r.json").string() + ": the report is a directory\n");
   const auto input = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--report", model.string()});
   EXPECT_EQ(input.exit_code, 2);
-  EXPECT_EQ(input.err, "onnx-rewrite: error: " + model.string() + ": the report would replace the model " + model.string() + "\n");
+  EXPECT_EQ(input.err, "onnx-rewrite: error: " + model.string() + ": --report would replace the input model; nothing was written\n");
   EXPECT_EQ(read_file(model), before);
   EXPECT_FALSE(fs::exists(dir / "out.onnx"));
 }

@@ -314,6 +314,28 @@ TEST(ExternalData, IsCopiedNextToAModelWrittenElsewhereAndNeverReadOtherwise) {
   EXPECT_EQ(read_file(dir / "in/weights/w.bin"), data);
 }
 
+TEST(ExternalData, TheOutputIsNeverADataFileTheModelReads) {
+  // The CLI's guard refuses it before any work; the library itself must not lose the weights for
+  // a program that names such an output (the Python package's rewrite(path, output=...)).
+  TempDir dir;
+  fs::create_directories(dir / "in/weights");
+  write_file(dir / "in/m.onnx", external_model("weights/w.bin"));
+  const std::string data = std::string(4096, '\0') + std::string(16, 'x');
+  write_file(dir / "in/weights/w.bin", data);
+  Model model = load_model(dir / "in/m.onnx");
+  fs::create_symlink("in/weights/w.bin", dir / "link.bin");
+  for (const fs::path& output : {dir / "in/weights/w.bin", dir / "link.bin", dir / "in/weights/../weights/w.bin"}) {
+    try {
+      write_model(model, output);
+      ADD_FAILURE() << output << " was written";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), output.string() + ": refusing to overwrite the external data file 'weights/w.bin' the model "
+                                                         "reads its weights from");
+    }
+    EXPECT_EQ(read_file(dir / "in/weights/w.bin"), data);
+  }
+}
+
 TEST(ExternalData, UnsafeOrMissingLocationsAreRefused) {
   TempDir dir;
   write_file(dir / "w.bin", std::string(8192, '\0'));

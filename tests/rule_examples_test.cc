@@ -1,4 +1,4 @@
-// Every rule in families/ (and bench/rules/) parses and its example rewrites exactly as the rule
+// Every rule in rules/ (and bench/rules/) parses and its example rewrites exactly as the rule
 // documents.
 #include <algorithm>
 #include <filesystem>
@@ -45,7 +45,7 @@ std::vector<std::string> rule_ids() {
 // time, in order, gives them.
 TEST(BuiltinRules, AreInTheOrderLoadingTheirFilesOneAfterAnotherGives) {
   std::vector<std::string> files;
-  for (const auto& family : std::filesystem::directory_iterator(source_dir() / "families")) {
+  for (const auto& family : std::filesystem::directory_iterator(source_dir() / "rules")) {
     if (!family.is_directory()) continue;
     for (const auto& file : std::filesystem::directory_iterator(family.path())) {
       if (file.path().extension() == ".rules") files.push_back(std::filesystem::relative(file.path(), source_dir()).string());

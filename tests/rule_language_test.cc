@@ -1388,14 +1388,14 @@ TEST(RuleFiles, TargetsMustExist) {
   expect { b = Neg (a) }
 end
 )");
-  EXPECT_EQ(error.rfind("test.rules:2:3: rule x: unknown target 'trt' (known: onnx, onnx-opset13, ort", 0), 0u) << error;
+  EXPECT_EQ(error.rfind("test.rules:2:3: rule x: unknown target 'trt' (known: onnx, onnx-opset13, openvino, ort, tensorrt", 0), 0u) << error;
   const std::string fused = load_error(R"(rule y
   fuses for: onnx, trt
   pattern (a) => (b) { b = Relu (a) }
   replace (a) => (b) { b = Neg (a) }
 end
 )");
-  EXPECT_EQ(fused.rfind("test.rules:2:3: rule y: unknown target 'trt' (known: onnx, onnx-opset13, ort", 0), 0u) << fused;
+  EXPECT_EQ(fused.rfind("test.rules:2:3: rule y: unknown target 'trt' (known: onnx, onnx-opset13, openvino, ort, tensorrt", 0), 0u) << fused;
   EXPECT_EQ(load_error("rule z\n  pattern (a) => (b) { b = Relu (a) }\n  replace (a) => (b) { b = Neg (a) }\nend\n"),
             "test.rules:4:4: rule z names no targets");
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Do two onnx-rewrite binaries write the same bytes? Rewrites every model under the given
-# directories (default: testdata/, families/*/testdata/ and the conformance corpus) with every
-# built-in rule, under each target, with both binaries, and compares exit codes and outputs.
+# directories (default: testdata/, rules/*/testdata/ and the conformance data set, once
+# scripts/fetch-test-data.sh has fetched it into build/test-data/) with every built-in rule,
+# under each target, with both binaries, and compares exit codes and outputs.
 # Used to prove that a restructure changed no behaviour:
 #
 #   tools/compare_binaries.sh OLD_BINARY NEW_BINARY [--target T]... [--skip RULE]... [DIR...]
@@ -25,9 +26,8 @@ while [ $# -gt 0 ]; do
 done
 [ ${#targets[@]} -gt 0 ] || targets=(onnx ort)
 if [ ${#dirs[@]} -eq 0 ]; then
-  dirs=(testdata families/*/testdata)
-  corpus=${ONNX_CONFORMANCE_DIR:-../shared/conformance}
-  [ -d "$corpus" ] && dirs+=("$corpus")
+  dirs=(testdata rules/*/testdata)
+  [ -d build/test-data/conformance ] && dirs+=(build/test-data/conformance/)
 fi
 
 work=$(mktemp -d)

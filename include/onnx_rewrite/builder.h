@@ -155,7 +155,7 @@ class BuilderRegistry {
   const Builder* find(const std::string& name) const;
   std::vector<std::string> names() const;
 
-  // Every family's builders (families/*/; the list is generated at build time).
+  // Every family's builders (rules/*/; the list is generated at build time).
   static const BuilderRegistry& builtin();
 
  private:

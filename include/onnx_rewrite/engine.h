@@ -15,6 +15,9 @@
 
 namespace onnx_rewrite {
 
+// --input-shape NAME=D0,D1,...: graph inputs' dims, by input name.
+using InputShapes = std::map<std::string, std::vector<int64_t>>;
+
 struct RewriteOptions {
   std::string target = "onnx";
   std::optional<int> max_opset;          // --opset: highest ai.onnx opset the runtime loads
@@ -30,6 +33,7 @@ struct RewriteOptions {
   std::ostream* progress_out = nullptr;  // a terminal: a line of rounds and matches once a model takes over a second
   int record_matches = 0;                // per rule, keep the first N matches' nodes (--html)
   std::optional<int64_t> ir_version;     // --ir-version: write this IR version, if the model allows
+  InputShapes input_shapes;              // --input-shape: fixed before matching (apply_input_shapes), kept in the output
   // Work on a second thread for graphs of this many nodes (default: a big graph, model.h):
   // matching ahead of each round's walk in such a graph (main graph, subgraph or function body:
   // engine/match_ahead.h); collecting names and checking a round's result while the next
@@ -70,12 +74,14 @@ struct RewriteResult {
   std::vector<RecordedMatch> recorded;  // options.record_matches per rule, in the order applied
   std::optional<std::pair<int64_t, int64_t>> ir_change;  // IR version (before, after) when options.ir_version changed it
   std::optional<std::string> ir_version_problem;         // why options.ir_version could not be written
+  bool input_shapes_fixed = false;  // options.input_shapes changed a declared dim
   bool changed() const {
-    return !rules.empty() || functions_inlined > 0 || function_imports_raised > 0 || !opset_changes.empty() || ir_change.has_value();
+    return !rules.empty() || functions_inlined > 0 || function_imports_raised > 0 || !opset_changes.empty() || ir_change.has_value() ||
+           input_shapes_fixed;
   }
 };
 
-// A canonicalization (families/canonicalize/): a rewrite other rules match better after, never a
+// A canonicalization (rules/canonicalize/): a rewrite other rules match better after, never a
 // change for its own sake. A run in which only these fire keeps the model as it was, unless --only
 // asks for them by id.
 bool is_canonicalization(const Rule& rule);
@@ -83,7 +89,16 @@ bool is_canonicalization(const Rule& rule);
 // The active rules for a run: serving the target, filtered by only/skip (unknown ids: UsageError).
 std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions& options);
 
-// Rewrites `model` in place. Throws InputError when rules keep firing past max_rounds. `input`:
+// Fixes the dims of the graph inputs `shapes` names (a feed input, not an initializer), as if the
+// model had been exported with them; a symbolic dim such an input declares (`batch`) is fixed
+// wherever the graph's inputs, outputs and value_info declare it, since one name is one size.
+// Returns whether a declaration changed. Throws UsageError naming `model_name` and the input for
+// an unknown input, a rank or a static dim other than the model declares, a dim below 1, or two
+// sizes for one symbolic dim.
+bool apply_input_shapes(onnx::GraphProto& graph, const InputShapes& shapes, const std::string& model_name);
+
+// Rewrites `model` in place, its input shapes fixed first (options.input_shapes). Throws
+// InputError when rules keep firing past max_rounds, UsageError for input shapes that don't fit. `input`:
 // check_input of the model as given, if the caller has it (on big graphs a pass worth saving).
 RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOptions& options,
                             const InputCheck* input = nullptr);

@@ -12,6 +12,7 @@ enum class ExitCode : int {
   kTargetNotMet = 1,  // the output was written, but nodes the target can't load remain
   kUsage = 2,
   kBadInput = 3,      // unreadable or invalid model, external data or rule file
+  kVerifyFailed = 4,  // verify: the rewritten model computes other numbers, or does not load or run in ONNX Runtime
 };
 
 // Something wrong with an input file: the CLI prints `onnx-rewrite: error: <file>: <what>` and exits 3.
@@ -19,6 +20,17 @@ class InputError : public std::runtime_error {
  public:
   InputError(std::string file, const std::string& what)
       : std::runtime_error(what), file_(std::move(file)) {}
+  const std::string& file() const { return file_; }
+
+ private:
+  std::string file_;
+};
+
+// Verifying found the rewritten model `file` wrong in ONNX Runtime: other numbers than the
+// original's, or no run at all (exit 4).
+class VerifyError : public std::runtime_error {
+ public:
+  VerifyError(std::string file, const std::string& what) : std::runtime_error(what), file_(std::move(file)) {}
   const std::string& file() const { return file_; }
 
  private:

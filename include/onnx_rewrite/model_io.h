@@ -57,6 +57,12 @@ class PendingModel {
   // Throws InputError if a data file of the same name but other bytes appeared meanwhile; then
   // nothing of this model is left in place.
   void commit();
+  // The prepared model under a hidden name in a hidden directory beside its destination, with
+  // its data files beside it (hard links of the very files commit() puts in place, or of those
+  // already there), for a reader that loads it from a path (ONNX Runtime, to verify it). Nothing
+  // appears under the destination's names; the hidden directory goes after commit(), on
+  // destruction, and on SIGINT, SIGTERM or SIGHUP. Throws InputError.
+  std::filesystem::path expose();
 
  private:
   struct State;

@@ -5,6 +5,7 @@
 
 #include <climits>
 #include <map>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -144,6 +145,10 @@ struct Rule {
   bool serves(const Target& target, bool fuse = false) const;
 };
 
+// The rule files a --rules path names: the file, or a directory's *.rules files, sorted; throws
+// InputError when there is nothing at the path.
+std::vector<std::filesystem::path> rule_files(const std::string& path);
+
 struct RuleSet {
   std::vector<std::shared_ptr<const Rule>> rules;
 
@@ -151,7 +156,7 @@ struct RuleSet {
   void load_path(const std::string& path);
   // Adds rules from text; `name` is used in errors.
   void load_text(const std::string& text, const std::string& name);
-  // The rules compiled into the binary (families/ at build time).
+  // The rules compiled into the binary (rules/ at build time).
   void load_builtin();
   // Adds parsed rules; throws InputError naming a rule whose id is already used.
   void add(std::vector<std::shared_ptr<const Rule>> parsed);

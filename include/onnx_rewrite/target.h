@@ -1,7 +1,8 @@
 // The verify stage: what a runtime target loads, and which nodes of a model it would refuse.
 // Targets are data (targets/NAME.target, docs/rules.md "Targets"): the domains a runtime loads,
 // each checked against its op table (targets/DOMAIN.ops), with exceptions per op, a highest
-// opset per domain, and whether model-local functions run. A target file may build on another.
+// opset per domain, whether model-local functions run, and where its tables come from. A target
+// file may build on another.
 #pragma once
 
 #include <climits>
@@ -20,6 +21,7 @@ namespace onnx_rewrite {
 struct Target {
   // An exception to the op tables: the runtime does (or does not) load `op` at imports of its
   // domain in [min, max] (ONNX Runtime registers LayerNormalization in ai.onnx from version 1).
+  // Its domain may be one no op table describes (TensorRT's plugins).
   struct OpException {
     std::string domain;  // normalized
     std::string op;
@@ -27,13 +29,24 @@ struct Target {
     bool loads = true;
   };
 
+  // What the runtime requires of a node of `op` beyond having the op (TensorRT: "`axes` must be
+  // an initializer"). Nothing here checks it: `check` notes it where such nodes are.
+  struct Caveat {
+    std::string domain;  // normalized
+    std::string op;
+    std::string text;
+  };
+
   std::string name;
   std::string description;
+  std::string source;                  // the published tables and the runtime version it follows
+  bool load_tested = false;            // does the test suite hold it to the runtime itself?
   std::string file;                    // where it was read from
   std::vector<std::string> lineage;    // this target's name, then what it builds on, nearest first
   std::vector<std::string> domains;    // normalized; each has an op table in targets/
   std::map<std::string, int64_t> max_opsets;  // normalized domain -> highest import loaded
   std::vector<OpException> exceptions;        // the last one that applies wins
+  std::vector<Caveat> caveats;
   bool local_functions = false;        // does the runtime run calls to model-local functions?
 
   // Whether `name` is this target or one it builds on: rules for it serve this target too.
@@ -44,6 +57,8 @@ struct Target {
   std::optional<std::string> refuses(std::string_view domain, std::string_view op, int64_t version) const;
   // The highest ai.onnx import the runtime loads, if the target caps it.
   std::optional<int> max_onnx_opset() const;
+  // What the runtime restricts in nodes of `op` it loads, if the target says.
+  const Caveat* caveat(std::string_view domain, std::string_view op) const;
 };
 
 // The targets compiled in (targets/*.target) and any read from files on this run.

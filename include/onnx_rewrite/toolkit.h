@@ -1,4 +1,4 @@
-// What C++ builders share (families/*/): reading a match (element types, constants, attributes,
+// What C++ builders share (rules/*/): reading a match (element types, constants, attributes,
 // dims, uses) and the activations ONNX Runtime fuses into Conv and Gemm. A helper two families
 // need lives here, once.
 #pragma once
@@ -93,7 +93,7 @@ std::string apply_activation(GraphBuilder& b, Value x, const Activation& activat
 
 }  // namespace onnx_rewrite
 
-// ---- Rotary position embedding (families/defuse-rotary, families/defuse-gqa) --------------------
+// ---- Rotary position embedding (rules/defuse-rotary, rules/defuse-gqa) --------------------
 
 namespace onnx_rewrite {
 

@@ -24,6 +24,7 @@
 #include "cli/commands.h"
 #include "cli/junit.h"
 #include "cli/outcome.h"
+#include "cli/path_guard.h"
 
 namespace onnx_rewrite {
 namespace fs = std::filesystem;
@@ -283,7 +284,7 @@ class LineStream {
 
 // ---- Reports of the whole batch ----------------------------------------------------------------
 
-const std::vector<std::string> kStatuses = {"rewritten", "unchanged", "target-not-met", "failed"};
+const std::vector<std::string> kStatuses = {"rewritten", "unchanged", "target-not-met", "verify-failed", "failed"};
 
 // One model as the batch report and JUnit see it: fresh from this run, or read back from a line.
 struct Entry {
@@ -314,6 +315,10 @@ JunitCase junit_case(const JsonValue& model, const std::string& command) {
     if (error && error->find("file") && error->find("file")->kind == JsonValue::Kind::kString) {
       test.details = error->string_or("file", "") + ": " + test.message;
     }
+  } else if (status == "verify-failed") {
+    test.result = JunitCase::Result::kFailed;
+    const JsonValue* error = model.find("error");
+    test.message = error ? error->string_or("message", "verify failed") : "verify failed";
   } else if (status == "target-not-met") {
     test.result = JunitCase::Result::kFailed;
     std::vector<std::string> lines;
@@ -417,7 +422,8 @@ Resumable read_resumable(const BatchCommand& command, const std::string& options
 // A line of an earlier run stands for this model when the model is unchanged since, it did not
 // fail, and what it wrote is still there.
 bool still_done(const JsonValue& line, const BatchItem& item) {
-  if (line.string_or("status", "failed") == "failed" || !item.error.empty()) return false;
+  const std::string status = line.string_or("status", "failed");
+  if (status == "failed" || status == "verify-failed" || !item.error.empty()) return false;
   const JsonValue* stamp = line.find("input_stamp");
   const InputStamp now = stamp_of(item.input);
   if (!stamp || stamp->number_or("size", -2) != static_cast<double>(now.size) ||
@@ -428,39 +434,81 @@ bool still_done(const JsonValue& line, const BatchItem& item) {
   return line.string_or("output", "") == item.output && fs::exists(item.output, ec);
 }
 
-int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* junit, std::ostream& out, std::ostream& err) {
+// What the command line names, before anything is written: OUT_DIR is no input directory, the
+// reports are none of the files read (rule files, --resume, the models in the input directories)
+// and none of each other.
+PathGuard guard_batch_paths(const BatchCommand& command) {
+  PathGuard guard;
+  guard.reads_rules(command.rules.paths);
+  const FileIdentity out_dir = identify(command.output_dir);
+  for (const auto& input : command.inputs) {
+    std::error_code ec;
+    if (!fs::is_directory(input, ec)) continue;
+    if (same_file(identify(input), out_dir)) {
+      throw PathCollision(input + ": -o names this input directory, and batch writes each model to its own relative path under "
+                                  "OUT_DIR: that would replace the inputs; choose another OUT_DIR (batch never rewrites in place; "
+                                  "`rewrite --in-place` replaces one model)");
+    }
+    guard.reads_tree(input, command.output_dir);
+  }
+  for (const auto& [path, what] : {std::pair{command.report, "--report"}, {command.junit, "--junit"}, {command.report_jsonl, "--report-jsonl"}}) {
+    if (!path.empty()) guard.writes(path, what);
+  }
+  // Resuming from the file the new lines are appended to is what --resume is for.
+  if (!command.resume.empty() && (command.report_jsonl.empty() || !same_file(identify(command.resume), identify(command.report_jsonl)))) {
+    guard.reads(command.resume, "--resume");
+  }
+  return guard;
+}
+
+int batch_all(const BatchCommand& command, PathGuard& guard, PendingFile* report, PendingFile* junit, std::ostream& out,
+              std::ostream& err) {
   const auto started = std::chrono::steady_clock::now();
   const Target& target = find_target(command.options.target);
   const Shard shard = command.shard.empty() ? Shard{} : parse_shard(command.shard);
   const RuleSet rules = command.rules.load();
   const RewriteOptions options = effective_options(command.options, command.inline_functions);
   active_rules(rules, options);
-  const auto run_fields = [&](JsonWriter& json) { write_run_json(json, command.options, command.rules, command.provenance, false); };
+  const VerifyOptions* verify = command.verify ? &command.verify_options : nullptr;
+  const auto run_fields = [&](JsonWriter& json) { write_run_json(json, command.options, command.rules, command.provenance, false, verify); };
   const std::string options_text = [&] {
     JsonWriter json(true);
-    write_options_json(json, command.options, command.rules, command.provenance);
+    write_options_json(json, command.options, command.rules, command.provenance, verify);
     return json.str();
   }();
+  // Found before any work: without a runtime to run them in, nothing is worth doing.
+  const std::optional<Runtime> runtime = command.verify ? std::optional(find_runtime(command.verify_options.runtime)) : std::nullopt;
+  const auto all = collect_batch(command);
+  for (const auto& item : all) {
+    guard.reads(item.input, "the input model");
+    if (item.error.empty()) guard.writes(item.output, "its output in -o OUT_DIR", false);
+  }
   const Resumable resumable = read_resumable(command, options_text);
   std::unique_ptr<LineStream> lines;
   if (!command.report_jsonl.empty()) lines = std::make_unique<LineStream>(command.report_jsonl);
   std::error_code ec;
   const bool lines_are_resume_file =
       lines && !command.resume.empty() && fs::exists(command.resume, ec) && fs::equivalent(command.report_jsonl, command.resume, ec);
-
-  const auto all = collect_batch(command);
-  std::vector<size_t> mine;  // indexes into `all` of this shard's items
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (in_shard(all[i].relative, shard)) mine.push_back(i);
-  }
+  const bool made_output_dir = !fs::exists(command.output_dir, ec);
   fs::create_directories(command.output_dir, ec);
   if (!fs::is_directory(command.output_dir)) {
     throw UsageError(command.output_dir + ": cannot create the output directory" + (ec ? ": " + ec.message() : ""));
   }
+
+  std::vector<size_t> mine;  // indexes into `all` of this shard's items
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (in_shard(all[i].relative, shard)) mine.push_back(i);
+  }
+  const int jobs = command.jobs > 0 ? command.jobs : std::max(1u, std::thread::hardware_concurrency());
   ProcessOptions how;
   how.in_batch = true;
   how.provenance = command.provenance;
   how.write.inside = command.output_dir;
+  how.guard = &guard;
+  // Each worker's ONNX Runtime gets its share of the cores.
+  VerifyOptions verify_options = command.verify_options;
+  verify_options.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / jobs);
+  if (runtime) how.runtime = &*runtime, how.verify = &verify_options;
 
   // A line: the run's fields, where the model stands in the whole batch, its input's stamp, then
   // the model's report object.
@@ -495,7 +543,6 @@ int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* jun
     }
   }
 
-  const int jobs = command.jobs > 0 ? command.jobs : std::max(1u, std::thread::hardware_concurrency());
   if (jobs > 1) {
     // Biggest first: the models left at the end are then the quickest, and no worker waits long
     // for another's last one.
@@ -506,6 +553,7 @@ int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* jun
   std::atomic<size_t> done{0};
   std::mutex print;
   std::exception_ptr stream_error;
+  std::exception_ptr collision;  // a model's data file is a report's path: the batch stops, no report written
   auto work = [&] {
     for (size_t t = next++; t < todo.size(); t = next++) {
       const size_t k = todo[t];
@@ -514,11 +562,19 @@ int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* jun
       try {
         if (!item.error.empty()) throw InputError(item.input, item.error);
         Processed processed = process(item.input, item.output, rules, options, target, how);
-        const auto start = std::chrono::steady_clock::now();
-        processed.output->commit();
-        processed.outcome.timing.write += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (processed.outcome.status != "verify-failed") {
+          const auto start = std::chrono::steady_clock::now();
+          processed.output->commit();
+          processed.outcome.timing.write += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        }
         outcome = std::move(processed.outcome);
       } catch (...) {
+        if (is_path_collision(std::current_exception())) {
+          std::lock_guard lock(print);
+          if (!collision) collision = std::current_exception();
+          next = todo.size();
+          continue;
+        }
         outcome = ModelOutcome{};
         outcome.input = item.input;
         outcome.output = item.output;
@@ -547,23 +603,29 @@ int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* jun
   for (int t = 0; t < std::min<int>(jobs, static_cast<int>(std::max<size_t>(todo.size(), 1))); ++t) threads.emplace_back(work);
   for (auto& thread : threads) thread.join();
   if (command.progress_line && !todo.empty()) err << "\n";
+  if (collision) {
+    if (made_output_dir) fs::remove(command.output_dir, ec);  // only if still empty: nothing was written
+    std::rethrow_exception(collision);
+  }
   if (stream_error) std::rethrow_exception(stream_error);
 
   const BatchTotals totals = totals_of(entries);
   std::string scope = command.shard.empty() ? "" : fmt::format(" (shard {} of {} models)", command.shard, all.size());
   out << fmt::format("batch: {} model(s){}: {} rewritten, {} unchanged, {} target not met, {} failed", entries.size(), scope,
                      totals.count("rewritten"), totals.count("unchanged"), totals.count("target-not-met"), totals.count("failed"));
+  if (command.verify) out << fmt::format(", {} failed verification", totals.count("verify-failed"));
   if (totals.resumed) out << fmt::format("; {} done by an earlier run (--resume)", totals.resumed);
   out << "\n";
   for (const auto& entry : entries) {
     const JsonValue& model = entry.object;
     const std::string status = model.string_or("status", "");
-    if (status != "failed") continue;
+    if (status != "failed" && status != "verify-failed") continue;
     const JsonValue* error = model.find("error");
     const std::string file = error ? error->string_or("file", "") : "";
     const std::string message = error ? error->string_or("message", "") : "";
     const std::string input = model.string_or("model", "");
-    out << fmt::format("  failed: {}: {}\n", input, file.empty() || file == input ? message : file + ": " + message);
+    out << fmt::format("  {}: {}: {}\n", status == "failed" ? "failed" : "verify failed", input,
+                       file.empty() || file == input ? message : file + ": " + message);
   }
   for (const auto& entry : entries) {
     if (entry.object.string_or("status", "") != "target-not-met") continue;
@@ -581,20 +643,22 @@ int batch_all(const BatchCommand& command, PendingFile* report, PendingFile* jun
   if (junit) junit->set_contents(junit_report("batch", target.name, entries));
   if (report) report->commit();
   if (junit) junit->commit();
-  return totals.count("failed") + totals.count("target-not-met") > 0 ? static_cast<int>(ExitCode::kTargetNotMet) : 0;
+  return totals.count("failed") + totals.count("target-not-met") + totals.count("verify-failed") > 0 ? static_cast<int>(ExitCode::kTargetNotMet)
+                                                                                                 : 0;
 }
 
 }  // namespace
 
 int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err) {
   if (command.output_dir.empty()) throw UsageError("batch needs -o OUT_DIR");
+  PathGuard guard = guard_batch_paths(command);
   const auto report = reserve_report(command.report);
   const auto junit = reserve_report(command.junit);
   try {
-    return batch_all(command, report.get(), junit.get(), out, err);
+    return batch_all(command, guard, report.get(), junit.get(), out, err);
   } catch (...) {
     report_failure(report.get(), std::current_exception(), [&](JsonWriter& json) {
-      write_run_json(json, command.options, command.rules, command.provenance, false);
+      write_run_json(json, command.options, command.rules, command.provenance, false, command.verify ? &command.verify_options : nullptr);
       json.key("target").value(command.options.target);
     });
     throw;
@@ -602,6 +666,10 @@ int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err)
 }
 
 int run_merge_reports(const MergeCommand& command, std::ostream& out, std::ostream& err) {
+  PathGuard guard;
+  for (const auto& path : command.inputs) guard.reads(path, "a report being merged");
+  if (!command.output.empty()) guard.writes(command.output, "-o");
+  if (!command.junit.empty()) guard.writes(command.junit, "--junit");
   const auto report = reserve_report(command.output);
   const auto junit = reserve_report(command.junit);
   // The last line per model wins (a resumed shard may have failed on it first); every line must
@@ -650,10 +718,13 @@ int run_merge_reports(const MergeCommand& command, std::ostream& out, std::ostre
   if (report) report->commit();
   if (junit) junit->commit();
   const BatchTotals totals = totals_of(entries);
-  out << fmt::format("merged {} model(s) from {} file(s): {} rewritten, {} unchanged, {} target not met, {} failed{}\n", entries.size(),
+  const int64_t verify_failed = totals.count("verify-failed");
+  out << fmt::format("merged {} model(s) from {} file(s): {} rewritten, {} unchanged, {} target not met, {} failed{}{}\n", entries.size(),
                      command.inputs.size(), totals.count("rewritten"), totals.count("unchanged"), totals.count("target-not-met"), totals.count("failed"),
-                     missing > 0 ? fmt::format(", {} missing", missing) : "");
-  return totals.count("failed") + totals.count("target-not-met") + std::max<int64_t>(missing, 0) > 0 ? static_cast<int>(ExitCode::kTargetNotMet) : 0;
+                     verify_failed ? fmt::format(", {} failed verification", verify_failed) : "", missing > 0 ? fmt::format(", {} missing", missing) : "");
+  return totals.count("failed") + totals.count("target-not-met") + verify_failed + std::max<int64_t>(missing, 0) > 0
+             ? static_cast<int>(ExitCode::kTargetNotMet)
+             : 0;
 }
 
 }  // namespace onnx_rewrite

@@ -10,6 +10,7 @@
 
 #include "onnx_rewrite/engine.h"
 #include "onnx_rewrite/rule.h"
+#include "runtime/verification.h"
 
 namespace onnx_rewrite {
 
@@ -30,6 +31,8 @@ struct RewriteCommand {
   bool dry_run = false;
   bool in_place = false;
   bool provenance = true;           // false: --no-provenance
+  bool verify = false;              // --verify: proven in ONNX Runtime before anything is written
+  VerifyOptions verify_options;
 };
 
 struct BatchCommand {
@@ -46,6 +49,17 @@ struct BatchCommand {
   std::string shard;                // --shard K/N
   bool provenance = true;
   bool progress_line = false;       // a terminal: one updating line instead of a line per model
+  bool verify = false;              // --verify: each model proven before it is written
+  VerifyOptions verify_options;
+};
+
+// `verify ORIGINAL REWRITTEN`.
+struct VerifyCommand {
+  std::string original;
+  std::string rewritten;
+  InputShapes input_shapes;         // --input-shape: the shapes the inputs are made with
+  VerifyOptions options;
+  bool json = false;
 };
 
 // `merge-reports`: shards' --report-jsonl files joined into the report one unsharded batch writes.
@@ -59,9 +73,14 @@ struct MergeCommand {
 // at a time but left to the operating system.
 void leave_models_to_process_exit();
 
+// The whole command line (main.cc): parses argv as `onnx-rewrite` does, runs the subcommand,
+// prints errors, returns the exit code. The tool's main, and `python3 -m onnx_rewrite`'s.
+int run_command_line(int argc, char** argv);
+
 int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& err);
 int run_check(const std::string& input, const std::string& target, std::optional<int> max_opset,
-              const RuleSources& rules, bool json, std::ostream& out, std::ostream& err, const std::string& junit = "");
+              const RuleSources& rules, bool json, std::ostream& out, std::ostream& err, const std::string& junit = "",
+              const InputShapes& input_shapes = {});
 int run_inspect(const std::string& input, const RuleSources& rules, bool json, std::ostream& out);
 int run_rules(const RuleSources& rules, bool json, std::ostream& out);
 // `rules --test PATH...`: each rule in the files runs its example (with `rules` loaded too, for
@@ -69,6 +88,8 @@ int run_rules(const RuleSources& rules, bool json, std::ostream& out);
 int run_rule_tests(const std::vector<std::string>& paths, const RuleSources& rules, bool json, std::ostream& out);
 int run_targets(bool json, std::ostream& out);
 int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err);
+// Exit 4 when the rewritten model computes other numbers than the original or does not run.
+int run_verify(const VerifyCommand& command, std::ostream& out);
 // Exit 1 if a merged model failed or missed the target, or the lines don't cover the batch.
 int run_merge_reports(const MergeCommand& command, std::ostream& out, std::ostream& err);
 

@@ -14,27 +14,13 @@
 
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/opset.h"
+#include "runtime/process.h"
 
 extern char** environ;
 
 namespace onnx_rewrite {
 
 namespace {
-
-std::optional<std::string> find_on_path(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  std::string directories = path ? path : "/usr/bin:/bin";
-  size_t begin = 0;
-  while (begin <= directories.size()) {
-    size_t end = directories.find(':', begin);
-    if (end == std::string::npos) end = directories.size();
-    std::string directory = directories.substr(begin, end - begin);
-    const std::string candidate = (directory.empty() ? "." : directory) + "/" + program;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    begin = end + 1;
-  }
-  return std::nullopt;
-}
 
 std::string html_escape(const std::string& text) {
   std::string out;
@@ -208,6 +194,29 @@ std::string html_report(const HtmlPage& page) {
                           match.after.size() == 1 ? "" : "s", render_svg(dot_source(match.after, "#dcf5e3")));
     }
     if (stats.matches > shown) html += fmt::format("<p class=\"place\">{} more match(es) not shown</p>\n", stats.matches - shown);
+  }
+  if (const Verification* verification = page.verification) {
+    html += "<h2>Verified in ONNX Runtime</h2>\n";
+    const bool good = !verification->failed();
+    html += fmt::format("<p><span class=\"{}\">{}</span>{}{}</p>\n", good ? "met" : "unmet", html_escape(verification->status),
+                        verification->runtime.empty() ? "" : html_escape(fmt::format(" in {} {}", verification->runtime, verification->runtime_version)),
+                        verification->reason.empty() ? "" : ": " + html_escape(verification->reason));
+    if (!verification->outputs.empty()) {
+      html += "<table><tr><th>output</th><th>status</th><th>max abs</th><th>max rel</th><th>over tolerance</th><th>notes</th></tr>\n";
+      for (const auto& output : verification->outputs) {
+        const bool compared = output.status == "match" || output.status == "mismatch";
+        std::vector<std::string> notes;
+        if (!output.message.empty()) notes.push_back(output.message);
+        if (output.non_finite()) notes.push_back("non-finite values");
+        if (compared && output.constant()) notes.push_back("constant on both sides");
+        html += fmt::format("<tr><td>{}</td><td class=\"{}\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
+                            html_escape(output.name), output.status == "match" ? "met" : compared || output.status == "missing" ? "unmet" : "",
+                            html_escape(output.status), compared ? fmt::format("{:.3g}", output.max_abs) : "",
+                            compared ? fmt::format("{:.3g}", output.max_rel) : "", compared ? std::to_string(output.over_tolerance) : "",
+                            html_escape(fmt::format("{}", fmt::join(notes, "; "))));
+      }
+      html += "</table>\n";
+    }
   }
   if (!result.notes.empty()) {
     html += "<h2>Notes</h2>\n<ul>\n";

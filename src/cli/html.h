@@ -6,6 +6,7 @@
 
 #include "onnx_rewrite/engine.h"
 #include "onnx_rewrite/rule.h"
+#include "runtime/verification.h"
 
 namespace onnx_rewrite {
 
@@ -20,6 +21,7 @@ struct HtmlPage {
   bool target_met = true;
   const RewriteResult* result = nullptr;
   const RuleSet* rules = nullptr;  // for the rules' descriptions
+  const Verification* verification = nullptr;  // --verify
 };
 std::string html_report(const HtmlPage& page);
 

@@ -1,8 +1,10 @@
 // onnx-rewrite: the command line (docs/cli.md). Parses options and hands over to commands.h.
+// run_command_line is the tool's main, and `python3 -m onnx_rewrite`'s (python/).
 #include <unistd.h>
 
 #include <algorithm>
 #include <iostream>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 #include <google/protobuf/stubs/logging.h>
@@ -28,7 +30,7 @@ void add_rule_sources(CLI::App& command, RuleSources& sources) {
   command.add_flag("--no-builtin-rules{false}", sources.builtin, "Drop the rules compiled into the binary");
 }
 
-// The targets compiled in, for help texts: "onnx, onnx-opset13, ort".
+// The targets compiled in, for help texts: "onnx, onnx-opset13, openvino, ort, tensorrt".
 std::string target_names() {
   std::string names;
   for (const Target* target : all_targets()) names += (names.empty() ? "" : ", ") + target->name;
@@ -41,6 +43,68 @@ void add_target(CLI::App& command, std::string& target, std::optional<int>& opse
       ->capture_default_str();
   command.add_option("--opset", opset, "Highest ai.onnx opset the runtime loads (default: no limit)")
       ->check(CLI::Range(1, 1000));
+}
+
+// "NAME=VALUE" split at the last '=' (a value holds none; a name rarely does).
+std::pair<std::string, std::string> assignment(const std::string& option, const std::string& text, const std::string& form) {
+  const auto at = text.rfind('=');
+  if (at == std::string::npos || at == 0) throw CLI::ValidationError(option, "'" + text + "': expected " + form);
+  return {text.substr(0, at), text.substr(at + 1)};
+}
+
+// --input-shape NAME=D0,D1,... (repeatable; NAME= for a scalar). What the model declares is
+// checked once it is loaded (apply_input_shapes).
+void add_input_shapes(CLI::App& command, InputShapes& shapes) {
+  one_value_each(command.add_option_function<std::vector<std::string>>(
+      "--input-shape",
+      [&shapes](const std::vector<std::string>& values) {
+        for (const auto& value : values) {
+          const auto [name, text] = assignment("--input-shape", value, "NAME=D0,D1,... (NAME= for a scalar)");
+          std::vector<int64_t> dims;
+          std::stringstream in(text);
+          for (std::string dim; std::getline(in, dim, ',');) {
+            size_t used = 0;
+            try {
+              dims.push_back(std::stoll(dim, &used));
+            } catch (...) {
+              used = 0;
+            }
+            if (used == 0 || used != dim.size()) throw CLI::ValidationError("--input-shape", "'" + value + "': '" + dim + "' is not a whole number");
+          }
+          if (!shapes.emplace(name, dims).second) throw CLI::ValidationError("--input-shape", "'" + name + "' given twice");
+        }
+      },
+      "Fix a graph input's dims before anything else (repeatable): NAME=D0,D1,... as if the model had been exported with them"));
+}
+
+// What --verify and `verify` share; `verify_flag`: the flag they need, when there is one.
+void add_verify_options(CLI::App& command, VerifyOptions& options, CLI::Option* verify_flag) {
+  std::vector<CLI::Option*> added;
+  added.push_back(command.add_option("--runtime", options.runtime,
+                                     "Run ONNX Runtime from node (npm onnxruntime-node) or python (pip onnxruntime); default: "
+                                     "$ONNX_REWRITE_RUNTIME, else the first found")
+                      ->check(CLI::IsMember({"node", "python"})));
+  added.push_back(command.add_option("--seed", options.seed, "Seed of the random inputs")->capture_default_str());
+  added.push_back(command.add_option("--rtol", options.tolerance.rtol, "Relative tolerance (default by element type: float32 1e-4)")
+                      ->check(CLI::NonNegativeNumber));
+  added.push_back(command.add_option("--atol", options.tolerance.atol, "Absolute tolerance (default by element type: float32 1e-5)")
+                      ->check(CLI::NonNegativeNumber));
+  if (!verify_flag) return;
+  for (auto* option : added) option->needs(verify_flag);
+}
+
+// --inputs NAME=FILE (repeatable): a .npy or TensorProto .pb fed to input NAME instead of random values.
+CLI::Option* add_input_files(CLI::App& command, std::map<std::string, std::filesystem::path>& files) {
+  return one_value_each(command.add_option_function<std::vector<std::string>>(
+      "--inputs",
+      [&files](const std::vector<std::string>& values) {
+        for (const auto& value : values) {
+          const auto [name, file] = assignment("--inputs", value, "NAME=FILE (.npy, or a TensorProto .pb)");
+          if (file.empty()) throw CLI::ValidationError("--inputs", "'" + value + "': no file");
+          if (!files.emplace(name, file).second) throw CLI::ValidationError("--inputs", "'" + name + "' given twice");
+        }
+      },
+      "Feed input NAME the array in FILE (.npy, or a TensorProto .pb) instead of random values (repeatable)"));
 }
 
 void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources& sources,
@@ -73,6 +137,16 @@ void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources
   command.add_option("--report", report, "Also write what happened as JSON to FILE");
   command.add_flag("--no-provenance{false}", provenance,
                    "Don't record in the output's metadata_props what was done (tool, target, opset, rules)");
+  add_input_shapes(command, options.input_shapes);
+}
+
+// --verify and its options, for rewrite and batch.
+CLI::Option* add_verify_flag(CLI::App& command, bool& verify, VerifyOptions& options) {
+  auto* flag = command.add_flag("--verify", verify,
+                                "Run the output and the input in ONNX Runtime on the same random inputs before writing; on a mismatch "
+                                "write nothing (exit 4)");
+  add_verify_options(command, options, flag);
+  return flag;
 }
 
 // CLI11 reads a word that names no subcommand as a stray argument and then says only that a
@@ -91,7 +165,9 @@ std::string parse_error_text(const CLI::App& app, int argc, char** argv, const C
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace onnx_rewrite {
+
+int run_command_line(int argc, char** argv) {
   google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char*, int, const std::string&) {});
 
   CLI::App app{"Rewrites ONNX models with pattern rules so that a target runtime can load them.", kProgram};
@@ -109,6 +185,8 @@ int main(int argc, char** argv) {
   rewrite_app->add_flag("--in-place", rewrite.in_place, "Replace the input file");
   rewrite_app->add_option("--explain", rewrite.options.explain,
                           "For nodes with this op type or name, print each rule tried and why it matched or not");
+  auto* rewrite_verify = add_verify_flag(*rewrite_app, rewrite.verify, rewrite.verify_options);
+  add_input_files(*rewrite_app, rewrite.verify_options.input_files)->needs(rewrite_verify);
 
   std::string check_model_path, check_target = "onnx";
   std::optional<int> check_opset;
@@ -121,6 +199,18 @@ int main(int argc, char** argv) {
   std::string check_junit;
   check_app->add_option("--junit", check_junit, "Also write JUnit XML to FILE: a testcase for the model and target");
   add_rule_sources(*check_app, check_rules);
+  InputShapes check_shapes;
+  add_input_shapes(*check_app, check_shapes);
+
+  VerifyCommand verify;
+  auto* verify_app = app.add_subcommand(
+      "verify", "Run a model and its rewrite in ONNX Runtime on the same inputs and compare every output (exit 4 if they differ)");
+  verify_app->add_option("original", verify.original, "The model as it was (.onnx)")->required();
+  verify_app->add_option("rewritten", verify.rewritten, "Its rewrite (.onnx)")->required();
+  add_verify_options(*verify_app, verify.options, nullptr);
+  add_input_files(*verify_app, verify.options.input_files);
+  add_input_shapes(*verify_app, verify.input_shapes);
+  verify_app->add_flag("--json", verify.json, "Machine-readable output");
 
   std::string inspect_path;
   bool inspect_json = false;
@@ -154,6 +244,7 @@ int main(int argc, char** argv) {
   batch_app->add_option("--resume", batch.resume,
                         "Skip models that FILE (an earlier --report-jsonl) shows done with the same options and input");
   batch_app->add_option("--shard", batch.shard, "Rewrite only shard K of N (K/N, 1-based; a stable split by relative path)");
+  add_verify_flag(*batch_app, batch.verify, batch.verify_options);
 
   MergeCommand merge;
   auto* merge_app = app.add_subcommand("merge-reports", "Join batch --report-jsonl files (shards) into one --report");
@@ -174,14 +265,16 @@ int main(int argc, char** argv) {
     return static_cast<int>(ExitCode::kUsage);
   }
 
-  leave_models_to_process_exit();
   try {
     if (*rewrite_app) {
       rewrite.options.explain_out = &std::cout;
       if (::isatty(STDERR_FILENO)) rewrite.options.progress_out = &std::cerr;
       return run_rewrite(rewrite, std::cout, std::cerr);
     }
-    if (*check_app) return run_check(check_model_path, check_target, check_opset, check_rules, check_json, std::cout, std::cerr, check_junit);
+    if (*check_app) {
+      return run_check(check_model_path, check_target, check_opset, check_rules, check_json, std::cout, std::cerr, check_junit, check_shapes);
+    }
+    if (*verify_app) return run_verify(verify, std::cout);
     if (*inspect_app) return run_inspect(inspect_path, inspect_rules, inspect_json, std::cout);
     if (*rules_app) return (tested_rules.empty() ? run_rules(listed_rules, rules_json, std::cout)
                                            : run_rule_tests(tested_rules, listed_rules, rules_json, std::cout));
@@ -199,3 +292,13 @@ int main(int argc, char** argv) {
   }
   return static_cast<int>(ExitCode::kUsage);
 }
+
+}  // namespace onnx_rewrite
+
+// The Python module compiles this file too (python3 -m onnx_rewrite), without a main of its own.
+#ifndef ONNX_REWRITE_NO_MAIN
+int main(int argc, char** argv) {
+  onnx_rewrite::leave_models_to_process_exit();
+  return onnx_rewrite::run_command_line(argc, argv);
+}
+#endif

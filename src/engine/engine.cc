@@ -7,6 +7,7 @@
 #include <iterator>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -189,7 +190,11 @@ class Run {
         candidates_(index_by_anchor(rules)),
         policy_(model, options.max_opset, lower, options.exact_opset), names_(model.proto), rewriter_(model), worklist_(rules), result_(result), ordered_(ordered),
         progress_(options.progress_out),
-        canonicalizing_(std::any_of(rules.begin(), rules.end(), [](const Rule* rule) { return is_canonicalization(*rule); })) {}
+        canonicalizing_(std::any_of(rules.begin(), rules.end(), [](const Rule* rule) { return is_canonicalization(*rule); })) {
+    for (const Rule* rule : rules) {
+      if (const Target* through = served_through(*rule)) inherited_.emplace(rule, through);
+    }
+  }
 
   // Returns why the requested opset can't be reached, if it can't.
   std::optional<std::string> execute() {
@@ -429,6 +434,10 @@ class Run {
         if (explain) say(candidate, "no: built by a replacement for a version the pattern is not for");
         continue;
       }
+      if (auto why = loaded_as_is(scope, node, *candidate.rule)) {
+        if (explain) say(candidate, "no: " + *why);
+        continue;
+      }
       std::string why;
       bool on_facts = false;
       std::optional<Match> match;
@@ -480,6 +489,35 @@ class Run {
     if (std::any_of(covered.begin(), covered.end(), [&](const onnx::NodeProto* node) { return claimed.contains(node); })) return false;
     match = std::exchange(found->match, std::nullopt);
     return true;
+  }
+
+  // The nearest target this one builds on that the rule names, when it does not name this one:
+  // the rule serves this target through that one.
+  const Target* served_through(const Rule& rule) const {
+    auto names = [&](const std::string& name) {
+      const auto in = [&](const std::vector<std::string>& targets) {
+        return std::find(targets.begin(), targets.end(), name) != targets.end();
+      };
+      return in(rule.targets) || (options_.fuse && in(rule.fuse_targets));
+    };
+    if (names(target_.name)) return nullptr;
+    for (auto it = target_.lineage.begin() + 1; it != target_.lineage.end(); ++it) {
+      if (names(*it)) return &find_target(*it);
+    }
+    return nullptr;
+  }
+
+  // A rule serving this target through one it builds on is there to make nodes loadable by that
+  // one: it leaves alone an anchor this target loads as it is and that one does not
+  // (`--target tensorrt` keeps EfficientNMS_TRT, which rules for onnx spell out in standard ops).
+  std::optional<std::string> loaded_as_is(const Scope& scope, const onnx::NodeProto& node, const Rule& rule) const {
+    auto through = inherited_.find(&rule);
+    if (through == inherited_.end()) return std::nullopt;
+    const std::string domain = normalize_domain(node.domain());
+    const int version = scope.opset(domain);
+    if (target_.refuses(domain, node.op_type(), version) || !through->second->refuses(domain, node.op_type(), version)) return std::nullopt;
+    return fmt::format("target {} loads this node as it is (the rule serves it through {}, which does not)", target_.name,
+                       through->second->name);
   }
 
   bool fits_built_version(const Scope& scope, const Pattern& pattern) const {
@@ -620,6 +658,7 @@ class Run {
   const Target& target_;
   const std::set<std::pair<ImportOwner, std::string>>& domains_before_;
   CandidateIndex candidates_;
+  std::unordered_map<const Rule*, const Target*> inherited_;  // rules serving the target through one it builds on
   std::map<std::pair<ImportOwner, const std::vector<Candidate>*>, std::vector<Candidate>> viable_;  // this round's
   OpsetPolicy policy_;
   NameRegistry names_;
@@ -682,6 +721,13 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
   RewriteResult result;
   result.before = count_ops(model.proto);
   const auto imports_before = imports(model.proto);
+  // Before matching, and again whenever the model is reloaded: the rules see the fixed shapes.
+  const auto fix_input_shapes = [&] {
+    if (apply_input_shapes(*model.proto.mutable_graph(), options.input_shapes, model.path.string())) {
+      result.input_shapes_fixed = model.changed = true;
+    }
+  };
+  fix_input_shapes();
 
   std::vector<std::string> lowering_declines;  // of the attempt that lowered
   auto attempt = [&](bool lower) {
@@ -703,6 +749,7 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
   if (auto problem = attempt(true)) {
     // The requested opset can't be reached: rewrite again at the model's own opset.
     model = reload_model(model);
+    fix_input_shapes();
     const auto declines = lowering_declines;
     auto again = attempt(false);
     result.notes.push_back(*problem);
@@ -715,8 +762,10 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
                                     return is_canonicalization(fired.first) && !options.only.count(fired.first);
                                   });
   if (canonicalized_only) {
-    // Nothing matched what canonicalization made: the model stays an exact copy.
+    // Nothing matched what canonicalization made: the model stays an exact copy (but for the
+    // input shapes asked for).
     model = reload_model(model);
+    fix_input_shapes();
     std::string what;
     for (const auto& [id, stats] : result.rules) what += fmt::format("{}{} ({})", what.empty() ? "" : ", ", id, stats.matches);
     result.notes.push_back("canonicalization alone was undone, no other rule fired after it: " + what);

@@ -27,6 +27,11 @@ void record_provenance(Model& model, const RewriteResult& result, const RewriteO
   for (const auto& [id, stats] : result.rules) rules.push_back(fmt::format("{}:{}", id, stats.matches));
   entries.emplace_back("rules", fmt::format("{}", fmt::join(rules, ",")));
   if (result.functions_inlined) entries.emplace_back("functions_inlined", std::to_string(result.functions_inlined));
+  if (!options.input_shapes.empty()) {
+    std::vector<std::string> shapes;
+    for (const auto& [name, dims] : options.input_shapes) shapes.push_back(fmt::format("{}={}", name, fmt::join(dims, ",")));
+    entries.emplace_back("input_shapes", fmt::format("{}", fmt::join(shapes, ";")));
+  }
 
   auto* props = model.proto.mutable_metadata_props();
   for (int i = props->size() - 1; i >= 0; --i) {

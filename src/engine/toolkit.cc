@@ -261,7 +261,7 @@ std::string apply_activation(GraphBuilder& b, Value x, const Activation& activat
 
 }  // namespace onnx_rewrite
 
-// ---- Rotary position embedding (families/defuse-rotary, families/defuse-gqa) --------------------
+// ---- Rotary position embedding (rules/defuse-rotary, rules/defuse-gqa) --------------------
 
 namespace onnx_rewrite {
 

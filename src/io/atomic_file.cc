@@ -2,11 +2,16 @@
 // signal handler removes when the process is interrupted mid-write.
 #include "io/atomic_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>  // renameat2
+#include <cstdlib>
+#include <cstring>
 
 #include <algorithm>
 #include <array>
@@ -26,26 +31,80 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Temporary files being written, removed if the process is interrupted. A fixed table of
-// atomics, because a signal handler may neither lock nor allocate.
+// Temporary files being written, directories made for a while (their contents included) and
+// child processes writing into them, removed (or killed) if the process is interrupted. Fixed
+// tables of atomics, because a signal handler may neither lock nor allocate.
 std::array<std::atomic<const char*>, 256> g_pending_files{};
+std::array<std::atomic<const char*>, 64> g_pending_trees{};
+std::array<std::atomic<pid_t>, 64> g_pending_children{};
+
+// `name` in `directory_fd` and, for a directory, everything in it: system calls only, as a signal
+// handler may make.
+void remove_tree_at(int directory_fd, const char* name, int depth) {
+  if (::unlinkat(directory_fd, name, 0) == 0 || errno != EISDIR || depth > 32) return;
+  const int fd = ::openat(directory_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) {
+    alignas(dirent64) char buffer[4096];
+    // Entries removed while listing may make the listing skip others: list again until empty.
+    for (int pass = 0; pass < 4; ++pass) {
+      ::lseek(fd, 0, SEEK_SET);
+      for (ssize_t got; (got = ::getdents64(fd, buffer, sizeof buffer)) > 0;) {
+        for (ssize_t at = 0; at < got;) {
+          const auto* entry = reinterpret_cast<const dirent64*>(buffer + at);
+          at += entry->d_reclen;
+          const char* entry_name = entry->d_name;
+          if (std::strcmp(entry_name, ".") != 0 && std::strcmp(entry_name, "..") != 0) remove_tree_at(fd, entry_name, depth + 1);
+        }
+      }
+      if (::unlinkat(directory_fd, name, AT_REMOVEDIR) == 0) break;
+    }
+    ::close(fd);
+  }
+}
 
 extern "C" void remove_pending_files(int signal_number) {
+  for (auto& slot : g_pending_children) {
+    if (const pid_t pid = slot.load(); pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
   for (auto& slot : g_pending_files) {
     if (const char* path = slot.load()) ::unlink(path);
+  }
+  for (auto& slot : g_pending_trees) {
+    if (const char* path = slot.load()) remove_tree_at(AT_FDCWD, path, 0);
   }
   std::signal(signal_number, SIG_DFL);
   std::raise(signal_number);
 }
 
+// Only where the signal still has its default action: a program that handles one itself (Python
+// turns SIGINT into KeyboardInterrupt) keeps its handler, and a library must not take it over.
 void install_interrupt_cleanup() {
   static const bool installed = [] {
-    std::signal(SIGINT, remove_pending_files);
-    std::signal(SIGTERM, remove_pending_files);
-    std::signal(SIGHUP, remove_pending_files);
+    for (const int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction current {};
+      if (::sigaction(signal_number, nullptr, &current) == 0 && current.sa_handler == SIG_DFL &&
+          !(current.sa_flags & SA_SIGINFO)) {
+        std::signal(signal_number, remove_pending_files);
+      }
+    }
     return true;
   }();
   (void)installed;
+}
+
+// Takes a free slot of `table` for `value`; null when all are taken (then the cleanup falls to
+// the normal path alone).
+template <typename T, size_t N>
+std::atomic<T>* take_slot(std::array<std::atomic<T>, N>& table, T value) {
+  install_interrupt_cleanup();
+  for (auto& slot : table) {
+    T expected{};
+    if (slot.compare_exchange_strong(expected, value)) return &slot;
+  }
+  return nullptr;
 }
 
 mode_t default_file_mode() {
@@ -87,6 +146,13 @@ std::string unique_suffix() {
 
 fs::path directory_of(const fs::path& file) { return file.has_parent_path() ? file.parent_path() : "."; }
 
+void link_or_copy(const fs::path& from, const fs::path& to) {
+  if (::linkat(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), AT_SYMLINK_FOLLOW) == 0) return;
+  if (errno != EXDEV && errno != EPERM && errno != EMLINK) throw os_error(to.string(), "cannot link '" + from.string() + "' there");
+  std::error_code ec;
+  if (!fs::copy_file(from, to, ec)) throw InputError(to.string(), "cannot copy '" + from.string() + "' there: " + ec.message());
+}
+
 AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
   // A file with no name, where the file system allows: nothing to clean up whatever ends the
   // process, and one directory operation at commit (a link) instead of two (create, rename).
@@ -98,16 +164,7 @@ AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
   remove_on_interrupt();
 }
 
-void AtomicFile::remove_on_interrupt() {
-  install_interrupt_cleanup();
-  for (auto& slot : g_pending_files) {
-    const char* expected = nullptr;
-    if (slot.compare_exchange_strong(expected, temp_.c_str())) {
-      slot_ = &slot;
-      break;
-    }
-  }
-}
+void AtomicFile::remove_on_interrupt() { slot_ = take_slot(g_pending_files, temp_.c_str()); }
 
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
@@ -158,6 +215,8 @@ void AtomicFile::copy_from(int source_fd, const uint8_t* source_data, FileRange 
     left -= static_cast<size_t>(got);
   }
 }
+
+void AtomicFile::link_to(const fs::path& path) const { link_or_copy(temp_.empty() ? proc_path(fd_) : temp_, path); }
 
 void AtomicFile::set_mode(mode_t mode) {
   if (fd_ >= 0 && ::fchmod(fd_, mode) != 0) fail("cannot set permissions");
@@ -239,6 +298,25 @@ void PendingFile::set_contents(const std::string& bytes) {
 }
 
 void PendingFile::commit() { file_->commit(); }
+
+TemporaryDirectory::TemporaryDirectory(const fs::path& parent, const std::string& name) {
+  std::string path = (parent / (name + "XXXXXX")).string();
+  if (!::mkdtemp(path.data())) throw os_error(parent.string(), "cannot create a temporary directory there");
+  path_ = std::move(path);
+  slot_ = take_slot(g_pending_trees, static_cast<const char*>(path_.c_str()));
+}
+
+TemporaryDirectory::~TemporaryDirectory() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+  if (slot_) slot_->store(nullptr);
+}
+
+ChildOnInterrupt::ChildOnInterrupt(pid_t pid) : slot_(take_slot(g_pending_children, pid)) {}
+
+ChildOnInterrupt::~ChildOnInterrupt() {
+  if (slot_) slot_->store(0);
+}
 
 void write_file_atomically(const fs::path& path, const std::string& bytes) {
   AtomicFile out(path);

@@ -15,6 +15,11 @@ namespace onnx_rewrite {
 // The directory a file is in, or will be written to; "." for a bare file name.
 std::filesystem::path directory_of(const std::filesystem::path& file);
 
+// `to` made another name of the file `from` (a symbolic link followed): a hard link, or a copy
+// where none can be made (another file system, a file of another owner under
+// protected_hardlinks). Throws InputError naming `to`.
+void link_or_copy(const std::filesystem::path& from, const std::filesystem::path& to);
+
 // A file in the directory of `target` that becomes `target` on commit() and disappears
 // otherwise. Where the file system allows, it has no name until then (O_TMPFILE), so that even a
 // killed process leaves nothing; elsewhere, and for the instant between a link and a rename when
@@ -47,6 +52,10 @@ class AtomicFile {
   // link() where a file system lacks it.
   bool commit_if_absent(mode_t mode);
 
+  // Another name for the file as written so far (link_or_copy), for a reader that needs a path
+  // before commit(): commit() must come while that name still exists, if at all.
+  void link_to(const std::filesystem::path& path) const;
+
   const std::filesystem::path& target() const { return target_; }
 
  private:
@@ -67,6 +76,35 @@ class AtomicFile {
   int fd_ = -1;
   bool committed_ = false;
   std::atomic<const char*>* slot_ = nullptr;  // in the table of files removed on interrupt
+};
+
+// A directory made for a while (with mkdtemp: `name` followed by six random characters, in
+// `parent`), removed with everything in it when destroyed, or when the process is interrupted by
+// SIGINT, SIGTERM or SIGHUP. Throws InputError naming `parent` when it can't be made.
+class TemporaryDirectory {
+ public:
+  TemporaryDirectory(const std::filesystem::path& parent, const std::string& name);
+  ~TemporaryDirectory();
+  TemporaryDirectory(const TemporaryDirectory&) = delete;
+  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  std::atomic<const char*>* slot_ = nullptr;
+};
+
+// While it lives, the child process `pid` is killed (and waited for) first when the process is
+// interrupted, before the files it may be writing are removed.
+class ChildOnInterrupt {
+ public:
+  explicit ChildOnInterrupt(pid_t pid);
+  ~ChildOnInterrupt();
+  ChildOnInterrupt(const ChildOnInterrupt&) = delete;
+  ChildOnInterrupt& operator=(const ChildOnInterrupt&) = delete;
+
+ private:
+  std::atomic<pid_t>* slot_ = nullptr;
 };
 
 }  // namespace onnx_rewrite

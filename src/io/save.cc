@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "onnx_rewrite/error.h"
-#include "graph/walk.h"
 #include "io/atomic_file.h"
+#include "io/file_identity.h"
 #include "io/os_error.h"
 #include "io/wire.h"
 
@@ -253,23 +253,6 @@ bool same_contents(const fs::path& a, const fs::path& b) {
   return true;
 }
 
-bool same_file(const fs::path& a, const fs::path& b) {
-  std::error_code ec;
-  return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec);
-}
-
-// External-data files the model refers to, relative to its directory.
-std::set<std::string> external_locations(const Model& model) {
-  std::set<std::string> locations;
-  for_each_tensor(model.proto, [&](const onnx::TensorProto& tensor, const Place&) {
-    if (tensor.data_location() != onnx::TensorProto::EXTERNAL) return;
-    for (const auto& entry : tensor.external_data()) {
-      if (entry.key() == "location") locations.insert(entry.value());
-    }
-  });
-  return locations;
-}
-
 bool lies_inside(const fs::path& path, const fs::path& root) {
   const fs::path inside = path.lexically_relative(root);
   return !inside.empty() && *inside.begin() != "..";
@@ -378,8 +361,13 @@ struct PendingModel::State {
     bool placed = false;                // the copy was moved into place by this commit
   };
   fs::path output;  // as named, for errors
+  fs::path directory;  // the output's, where the model reads its data files
+  std::set<std::string> locations;  // of every data file the model reads
   std::vector<Data> data;
   std::unique_ptr<AtomicFile> model;
+  // The model and its data files under a hidden name for a reader (expose()); removed after the
+  // commit, whose links must come while these names still hold the unnamed files.
+  std::unique_ptr<TemporaryDirectory> exposed;
 
   [[noreturn]] void conflict(const Data& item) const {
     throw InputError(output.string(), "external data '" + printable(item.location) +
@@ -409,6 +397,8 @@ PendingModel::PendingModel(const Model& model, const fs::path& path, const Write
                                               "' is missing, and a written model needs it");
   }
   const fs::path directory = directory_of(path);
+  state.directory = directory;
+  state.locations = external_locations(model);
   try {
     if (confined) {
       make_directories(directory, options.inside, path);
@@ -418,20 +408,28 @@ PendingModel::PendingModel(const Model& model, const fs::path& path, const Write
     // Inside OUT_DIR a symbolic link at the output is replaced; elsewhere (--in-place on a linked
     // model, -o naming a link) what it points to is.
     const bool follow = !confined && fs::is_symlink(path, ec);
-    const fs::path target = follow ? fs::canonical(path, ec) : path;
+    const fs::path target = follow ? resolve_path(path, true) : path;
     if (!options.allow_overwrite_input && !model.path.empty() && !(confined && fs::is_symlink(path, ec)) &&
-        same_file(model.path, target)) {
+        same_existing_file(model.path, target)) {
       throw UsageError(path.string() + ": refusing to overwrite the input (use --in-place)");
+    }
+    // Nor a file the model reads its weights from: the model written would lose them. (The CLI's
+    // guard says so first, in its own words; this holds for every program using the library.)
+    for (const auto& location : external_locations(model)) {
+      if (!(confined && fs::is_symlink(path, ec)) && same_existing_file(model.directory() / location, target)) {
+        throw UsageError(path.string() + ": refusing to overwrite the external data file '" + printable(location) +
+                         "' the model reads its weights from");
+      }
     }
 
     // The data files, next to the output, where the model will look for them.
-    if (!same_file(model.directory(), directory)) {
-      for (const auto& location : external_locations(model)) {
+    if (!same_existing_file(model.directory(), directory)) {
+      for (const auto& location : state.locations) {
         State::Data item;
         item.location = location;
         item.from = model.directory() / location;
         item.to = directory / location;
-        if (same_file(item.from, item.to)) continue;
+        if (same_existing_file(item.from, item.to)) continue;
         make_directories(directory_of(item.to), confined ? options.inside : fs::path(), path);
         struct stat st {};
         if (::lstat(item.to.c_str(), &st) == 0) {
@@ -514,6 +512,27 @@ void PendingModel::commit() {
     }
   }
   state_.reset();
+}
+
+fs::path PendingModel::expose() {
+  if (!state_) throw std::logic_error("PendingModel exposed after its commit");
+  State& state = *state_;
+  const fs::path target = state.model->target();
+  if (state.exposed) return state.exposed->path() / target.filename();
+  auto exposed = std::make_unique<TemporaryDirectory>(directory_of(target), "." + target.filename().string() + ".onnx-rewrite-verify-");
+  state.model->link_to(exposed->path() / target.filename());
+  for (const auto& location : state.locations) {
+    const fs::path to = exposed->path() / location;
+    std::error_code ec;
+    fs::create_directories(to.parent_path(), ec);
+    if (ec) throw InputError(state.output.string(), "cannot create '" + to.parent_path().string() + "': " + ec.message());
+    const auto copy = std::find_if(state.data.begin(), state.data.end(), [&](const State::Data& item) { return item.location == location; });
+    // Else the file the output will read is there already: reused, or the input's own beside it.
+    if (copy != state.data.end() && copy->copy) copy->copy->link_to(to);
+    else link_or_copy(state.directory / location, to);
+  }
+  state.exposed = std::move(exposed);
+  return state.exposed->path() / target.filename();
 }
 
 void write_model(const Model& model, const fs::path& path, const WriteOptions& options) {

@@ -1,5 +1,5 @@
 // The registry of C++ builders. Families register theirs through a function named after their
-// folder (families/group-norm/ defines register_group_norm_builders); the build generates the
+// folder (rules/group-norm/ defines register_group_norm_builders); the build generates the
 // list of those calls (cmake/families.cmake), so a new family touches no file outside its folder.
 #include <algorithm>
 #include <stdexcept>

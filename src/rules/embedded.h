@@ -1,4 +1,4 @@
-// Files compiled into the binary (families/*/*.rules, targets/), so that a copied binary works alone.
+// Files compiled into the binary (rules/*/*.rules, targets/), so that a copied binary works alone.
 #pragma once
 
 #include <span>
@@ -7,7 +7,7 @@
 namespace onnx_rewrite {
 
 struct EmbeddedFile {
-  std::string_view path;  // relative to the repository, e.g. "families/group-norm/group-norm.rules"
+  std::string_view path;  // relative to the repository, e.g. "rules/group-norm/group-norm.rules"
   std::string_view contents;
 };
 

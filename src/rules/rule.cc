@@ -73,7 +73,7 @@ void RuleSet::add(std::vector<std::shared_ptr<const Rule>> parsed) {
   }
 }
 
-void RuleSet::load_path(const std::string& path) {
+std::vector<fs::path> rule_files(const std::string& path) {
   std::error_code ec;
   std::vector<fs::path> files;
   if (fs::is_directory(path, ec)) {
@@ -86,7 +86,11 @@ void RuleSet::load_path(const std::string& path) {
   } else {
     throw InputError(path, "no such rule file or directory");
   }
-  for (const auto& file : files) {
+  return files;
+}
+
+void RuleSet::load_path(const std::string& path) {
+  for (const auto& file : rule_files(path)) {
     std::ifstream in(file, std::ios::binary);
     if (!in) throw InputError(file.string(), "cannot read the rule file");
     std::stringstream text;
@@ -98,7 +102,7 @@ void RuleSet::load_path(const std::string& path) {
 void RuleSet::load_builtin() {
   std::vector<const EmbeddedFile*> files;
   for (const auto& file : embedded_files()) {
-    if (file.path.starts_with("families/") && file.path.ends_with(".rules")) files.push_back(&file);
+    if (file.path.starts_with("rules/") && file.path.ends_with(".rules")) files.push_back(&file);
   }
   // Parsed on two threads, about half the text each (this is most of the start of every run,
   // which a batch waits for), then added in order: what they hold, or the first failure, is

@@ -35,13 +35,24 @@ std::string aten_operator(const onnx::NodeProto& node) {
 }
 
 struct Tally {
+  struct Restricted {
+    const Target::Caveat* caveat = nullptr;
+    std::string first_place;
+    int count = 0;
+  };
   std::map<std::tuple<std::string, std::string, std::string, std::string>, Unloadable> entries;
+  std::map<std::pair<std::string, std::string>, Restricted> restricted;  // loadable nodes the target has caveats for
 
   void add(const onnx::NodeProto& node, const std::string& place, const std::string& reason) {
     const std::string op = aten_operator(node);
     auto& entry = entries[{node.domain(), node.op_type(), op, place}];
     if (entry.count == 0) entry = {node.domain(), node.op_type(), op, place, reason, 0};
     ++entry.count;
+  }
+
+  void add(const std::string& place, const Target::Caveat& caveat) {
+    auto& seen = restricted[{caveat.domain, caveat.op}];
+    if (seen.count++ == 0) seen = {&caveat, place, 1};
   }
 };
 
@@ -55,8 +66,12 @@ class Checker {
     // A verdict depends only on the op and the imports: worked out once per op, not per node (a
     // graph of a million nodes has a few dozen ops).
     auto [verdict, fresh] = verdicts_[&imports].try_emplace(OpView::of(node));
-    if (fresh) verdict->second = refusal(node, imports);
-    if (verdict->second) tally.add(node, place, *verdict->second);
+    if (fresh) {
+      verdict->second.refusal = refusal(node, imports);
+      if (!verdict->second.refusal) verdict->second.caveat = target_.caveat(normalize_domain(node.domain()), node.op_type());
+    }
+    if (verdict->second.refusal) tally.add(node, place, *verdict->second.refusal);
+    else if (verdict->second.caveat) tally.add(place, *verdict->second.caveat);
   }
 
   Tally tally;
@@ -79,7 +94,11 @@ class Checker {
 
   const Target& target_;
   std::set<std::pair<std::string, std::string>> local_functions_;
-  std::map<const ImportMap*, std::unordered_map<OpView, std::optional<std::string>, OpViewHash>> verdicts_;
+  struct Verdict {
+    std::optional<std::string> refusal;
+    const Target::Caveat* caveat = nullptr;  // of a node it loads
+  };
+  std::map<const ImportMap*, std::unordered_map<OpView, Verdict, OpViewHash>> verdicts_;
 };
 
 // Where a node is, for the tally: one line for all subgraphs of the main graph, the function
@@ -131,6 +150,19 @@ std::optional<std::pair<int64_t, int64_t>> parse_versions(std::string text) {
   return std::pair{*low, *high};
 }
 
+// The rest of a line after its first `words` words, trimmed: free text such as a description.
+std::string text_after(const std::string& line, int words) {
+  size_t at = 0;
+  for (int i = 0; i < words; ++i) {
+    at = line.find_first_not_of(" \t", at);
+    at = line.find_first_of(" \t", at);
+  }
+  std::string rest = at == std::string::npos ? "" : line.substr(at);
+  rest.erase(0, rest.find_first_not_of(" \t"));
+  rest.erase(rest.find_last_not_of(" \t\r") + 1);
+  return rest;
+}
+
 }  // namespace
 
 Target parse_target(const std::string& name, const std::string& file, std::string_view text,
@@ -169,13 +201,19 @@ Target parse_target(const std::string& name, const std::string& file, std::strin
       target.exceptions = parent->exceptions;
       target.local_functions = parent->local_functions;
       target.description = parent->description;
+      target.source = parent->source;  // its tables still apply; load-tested is this file's own word
+      target.caveats = parent->caveats;
       target.lineage = parent->lineage;
     } else if (key == "description") {
       if (arguments.empty()) fail("expected 'description TEXT'");
-      std::string rest = line.substr(line.find(key) + key.size());
-      rest.erase(0, rest.find_first_not_of(" \t"));
-      rest.erase(rest.find_last_not_of(" \t\r") + 1);
-      target.description = rest;
+      target.description = text_after(line, 1);
+    } else if (key == "source") {
+      if (arguments.empty()) fail("expected 'source TEXT'");
+      target.source = text_after(line, 1);
+    } else if (key == "load-tested") {
+      need(1, 1, "load-tested yes|no");
+      if (arguments[0] != "yes" && arguments[0] != "no") fail("expected 'load-tested yes' or 'load-tested no'");
+      target.load_tested = arguments[0] == "yes";
     } else if (key == "domain") {
       need(1, 1, "domain DOMAIN");
       const std::string domain = domain_of(arguments[0]);
@@ -190,7 +228,8 @@ Target parse_target(const std::string& name, const std::string& file, std::strin
       target.max_opsets[domain_of(arguments[0])] = version->first;
     } else if (key == "op" || key == "no-op") {
       need(key == "op" ? 3 : 2, 4, key == "op" ? "op DOMAIN OP VERSIONS" : "no-op DOMAIN OP [VERSIONS]");
-      Target::OpException exception{domain_of(arguments[0]), arguments[1], 1, INT64_MAX, key == "op"};
+      // Any domain: a runtime loads ops of domains no table describes (TensorRT's plugins).
+      Target::OpException exception{normalize_domain(arguments[0]), arguments[1], 1, INT64_MAX, key == "op"};
       if (arguments.size() > 2) {  // ">= 14" may be written in two words
         const std::string text = fmt::format("{}", fmt::join(arguments.begin() + 2, arguments.end(), " "));
         auto versions = parse_versions(text);
@@ -198,12 +237,17 @@ Target parse_target(const std::string& name, const std::string& file, std::strin
         std::tie(exception.min, exception.max) = *versions;
       }
       target.exceptions.push_back(std::move(exception));
+    } else if (key == "caveat") {
+      if (arguments.size() < 3) fail("expected 'caveat DOMAIN OP TEXT'");
+      target.caveats.push_back({normalize_domain(arguments[0]), arguments[1], text_after(line, 3)});
     } else if (key == "local-functions") {
       need(1, 1, "local-functions yes|no");
       if (arguments[0] != "yes" && arguments[0] != "no") fail("expected 'local-functions yes' or 'local-functions no'");
       target.local_functions = arguments[0] == "yes";
     } else {
-      fail(fmt::format("unknown key '{}' (inherits, description, domain, no-domain, max-opset, op, no-op, local-functions)", key));
+      fail(fmt::format("unknown key '{}' (inherits, description, source, load-tested, domain, no-domain, max-opset, op, no-op, "
+                       "caveat, local-functions)",
+                       key));
     }
     first = false;
   }
@@ -219,6 +263,13 @@ bool Target::builds_on(std::string_view other) const {
 std::optional<int> Target::max_onnx_opset() const {
   auto it = max_opsets.find("");
   return it == max_opsets.end() ? std::nullopt : std::optional<int>(static_cast<int>(it->second));
+}
+
+const Target::Caveat* Target::caveat(std::string_view domain, std::string_view op) const {
+  for (auto it = caveats.rbegin(); it != caveats.rend(); ++it) {
+    if (it->domain == domain && it->op == op) return &*it;
+  }
+  return nullptr;
 }
 
 std::optional<std::string> Target::refuses(std::string_view domain, std::string_view op, int64_t version) const {
@@ -335,6 +386,10 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
   });
   CheckReport report;
   for (auto& [key, entry] : checker.tally.entries) report.unloadable.push_back(std::move(entry));
+  for (const auto& [op, seen] : checker.tally.restricted) {
+    notes.insert(fmt::format("{}.{} x{} ({}): target {} restricts it: {} (not checked here)", display_domain(op.first),
+                             op.second, seen.count, seen.first_place, target.name, seen.caveat->text));
+  }
   report.opset_problems = impossible_opset_imports(model.proto);  // no runtime loads those
   // A runtime refuses a model whose import is above what it loads, whether nodes use it or not.
   auto check_cap = [&](const ImportMap& imports, const std::string& owner) {
@@ -366,7 +421,7 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
       check_import(import_map(function.opset_import()), fmt::format("function {}.{}", function.domain(), function.name()));
     }
     // Which nodes keep the import above N, and why: what `rewrite --opset N` would have to lower
-    // with a rule (its own rules lower many: families/opset-down).
+    // with a rule (its own rules lower many: rules/opset-down).
     const OpTable* table = OpRegistry::builtin().table("");
     const auto types = model_types(model.proto);
     std::unique_ptr<NodeTypes> node_types;  // inferred once a node is in the way
@@ -396,10 +451,10 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
       report.opset_problems.push_back(fmt::format("  {} x{} ({}) keeps it there as it is: {}", key.first, entry.first, entry.second, key.second));
     }
     if (!blocked.empty()) {
-      report.notes.push_back(exact ? fmt::format("`rewrite --to-opset {}` converts many such nodes with rules (families/opset-up, "
-                                                 "families/opset-down); what it can't is named then",
+      report.notes.push_back(exact ? fmt::format("`rewrite --to-opset {}` converts many such nodes with rules (rules/opset-up, "
+                                                 "rules/opset-down); what it can't is named then",
                                                  *max_opset)
-                                   : fmt::format("`rewrite --opset {}` lowers many such nodes with rules (families/opset-down); what it "
+                                   : fmt::format("`rewrite --opset {}` lowers many such nodes with rules (rules/opset-down); what it "
                                                  "can't is named then",
                                                  *max_opset));
     }

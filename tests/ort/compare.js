@@ -139,10 +139,10 @@ async function main() {
   const [fileA, fileB] = positionals;
   for (const f of positionals) if (!fs.existsSync(f)) throw new UsageError(`no such file: ${f}`);
 
-  const tp = require('./lib/tensor_proto');
-  const { readModel, typeToString, unusedInputs, placeholderInput } = require('./lib/onnx_model');
+  const tp = require('../../tools/ort-driver/lib/tensor_proto');
+  const { readModel, typeToString, unusedInputs, placeholderInput } = require('../../tools/ort-driver/lib/onnx_model');
   const { compareTensors } = require('./lib/tensor_compare');
-  const { createSession, oneLine } = require('./lib/ort_session');
+  const { createSession, oneLine } = require('../../tools/ort-driver/lib/ort_session');
 
   try {
     const open = async (file, label) => {

@@ -46,10 +46,10 @@ function caseLayout(casePath) {
 // Loaded lazily so that the parent process never starts ORT.
 function libs() {
   return {
-    tp: require('./lib/tensor_proto'),
-    ...require('./lib/onnx_model'),
+    tp: require('../../tools/ort-driver/lib/tensor_proto'),
+    ...require('../../tools/ort-driver/lib/onnx_model'),
     ...require('./lib/tensor_compare'),
-    ...require('./lib/ort_session'),
+    ...require('../../tools/ort-driver/lib/ort_session'),
   };
 }
 

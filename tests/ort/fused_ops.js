@@ -39,7 +39,7 @@ function summary(file, readModel) {
 async function main() {
   const { positionals } = parseArgs(process.argv.slice(2), {});
   if (positionals.length < 2) throw new UsageError('expected the original model and at least one optimized one');
-  const { readModel } = require('./lib/onnx_model');
+  const { readModel } = require('../../tools/ort-driver/lib/onnx_model');
   const [original, ...optimized] = positionals.map((f) => summary(f, readModel));
   for (const s of optimized) {
     // Fused ops made: those in the output beyond the ones the original already had.

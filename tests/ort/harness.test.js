@@ -1,7 +1,6 @@
 'use strict';
-// Self-tests of the ORT harness: `node --test tests/ort/` (about 10 s).
-// Conformance-corpus checks run only when the corpus is found (ONNX_CONFORMANCE_DIR, or
-// ../shared/conformance beside the repository).
+// Self-tests of the ORT harness: `node --test tests/ort/` (about 10 s; ctest runs it as
+// OrtHarness.SelfTest). The corpus samples need the conformance data set (tests/ort/lib/test_data.js).
 
 const test = require('node:test');
 const assert = require('node:assert');
@@ -10,13 +9,14 @@ const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
 
-const tp = require('./lib/tensor_proto');
+const tp = require('../../tools/ort-driver/lib/tensor_proto');
 const { compareTensors } = require('./lib/tensor_compare');
-const { readModel } = require('./lib/onnx_model');
+const { readModel } = require('../../tools/ort-driver/lib/onnx_model');
 const models = require('./lib/test_models');
+const { testData } = require('./lib/test_data');
 
 const HERE = __dirname;
-const CORPUS = process.env.ONNX_CONFORMANCE_DIR || path.resolve(HERE, '../../../shared/conformance');
+const CONFORMANCE = testData('conformance');
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ort-harness-'));
 test.after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
@@ -229,14 +229,52 @@ test('conformance.js: pass, mismatch, load_error, timeout, in job order', () => 
   assert.strictEqual(run('conformance.js', ['--jobs', jobsFile, '--workers', '0']).code, 2);
 });
 
-test('conformance.js on corpus samples (skipped without the corpus)', { skip: !fs.existsSync(CORPUS) && `no corpus at ${CORPUS}` }, () => {
+test('conformance.js on corpus samples', { skip: CONFORMANCE.optedOut && CONFORMANCE.missing }, () => {
+  assert.ok(!CONFORMANCE.missing, CONFORMANCE.missing);
   const names = ['node/test_abs', 'node/test_cast_FLOAT_to_FLOAT16', 'node/test_optional_get_element_optional_tensor',
     'node/test_sequence_insert_at_back', 'node/test_cast_FLOAT_to_INT4', 'pytorch-converted/test_AvgPool1d',
     'pytorch-converted/test_ConvTranspose2d', 'simple/test_expand_shape_model1', 'light/light_squeezenet.onnx'];
   const jobsFile = path.join(tmp, 'corpus_jobs.json');
-  fs.writeFileSync(jobsFile, JSON.stringify(names.map((n) => ({ case: path.join(CORPUS, n) }))));
+  fs.writeFileSync(jobsFile, JSON.stringify(names.map((n) => ({ case: path.join(CONFORMANCE.dir, n) }))));
   const r = run('conformance.js', ['--jobs', jobsFile]);
   assert.strictEqual(r.code, 0, r.stderr);
   assert.deepStrictEqual(JSON.parse(r.stdout).map((x) => x.status),
     ['pass', 'pass', 'pass', 'unsupported', 'unsupported', 'load_error', 'pass', 'pass', 'pass']);
+});
+
+test('opset_matrix.js --check: below the committed figures, a WRONG case, a page quoting another table all fail', () => {
+  const bin = path.join(process.env.BUILD_DIR || path.resolve(HERE, '../../build'), 'onnx-rewrite');
+  assert.ok(fs.existsSync(bin), `no ${bin}: build first`);
+  const dir = path.join(tmp, 'matrix');
+  fs.cpSync(makeAddCase(), path.join(dir, 'corpus', 'node', 'test_add'), { recursive: true });
+  const doc = path.join(dir, 'matrix.md');
+  const page = path.join(dir, 'page.md');
+  const quote = '<!-- opset-matrix: a test -->\n<!-- /opset-matrix -->\n';
+  fs.writeFileSync(page, quote);
+  const matrix = (...args) => run('opset_matrix.js', ['--bin', bin, '--corpus', path.join(dir, 'corpus'), ...args]);
+  assert.strictEqual(matrix('--opsets', '11', '--markdown', doc, '--table-in', page).code, 0);
+  const written = fs.readFileSync(doc, 'utf8');
+  assert.match(written, /^\| 11 \| 1 \(100\.0 %\) \| 1 \| 0 \(0\.0 %\) \| 0 \|$/m);
+  assert.ok(fs.readFileSync(page, 'utf8').includes('| 11 | 1 (100.0 %) | 1 |'));
+  assert.strictEqual(matrix('--check', doc).code, 0);
+
+  fs.writeFileSync(doc, written.replace('| 11 | 1 (100.0 %) | 1 |', '| 11 | 2 (100.0 %) | 1 |'));
+  const below = matrix('--check', doc);
+  assert.strictEqual(below.code, 1);
+  assert.match(below.stdout, /FAILED against .*: 11: converted 1, below the committed 2/);
+  assert.match(below.stdout, /page\.md quotes another table than/);
+
+  fs.writeFileSync(doc, written);
+  fs.writeFileSync(page, quote);
+  assert.match(matrix('--check', doc).stdout, /page\.md quotes another table than/);
+
+  // A tool that writes another model than it says: SUB in place of every rewritten one.
+  matrix('--opsets', '11', '--markdown', doc, '--table-in', page);
+  const liar = path.join(dir, 'liar.sh');
+  fs.writeFileSync(liar, `#!/bin/sh\n"${bin}" "$@"; status=$?\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n` +
+    `for m in "$out"/*/model.onnx; do cp "${SUB}" "$m"; done\nexit $status\n`);
+  fs.chmodSync(liar, 0o755);
+  const wrong = run('opset_matrix.js', ['--bin', liar, '--corpus', path.join(dir, 'corpus'), '--check', doc]);
+  assert.strictEqual(wrong.code, 1);
+  assert.match(wrong.stdout, /11: 1 WRONG \(node\/test_add\)/);
 });

@@ -15,7 +15,7 @@ async function main() {
   const [model] = positionals;
   if (!fs.existsSync(model)) throw new UsageError(`no such file: ${model}`);
 
-  const { createSession } = require('./lib/ort_session');
+  const { createSession } = require('../../tools/ort-driver/lib/ort_session');
   try {
     const session = await createSession(model, { level: opts.level });
     process.stdout.write(`ok: ${model} (inputs: ${session.inputNames.join(', ') || 'none'}; ` +

@@ -14,7 +14,7 @@ const USAGE = 'usage: node tests/ort/load_verdicts.js LIST [--optimize-into DIR]
 async function main() {
   const { opts, positionals } = parseArgs(process.argv.slice(2), { 'optimize-into': { type: 'string' } });
   if (positionals.length !== 1) throw new UsageError('expected exactly one LIST file');
-  const { createSession } = require('./lib/ort_session');
+  const { createSession } = require('../../tools/ort-driver/lib/ort_session');
   const models = fs.readFileSync(positionals[0], 'utf8').split('\n').filter((line) => line.length > 0);
   const optimized = [];
   const verdict = async (model, options) => {

@@ -21,8 +21,8 @@ async function main() {
   const [input, output] = positionals;
   if (!fs.existsSync(input)) throw new UsageError(`no such file: ${input}`);
 
-  const { createSession } = require('./lib/ort_session');
-  const { readModel } = require('./lib/onnx_model');
+  const { createSession } = require('../../tools/ort-driver/lib/ort_session');
+  const { readModel } = require('../../tools/ort-driver/lib/onnx_model');
   fs.rmSync(output, { force: true }); // so a stale file can't pass for ORT's output
 
   const t0 = process.hrtime.bigint();

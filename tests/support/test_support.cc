@@ -36,12 +36,20 @@ fs::path source_dir() { return ONNX_REWRITE_SOURCE_DIR; }
 fs::path build_dir() { return ONNX_REWRITE_BUILD_DIR; }
 fs::path cli_path() { return build_dir() / "onnx-rewrite"; }
 
-std::optional<fs::path> conformance_dir() {
-  if (const char* configured = std::getenv("ONNX_CONFORMANCE_DIR")) return fs::path(configured);
-  for (const fs::path& candidate : {source_dir() / ".." / "shared" / "conformance", fs::path("/work/shared/conformance")}) {
-    if (fs::is_directory(candidate / "node")) return fs::weakly_canonical(candidate);
-  }
-  return std::nullopt;
+TestData find_test_data(const std::string& set) {
+  const fs::path root = build_dir() / "test-data";
+  TestData data;
+  data.dir = root / set;
+  // The stamp is written once the set is whole: a fetch cut short leaves none.
+  if (fs::is_directory(data.dir) && fs::exists(root / (set + ".stamp"))) return data;
+  const char* skip = std::getenv("ONNX_REWRITE_SKIP_DATA");
+  std::istringstream names(skip ? skip : "");
+  for (std::string name; std::getline(names, name, ',');) data.opted_out = data.opted_out || name == set;
+  data.missing = data.opted_out ? fmt::format("test data set '{}' is missing, and ONNX_REWRITE_SKIP_DATA leaves it out", set)
+                                : fmt::format("test data set '{}' is missing (no {}): run scripts/fetch-test-data.sh {} (or set "
+                                              "ONNX_REWRITE_SKIP_DATA={} to skip the tests that need it)",
+                                              set, data.dir.string(), set, set);
+  return data;
 }
 
 onnx::ModelProto parse_model_text(const std::string& text) {
@@ -216,15 +224,13 @@ std::optional<CheckedRewrite> rewrite_and_check(const fs::path& input, const fs:
   return result;
 }
 
-void expect_conformance_cases_lowered(const std::vector<std::string>& cases, int opset, const std::vector<std::string>& gone,
-                                      double tolerance) {
-  const auto corpus = conformance_dir();
-  if (!corpus) GTEST_SKIP() << "no conformance corpus";
+void expect_conformance_cases_lowered(const fs::path& corpus, const std::vector<std::string>& cases, int opset,
+                                      const std::vector<std::string>& gone, double tolerance) {
   TempDir dir;
   std::vector<std::string> jobs;
   for (const auto& name : cases) {
     SCOPED_TRACE(name);
-    const fs::path model = *corpus / "node" / name / "model.onnx";
+    const fs::path model = corpus / "node" / name / "model.onnx";
     ASSERT_TRUE(fs::exists(model)) << model;
     ASSERT_GT(opset_import(read_model(model), ""), opset) << "the case must be above the opset it is lowered to";
     const fs::path output = dir / (name + ".onnx");
@@ -233,7 +239,7 @@ void expect_conformance_cases_lowered(const std::vector<std::string>& cases, int
     EXPECT_EQ(opset_import(rewritten->model, ""), opset);
     for (const auto& op : gone) EXPECT_EQ(op_count(rewritten->ops, {"", op}), 0) << op;
     const std::string tolerances = tolerance > 0 ? fmt::format(R"(, "rtol": {0}, "atol": {0})", tolerance) : "";
-    jobs.push_back(fmt::format(R"({{"case": "{}", "model": "{}"{}}})", (*corpus / "node" / name).string(), output.string(), tolerances));
+    jobs.push_back(fmt::format(R"({{"case": "{}", "model": "{}"{}}})", (corpus / "node" / name).string(), output.string(), tolerances));
   }
   write_file(dir / "jobs.json", "[" + fmt::format("{}", fmt::join(jobs, ",")) + "]");
   const auto result = run_command({"node", (source_dir() / "tests" / "ort" / "conformance.js").string(), "--jobs",
@@ -298,7 +304,7 @@ void report_numbers(const std::string& what, const OrtComparison& comparison) {
   std::cout << fmt::format("[ numbers  ] {}: max_abs {:.2e}\n", what, comparison.max_abs);
 }
 
-fs::path family_file(const std::string& family, const std::string& name) { return source_dir() / "families" / family / name; }
+fs::path family_file(const std::string& family, const std::string& name) { return source_dir() / "rules" / family / name; }
 
 OrtComparison ort_compare_reference(const fs::path& model, const fs::path& reference_module, const std::string& params_json,
                                     const std::vector<std::string>& extra) {

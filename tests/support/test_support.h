@@ -25,8 +25,27 @@ namespace fs = std::filesystem;
 fs::path source_dir();
 fs::path build_dir();
 fs::path cli_path();  // build/onnx-rewrite
-// The ONNX backend corpus: $ONNX_CONFORMANCE_DIR, else ../shared/conformance beside the repository.
-std::optional<fs::path> conformance_dir();
+
+// A data set the tests need, in the build tree's test-data/SET (scripts/fetch-test-data.sh SET
+// fetches it; docs/testing.md). `missing` says why it is not there and how to get it;
+// `opted_out` when ONNX_REWRITE_SKIP_DATA (set names, comma-separated) lists the set, which
+// turns the failure of the tests that need it into a skip.
+struct TestData {
+  fs::path dir;
+  std::string missing;
+  bool opted_out = false;
+};
+TestData find_test_data(const std::string& set);
+
+// Declares `const fs::path name`, the data set's directory; or ends the test there: skipped
+// when the run opted out of the set, failed otherwise. For test bodies and fixtures' SetUp.
+#define ASSERT_TEST_DATA(name, set)                                        \
+  const auto name##_data = ::onnx_rewrite::testing::find_test_data(set);   \
+  if (!name##_data.missing.empty()) {                                      \
+    if (name##_data.opted_out) GTEST_SKIP() << name##_data.missing;        \
+    FAIL() << name##_data.missing;                                         \
+  }                                                                        \
+  const ::onnx_rewrite::testing::fs::path name = name##_data.dir
 
 // A ModelProto from ONNX textual syntax; throws std::runtime_error with the parser's message.
 onnx::ModelProto parse_model_text(const std::string& text);
@@ -151,11 +170,11 @@ struct CheckedRewrite {
 std::optional<CheckedRewrite> rewrite_and_check(const fs::path& input, const fs::path& output, const std::string& target,
                                                 std::optional<int> max_opset = std::nullopt);
 
-// Conformance cases (node/NAME) rewritten with `--opset opset` for --target onnx: each must
-// import exactly `opset`, have none of the `gone` ops left, and ONNX Runtime must reproduce the
-// case's expected outputs (tests/ort/conformance.js; `tolerance` as rtol and atol, 0: its own).
-// Failures are reported to GoogleTest; skipped without the corpus.
-void expect_conformance_cases_lowered(const std::vector<std::string>& cases, int opset,
+// Conformance cases (`corpus`/node/NAME) rewritten with `--opset opset` for --target onnx: each
+// must import exactly `opset`, have none of the `gone` ops left, and ONNX Runtime must reproduce
+// the case's expected outputs (tests/ort/conformance.js; `tolerance` as rtol and atol, 0: its
+// own). Failures are reported to GoogleTest.
+void expect_conformance_cases_lowered(const fs::path& corpus, const std::vector<std::string>& cases, int opset,
                                       const std::vector<std::string>& gone = {}, double tolerance = 0);
 
 // ONNX text of a model importing ai.onnx `opset` (with the IR version it needs) and

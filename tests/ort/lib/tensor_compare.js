@@ -3,7 +3,7 @@
 // Floats: |got - exp| <= atol + rtol * |exp|, NaN equals NaN, infinities must match exactly
 // (numpy.testing.assert_allclose semantics). Integers, bools and strings: exact.
 
-const { float16Bits, halfToFloat } = require('./tensor_proto');
+const { float16Bits, halfToFloat } = require('../../../tools/ort-driver/lib/tensor_proto');
 
 const FLOAT_TYPES = new Set(['float32', 'float64', 'float16']);
 

@@ -1,8 +1,8 @@
 'use strict';
 // Tiny hand-built models for the harness's own tests (and handy for others' tests).
 
-const { buildModel } = require('./onnx_model');
-const { DataType } = require('./tensor_proto');
+const { buildModel } = require('../../../tools/ort-driver/lib/onnx_model');
+const { DataType } = require('../../../tools/ort-driver/lib/tensor_proto');
 
 const { FLOAT, INT64, FLOAT16, BOOL } = DataType;
 

@@ -1,0 +1,677 @@
+// Adapters that lower a node written for a newer ai.onnx opset to an older one under --opset N
+// (rules/opset-down/*.rules). Each builds at the opset the engine plans (N, or the model's own
+// import if that is lower), so one builder serves every target below the step.
+//
+// - inputs_as_attributes: an op whose attribute became a constant input (Reduce* axes, Squeeze /
+//   Unsqueeze axes, Split split, Pad pads/value, Clip min/max, Slice starts/ends/axes, TopK k)
+//   rebuilt with the attribute; the node's other attributes and outputs stay.
+// - last_axis_softmax: Softmax/LogSoftmax/Hardmax-13 normalize over one axis, the older ones over
+//   the flattened [axis:] block; equal for the last axis, else the axis is transposed to the end.
+// - split_num_outputs: Split-18's num_outputs (the last part may be smaller) as explicit sizes.
+// - split_runtime_sizes: Split-13 sizes known only at run time, as Slices between running sums.
+// - reduce_runtime_axes: reductions over axes known only at run time, axis by axis.
+// - shape_slice, cast_like_as_cast, constant_value_tensor, resize_with_empty_inputs,
+//   grid_sample_16_modes, arg_last_index, dropout_inference: newer spellings in older ones.
+// - center_crop_pad: CenterCropPad-18 as Pad and Slice with centred offsets.
+// - integer_max_min: Max/Min-12 of two integers as Where over Greater/Less (narrow ones in int64).
+// - cosine_window: Hann/Hamming/Blackman windows as Range and Cos.
+// - widened_integer_arithmetic: Add/Sub/Mul/Div of 8- and 16-bit integers computed in int64.
+// - pad_axes_as_full_pads: Pad-18's axes input spread into pads over every axis.
+// - attribute_at_default_dropped: an attribute a newer version added, written at its default.
+// - operands_of_one_type: Pow-12 / BatchNormalization-15 nodes valid in the older schema, as they are.
+// - trilu_as_mask, gelu_spelled_out, celu_as_elu, swish_as_sigmoid: newer ops in older ones,
+//   constants of x's type.
+// One builder call per statement where two would be arguments of one call: C++ leaves their
+// order unspecified, and the output must be the same from every compiler.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "onnx_rewrite/tensor.h"
+#include "onnx_rewrite/toolkit.h"
+
+namespace onnx_rewrite {
+namespace {
+
+// What one input became at the older opset: an ints, int or float attribute.
+enum class As { kInts, kInt, kFloat };
+struct Moved {
+  const char* value;      // the rule's pattern value
+  const char* attribute;  // the older attribute
+  As as;
+};
+
+std::vector<Moved> moved_inputs(const std::string& op) {
+  if (op.starts_with("Reduce") || op == "Squeeze" || op == "Unsqueeze") return {{"axes", "axes", As::kInts}};
+  if (op == "Split") return {{"split", "split", As::kInts}};
+  if (op == "Pad") return {{"pads", "pads", As::kInts}, {"value", "value", As::kFloat}};
+  if (op == "Clip") return {{"min", "min", As::kFloat}, {"max", "max", As::kFloat}};
+  if (op == "Slice") return {{"starts", "starts", As::kInts}, {"ends", "ends", As::kInts}, {"axes", "axes", As::kInts}};
+  if (op == "TopK") return {{"k", "k", As::kInt}};
+  return {};
+}
+
+std::string inputs_as_attributes(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  const std::string& op = node.op_type();
+  // Attributes the newer version added, which the older one does not have.
+  Attributes attributes = attributes_without(node, "noop_with_empty_axes");
+  std::erase_if(attributes, [](const onnx::AttributeProto& a) { return a.name() == "num_outputs"; });
+  const auto moved_list = moved_inputs(op);
+  if (std::none_of(moved_list.begin(), moved_list.end(), [&](const Moved& m) { return bound(match, m.value); })) {
+    return "no input to move: the node means the same at the older opset";
+  }
+  for (const Moved& moved : moved_list) {
+    if (!bound(match, moved.value)) continue;
+    auto values = match.constant(moved.value);
+    if (!values) return fmt::format("{} is not a constant", moved.value);
+    if (moved.as == As::kInts) {
+      attributes.push_back(attr(moved.attribute, values->ints()));
+    } else if (values->numbers.size() != 1) {
+      return fmt::format("{} has {} elements, not one", moved.value, values->numbers.size());
+    } else if (moved.as == As::kInt) {
+      attributes.push_back(attr(moved.attribute, static_cast<int64_t>(values->numbers[0])));
+    } else {
+      attributes.push_back(attr(moved.attribute, values->numbers[0]));
+    }
+  }
+  if (op == "Slice" && bound(match, "steps")) {
+    auto steps = match.constant("steps");
+    if (!steps) return "steps is not a constant";
+    for (int64_t step : steps->ints()) {
+      if (step != 1) return fmt::format("a step of {}, which Slice below opset 10 can't take", step);
+    }
+  }
+  if (op.starts_with("Reduce")) {
+    // Empty axes: every axis (the older default), or nothing at all with noop_with_empty_axes.
+    const bool empty = std::any_of(attributes.begin(), attributes.end(),
+                                   [](const auto& a) { return a.name() == "axes" && a.ints_size() == 0; });
+    if (empty) {
+      if (int_attribute(node, "noop_with_empty_axes", 0) != 0) {
+        b.output(node.output(0), b.Identity(value_of(match, "data")));
+        return {};
+      }
+      std::erase_if(attributes, [](const onnx::AttributeProto& a) { return a.name() == "axes"; });
+    }
+  }
+  const auto outputs = b.op_outputs(op, {value_of(match, "data")}, static_cast<size_t>(node.output_size()), attributes);
+  for (int i = 0; i < node.output_size(); ++i) {
+    if (!node.output(i).empty()) b.output(node.output(i), outputs[static_cast<size_t>(i)]);
+  }
+  return {};
+}
+
+// A reduction over axes computed at run time, for opsets whose reductions take them only as an
+// attribute: one axis after another, each reduced and broadcast back where the axis is among
+// the given ones (Where), so the tensor keeps its shape; then the first element of each reduced
+// axis (Slice with run-time ends), and for keepdims = 0 the kept dims (Compress of the shape).
+// The rank must be known; a static size 0 declines (the broadcast back would stay empty).
+std::string reduce_runtime_axes(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  const std::string& op = node.op_type();
+  if (match.constant("axes")) return "constant axes: the attribute form";
+  const auto dims = match.facts("data").static_dims();
+  if (!dims) return "the input's rank is unknown";
+  if (std::find(dims->begin(), dims->end(), 0) != dims->end()) return "the input has a dimension of size 0";
+  const auto rank = static_cast<int64_t>(dims->size());
+  const Value data = value_of(match, "data");
+  const Value axes = value_of(match, "axes");
+  // Which axes are reduced: given (negative ones counted from the end), or every one when none is
+  // given, unless noop_with_empty_axes.
+  const Value negative = b.op("Less", {axes, b.ints({0})});
+  const Value shifted = b.Add(axes, b.ints({rank}));
+  const Value normalized = b.Where(negative, shifted, axes);
+  const Value size = b.op("Size", {axes});
+  const Value none_given = b.op("Equal", {size, b.scalar(0, onnx::TensorProto::INT64)});
+  std::vector<Value> reduced;
+  for (int64_t i = 0; i < rank; ++i) {
+    const Value hits = b.Cast(b.op("Equal", {normalized, b.ints({i})}), onnx::TensorProto::INT64);
+    const Value count = b.Reduce("ReduceSum", hits, {}, false);
+    Value flag = b.op("Greater", {count, b.scalar(0, onnx::TensorProto::INT64)});
+    if (int_attribute(node, "noop_with_empty_axes", 0) == 0) flag = b.op("Or", {flag, none_given});
+    reduced.push_back(flag);
+  }
+  auto chained = [&](const char* reduction, Value x) {
+    for (int64_t i = 0; i < rank; ++i) {
+      const Value along = b.Reduce(reduction, x, {i});
+      x = b.Where(reduced[static_cast<size_t>(i)], along, x);
+    }
+    return x;
+  };
+  Value result;
+  if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceProd") {
+    result = chained(op.c_str(), data);
+  } else if (op == "ReduceSumSquare") {
+    result = chained("ReduceSum", b.Mul(data, data));
+  } else if (op == "ReduceL1") {
+    result = chained("ReduceSum", b.op("Abs", {data}));
+  } else if (op == "ReduceL2") {
+    result = b.Sqrt(chained("ReduceSum", b.Mul(data, data)));
+  } else if (op == "ReduceLogSum") {
+    result = b.op("Log", {chained("ReduceSum", data)});
+  } else if (op == "ReduceLogSumExp") {  // max subtracted first, as the kernels do
+    const Value top = chained("ReduceMax", data);
+    const Value sum = chained("ReduceSum", b.op("Exp", {b.Sub(data, top)}));
+    result = b.Add(b.op("Log", {sum}), top);
+  } else {
+    return fmt::format("{} has no decomposition here", op);
+  }
+  std::vector<Value> ends, flags;
+  for (const Value& flag : reduced) {
+    const Value one = b.ints({1});
+    ends.push_back(b.Where(flag, one, b.ints({std::numeric_limits<int64_t>::max()})));
+    flags.push_back(b.Unsqueeze(flag, {0}));
+  }
+  std::vector<int64_t> all_axes(static_cast<size_t>(rank));
+  for (int64_t i = 0; i < rank; ++i) all_axes[static_cast<size_t>(i)] = i;
+  result = b.op("Slice", {result, b.ints(std::vector<int64_t>(all_axes.size(), 0)), b.Concat(ends, 0), b.ints(all_axes)});
+  if (int_attribute(node, "keepdims", 1) == 0) {
+    const Value shape = b.Shape(result);
+    const Value kept = b.op("Compress", {shape, b.op("Not", {b.Concat(flags, 0)})}, {attr("axis", int64_t{0})});
+    result = b.Reshape(result, kept);
+  }
+  b.output(node.output(0), result);
+  return {};
+}
+
+// The node's outputs as parts of `data` along `axis` whose sizes (1-D int64) are known only at
+// run time: Split-13 takes them as an input; below, one Slice per part between the running sums.
+void split_at_run_time(const onnx::NodeProto& node, GraphBuilder& b, Value data, int64_t axis, Value sizes) {
+  if (b.opset() >= 13) {
+    const auto outputs = b.op_outputs("Split", {data, sizes}, static_cast<size_t>(node.output_size()), {attr("axis", axis)});
+    for (int i = 0; i < node.output_size(); ++i) {
+      if (!node.output(i).empty()) b.output(node.output(i), outputs[static_cast<size_t>(i)]);
+    }
+    return;
+  }
+  const Value ends = b.op("CumSum", {sizes, b.scalar(0, onnx::TensorProto::INT64)});
+  const Value starts = b.Sub(ends, sizes);
+  const Value axes = b.ints({axis});
+  for (int i = 0; i < node.output_size(); ++i) {
+    if (node.output(i).empty()) continue;
+    const Value start = b.Slice(starts, {i}, {i + 1}, {0});
+    const Value end = b.Slice(ends, {i}, {i + 1}, {0});
+    b.output(node.output(i), b.op("Slice", {data, start, end, axes}));
+  }
+}
+
+// Split-13 whose sizes are computed at run time, below 13.
+std::string split_runtime_sizes(const Match& match, GraphBuilder& b) {
+  const auto rank = match.facts("data").rank();
+  int64_t axis = match.attribute_int("axis", 0);
+  if (axis < 0) {
+    if (!rank) return "a negative axis of an input of unknown rank";
+    axis += static_cast<int64_t>(*rank);
+  }
+  split_at_run_time(*match.anchor, b, value_of(match, "data"), axis, b.Cast(value_of(match, "split"), onnx::TensorProto::INT64));
+  return {};
+}
+
+// Split-18 <num_outputs = n> on an axis whose size d is known only at run time: n - 1 parts of
+// ceil(d / n), the rest last.
+std::string split_sizes_at_run_time(const Match& match, GraphBuilder& b, int64_t axis, int64_t parts) {
+  const onnx::NodeProto& node = *match.anchor;
+  const Value data = value_of(match, "data");
+  const Value shape = b.Shape(data);
+  const Value size = b.Gather(shape, b.ints({axis}));
+  const Value rounded_up = b.Add(size, b.ints({parts - 1}));
+  const Value chunk = b.Div(rounded_up, b.ints({parts}));
+  const Value rest = b.Sub(size, b.Mul(chunk, b.ints({parts - 1})));
+  std::vector<Value> sizes(static_cast<size_t>(parts - 1), chunk);
+  sizes.push_back(rest);
+  split_at_run_time(node, b, data, axis, b.Concat(sizes, 0));
+  return {};
+}
+
+// Split-18 <num_outputs = n>: parts of ceil(d / n), the last one smaller.
+std::string split_num_outputs(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  const int64_t parts = match.attribute_int("num_outputs", 0);
+  const auto rank = match.facts("data").rank();
+  if (!rank) return "the input's rank is unknown";
+  int64_t axis = match.attribute_int("axis", 0);
+  if (axis < 0) axis += static_cast<int64_t>(*rank);
+  const int64_t size = match.facts("data").dim(static_cast<size_t>(axis));
+  if (parts != node.output_size()) return fmt::format("num_outputs is {}, the node has {} outputs", parts, node.output_size());
+  if (size < 0) return split_sizes_at_run_time(match, b, axis, parts);
+  const int64_t chunk = (size + parts - 1) / parts;
+  std::vector<int64_t> sizes;
+  for (int64_t begin = 0; begin < size; begin += chunk) sizes.push_back(std::min(chunk, size - begin));
+  if (static_cast<int64_t>(sizes.size()) != parts) return fmt::format("{} elements don't make {} parts", size, parts);
+  const auto outputs = b.Split(value_of(match, "data"), axis, sizes);
+  for (int i = 0; i < node.output_size(); ++i) {
+    if (!node.output(i).empty()) b.output(node.output(i), outputs[static_cast<size_t>(i)]);
+  }
+  return {};
+}
+
+std::string last_axis_softmax(const Match& match, GraphBuilder& b) {
+  const std::string& op = match.anchor->op_type();
+  const int64_t axis = match.attribute_int("axis", -1);
+  // Written -1 means the same before 13; absent means 1 there, so -1 is written out.
+  if (find_attribute(*match.anchor, "axis") && axis == -1) return "the last axis: the node means the same at the older opset";
+  const Value x{match.value("x")};
+  const auto rank = match.facts("x").rank();
+  const int64_t last = rank ? static_cast<int64_t>(*rank) - 1 : -1;
+  const int64_t normalized = axis < 0 && rank ? axis + last + 1 : axis;
+  if (axis == -1 || (rank && normalized == last)) {
+    b.output(match.value("y"), b.op(op, {x}, {attr("axis", int64_t{-1})}));
+    return {};
+  }
+  if (!rank) return "the input's rank is unknown";
+  if (normalized < 0 || normalized > last) return fmt::format("axis {} is out of range for rank {}", axis, *rank);
+  std::vector<int64_t> perm(*rank);
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
+  std::swap(perm[static_cast<size_t>(normalized)], perm.back());  // its own inverse
+  const Value moved = b.op(op, {b.Transpose(x, perm)}, {attr("axis", int64_t{-1})});
+  b.output(match.value("y"), b.Transpose(moved, perm));
+  return {};
+}
+
+// Shape-15 <start, end> as Shape + Slice of the shape vector (Slice's inputs and negative
+// starts need opset 11).
+std::string shape_slice(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  if (!find_attribute(node, "start") && !find_attribute(node, "end")) return "no start or end: Shape-1 means the same";
+  const int64_t start = int_attribute(node, "start", 0);
+  const int64_t end = int_attribute(node, "end", std::numeric_limits<int64_t>::max());
+  b.output(match.value("y"), b.Slice(b.Shape(Value{match.value("data")}), {start}, {end}, {0}));
+  return {};
+}
+
+// CastLike-15 as Cast to the element type of `like`, when the graph tells it.
+std::string cast_like_as_cast(const Match& match, GraphBuilder& b) {
+  const int32_t type = element_type(match, {"like"});
+  if (type == onnx::TensorProto::UNDEFINED) return "the element type of the target is unknown";
+  b.output(match.value("y"), b.Cast(Value{match.value("x")}, type));
+  return {};
+}
+
+// Constant-12's value_float(s) / value_int(s) as the `value` tensor every version takes.
+std::string constant_value_tensor(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  if (node.attribute_size() != 1) return "not a single attribute";
+  const onnx::AttributeProto& a = node.attribute(0);
+  onnx::TensorProto tensor;
+  if (a.name() == "value_float") {
+    tensor = make_tensor(onnx::TensorProto::FLOAT, {}, {a.f()});
+  } else if (a.name() == "value_floats") {
+    tensor = make_tensor(onnx::TensorProto::FLOAT, {a.floats_size()}, {a.floats().begin(), a.floats().end()});
+  } else if (a.name() == "value_int") {
+    tensor = make_int64_tensor({}, {a.i()});
+  } else if (a.name() == "value_ints") {
+    tensor = make_int64_tensor({a.ints_size()}, {a.ints().begin(), a.ints().end()});
+  } else {
+    return fmt::format("attribute {} has no older spelling here", a.name());
+  }
+  b.output(match.value("y"), b.op("Constant", {}, {attr("value", tensor)}));
+  return {};
+}
+
+// Resize-13 made roi and scales optional; Resize-11 takes them as empty tensors.
+std::string resize_with_empty_inputs(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  if (bound(match, "roi") && bound(match, "scales")) return "roi and scales given: the node means the same at opset 11";
+  if (find_attribute(node, "antialias") || find_attribute(node, "axes") || find_attribute(node, "keep_aspect_ratio_policy")) {
+    return "attributes of Resize-18";
+  }
+  if (string_attribute(node, "coordinate_transformation_mode") == "half_pixel_symmetric") return "half_pixel_symmetric (Resize-19)";
+  auto given = [&](const char* name) { return bound(match, name) ? value_of(match, name) : b.floats({}); };
+  Attributes attributes(node.attribute().begin(), node.attribute().end());
+  b.output(match.value("y"), b.op("Resize", {value_of(match, "x"), given("roi"), given("scales"), value_of(match, "sizes")}, attributes));
+  return {};
+}
+
+// Trilu-14 with its last two dims static: Where (mask, x, 0), the mask a constant of them, or for
+// a k known only at run time the comparison of a constant j - i with k (no NaN in int64). A
+// large mask compares j - i computed from Range instead.
+std::string trilu_as_mask(const Match& match, GraphBuilder& b) {
+  const auto dims = match.facts("x").static_dims();
+  if (!dims || dims->size() < 2) return "the input's rank is unknown";
+  const int64_t rows = (*dims)[dims->size() - 2], columns = dims->back();
+  if (rows < 0 || columns < 0) return "the last two dims are not static";
+  if (rows > INT32_MAX || columns > INT32_MAX) return fmt::format("a {}x{} matrix is larger than any mask", rows, columns);
+  const int32_t type = element_type(match, {"x"});
+  if (type == onnx::TensorProto::UNDEFINED) return "the element type is unknown";
+  const bool upper = match.attribute_int("upper", 1) != 0;
+  std::optional<int64_t> k = 0;
+  if (bound(match, "k")) {
+    auto value = match.constant("k");
+    k = value && value->integers.size() == 1 ? std::optional(value->integers[0]) : std::nullopt;
+  }
+  // Masks up to 64 Ki elements are written out; larger ones (a long causal mask) are computed, from
+  // Range (opset 11), so that the model doesn't grow by them.
+  constexpr int64_t kLargestConstantMask = int64_t{1} << 16;
+  const bool computed = columns != 0 && rows > kLargestConstantMask / columns;
+  Value mask;
+  if (computed) {
+    if (b.opset() < 11) return fmt::format("a {}x{} mask is too large to write out, and Range needs opset 11", rows, columns);
+    auto positions = [&](int64_t count, int64_t axis) {
+      const Value range = b.op("Range", {b.scalar(0, onnx::TensorProto::INT64), b.scalar(static_cast<double>(count), onnx::TensorProto::INT64),
+                                         b.scalar(1, onnx::TensorProto::INT64)});
+      return b.Unsqueeze(range, {axis});
+    };
+    const Value j = positions(columns, 0);
+    const Value i = positions(rows, 1);
+    const Value diagonal = b.op("Sub", {j, i});  // j - i, [rows, columns]
+    const Value limit = k ? b.scalar(static_cast<double>(*k), onnx::TensorProto::INT64) : value_of(match, "k");
+    mask = b.op("Not", {b.op(upper ? "Less" : "Greater", {diagonal, limit})});
+  } else {
+    std::vector<double> above;  // j - i, or whether the element is kept
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < columns; ++j) above.push_back(!k ? j - i : upper ? j - i >= *k : j - i <= *k);
+    }
+    if (k) {
+      mask = b.constant(make_tensor(onnx::TensorProto::BOOL, {rows, columns}, above));
+    } else {
+      const Value diagonal = b.constant(make_tensor(onnx::TensorProto::INT64, {rows, columns}, above));
+      mask = b.op("Not", {b.op(upper ? "Less" : "Greater", {diagonal, value_of(match, "k")})});
+    }
+  }
+  b.output(match.value("y"), b.Where(mask, Value{match.value("x")}, b.scalar(0, type)));
+  return {};
+}
+
+// ArgMax/ArgMin-12 <select_last_index = 1>: the first index in the reversed axis, counted back.
+// The node as it is but for one attribute: inputs (absent ones too) and outputs in their places.
+std::string node_without_attribute(const onnx::NodeProto& node, std::string_view dropped, GraphBuilder& b) {
+  std::vector<Value> inputs;
+  for (const auto& input : node.input()) inputs.push_back(Value{input});
+  Attributes attributes;
+  for (const auto& attribute : node.attribute()) {
+    if (attribute.name() != dropped) attributes.push_back(attribute);
+  }
+  const auto outputs = b.op_outputs(node.op_type(), inputs, static_cast<size_t>(node.output_size()), attributes);
+  for (int i = 0; i < node.output_size(); ++i) {
+    if (!node.output(i).empty()) b.output(node.output(i), outputs[static_cast<size_t>(i)]);
+  }
+  return {};
+}
+
+// An attribute a newer version added, written at the default that means the older behaviour:
+// the older schema does not know it, so the node goes without it (the rule's `dropped`).
+std::string attribute_at_default_dropped(const Match& match, GraphBuilder& b) {
+  return node_without_attribute(*match.anchor, match.attribute_string("dropped"), b);
+}
+
+std::string arg_last_index(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  if (int_attribute(node, "select_last_index", 0) == 0) {
+    if (!find_attribute(node, "select_last_index")) return "the first index: the node means the same at opset 11";
+    return node_without_attribute(node, "select_last_index", b);  // written at its default: unknown at 11
+  }
+  const int64_t axis = int_attribute(node, "axis", 0);
+  const Value data = value_of(match, "data");
+  const Value starts = b.ints({-1});
+  const Value ends = b.ints({std::numeric_limits<int64_t>::min()});
+  const Value axes = b.ints({axis});
+  const Value steps = b.ints({-1});
+  const Value reversed = b.op("Slice", {data, starts, ends, axes, steps});
+  const Value index = b.op(node.op_type(), {reversed}, {attr("axis", axis), attr("keepdims", int_attribute(node, "keepdims", 1))});
+  const Value shape = b.Shape(data);
+  const Value size = b.Gather(shape, b.scalar(static_cast<double>(axis), onnx::TensorProto::INT64));
+  const Value last = b.Sub(size, b.scalar(1, onnx::TensorProto::INT64));
+  b.output(node.output(0), b.Sub(last, index));
+  return {};
+}
+
+// Dropout-12 without training_mode is the identity, whatever its ratio or seed: Dropout-10
+// without them (its output only).
+std::string dropout_inference(const Match& match, GraphBuilder& b) {
+  if (bound(match, "mask")) return "the mask is used (ONNX Runtime's Dropout-10 writes another one)";
+  if (!bound(match, "ratio") && !find_attribute(*match.anchor, "seed")) return "nothing to drop: the node means the same at opset 10";
+  b.output(match.value("output"), b.op("Dropout", {value_of(match, "data")}));
+  return {};
+}
+
+// GridSample-20 renamed GridSample-16's modes (bilinear, bicubic: linear, cubic; absent: linear)
+// and took N-D inputs; a 4-D one in a 16 name. "nearest" kept its name, so such a node can't be
+// told from the rewrite of one and is left (refused) rather than rewritten forever.
+std::string grid_sample_16_modes(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  const std::string mode = string_attribute(node, "mode", "linear");
+  const std::string older = mode == "linear" ? "bilinear" : mode == "cubic" ? "bicubic" : "";
+  if (older.empty()) return fmt::format("mode \"{}\" is spelled the same before opset 20", mode);
+  if (match.facts("x").rank() != std::optional<size_t>(4)) return "GridSample-16 takes 4-D inputs only (the rank is not 4 or unknown)";
+  Attributes attributes = attributes_without(node, "mode");
+  attributes.push_back(attr("mode", older));
+  b.output(match.value("y"), b.op("GridSample", {value_of(match, "x"), value_of(match, "grid")}, attributes));
+  return {};
+}
+
+// The element type of x for the constants of a decomposition; 0 when it can't be used.
+int32_t float_type(const Match& match, std::string& why) {
+  const int32_t type = element_type(match, {"x"});
+  why = check_element_type(type, {onnx::TensorProto::FLOAT, onnx::TensorProto::DOUBLE, onnx::TensorProto::FLOAT16},
+                           "the decomposition");
+  return why.empty() ? type : 0;
+}
+
+// Pow-12 / BatchNormalization-15 whose operands all have x's type (float, double or float16, the
+// older schemas' types): the node as it is, without BatchNormalization's training_mode = 0.
+std::string operands_of_one_type(const Match& match, GraphBuilder& b) {
+  const int32_t type = element_type(match, {"x"});
+  if (std::string why = check_element_type(type, {onnx::TensorProto::FLOAT, onnx::TensorProto::DOUBLE, onnx::TensorProto::FLOAT16},
+                                           "older schema's");
+      !why.empty()) {
+    return why;
+  }
+  for (const char* operand : {"e", "scale", "bias", "mean", "var"}) {
+    if (!bound(match, operand)) continue;
+    const int32_t own = match.facts(operand).elem_type;
+    if (own != type) {
+      return fmt::format("{} is {} while x is {}: the older schema takes one type for both", operand,
+                         own ? data_type_name(own) : "of unknown type", data_type_name(type));
+    }
+  }
+  const onnx::NodeProto& node = *match.anchor;
+  std::vector<Value> inputs;
+  for (const auto& input : node.input()) inputs.push_back(Value{input});
+  b.output(node.output(0), b.op(node.op_type(), inputs, attributes_without(node, "training_mode")));
+  return {};
+}
+
+// Gelu-20: x·½·(1 + erf(x/√2)), or with approximate = "tanh" x·½·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+std::string gelu_spelled_out(const Match& match, GraphBuilder& b) {
+  std::string why;
+  const int32_t type = float_type(match, why);
+  if (!type) return why;
+  const Value x{match.value("x")};
+  const std::string approximate = match.attribute_string("approximate", "none");
+  Value inner;
+  if (approximate == "none") {
+    inner = b.Erf(b.Mul(x, b.scalar(1 / std::numbers::sqrt2, type)));
+  } else if (approximate == "tanh") {
+    const Value cube = b.Mul(b.Mul(x, x), x);
+    const Value sum = b.Add(x, b.Mul(cube, b.scalar(0.044715, type)));
+    inner = b.Tanh(b.Mul(sum, b.scalar(std::sqrt(2 / std::numbers::pi), type)));
+  } else {
+    return fmt::format("approximate = \"{}\"", approximate);
+  }
+  const Value half_x = b.Mul(x, b.scalar(0.5, type));
+  b.output(match.value("y"), b.Mul(half_x, b.Add(inner, b.scalar(1, type))));
+  return {};
+}
+
+// Celu-12 (float only): α·Elu(x/α) with Elu's own α = 1.
+std::string celu_as_elu(const Match& match, GraphBuilder& b) {
+  const double alpha = match.attribute_float("alpha", 1.f);
+  const Value scaled = b.Div(Value{match.value("x")}, b.scalar(alpha));
+  const Value elu = b.op("Elu", {scaled}, {attr("alpha", 1.0)});
+  b.output(match.value("y"), b.Mul(elu, b.scalar(alpha)));
+  return {};
+}
+
+// Add/Sub/Mul/Div of 8- and 16-bit integers (14) in int64, cast back: the low bits are the
+// narrow op's wrap-around result.
+std::string widened_integer_arithmetic(const Match& match, GraphBuilder& b) {
+  const int32_t type = match.facts("a").elem_type;
+  const Value a = b.Cast(Value{match.value("a")}, onnx::TensorProto::INT64);
+  const Value wide_b = b.Cast(Value{match.value("b")}, onnx::TensorProto::INT64);
+  const Value wide = b.op(match.anchor->op_type(), {a, wide_b});
+  b.output(match.value("y"), b.Cast(wide, type));
+  return {};
+}
+
+// CenterCropPad-18: pad the short axes (centred, the odd one at the end), then slice the long ones
+// (centred, start rounded down), with sizes known at run time.
+std::string center_crop_pad(const Match& match, GraphBuilder& b) {
+  const auto rank = match.facts("x").rank();
+  if (!rank) return "the rank of the input is unknown";
+  const auto r = static_cast<int64_t>(*rank);
+  std::vector<int64_t> axes = ints_attribute(*match.anchor, "axes");
+  if (axes.empty()) {
+    for (int64_t axis = 0; axis < r; ++axis) axes.push_back(axis);
+  }
+  std::set<int64_t> seen;
+  for (int64_t& axis : axes) {
+    if (axis < -r || axis >= r) return fmt::format("axis {} lies outside rank {}", axis, r);
+    if (axis < 0) axis += r;
+    if (!seen.insert(axis).second) return fmt::format("axes lists axis {} twice", axis);
+  }
+  const Value target = b.Cast(Value{match.value("shape")}, onnx::TensorProto::INT64);
+  const Value shape = b.Shape(Value{match.value("x")});
+  const Value axes_value = b.ints(axes);
+  const Value size = b.Gather(shape, axes_value);
+  const Value zero = b.scalar(0, onnx::TensorProto::INT64);
+  const Value longer = b.op("Greater", {target, size});
+  const Value grow = b.Where(longer, b.Sub(target, size), zero);
+  const Value shorter = b.op("Greater", {size, target});
+  const Value shrink = b.Where(shorter, b.Sub(size, target), zero);
+  const Value two = b.scalar(2, onnx::TensorProto::INT64);
+  const Value grow_begin = b.Div(grow, two);
+  const Value updates = b.Concat({grow_begin, b.Sub(grow, grow_begin)}, 0);
+  std::vector<int64_t> where = axes;
+  for (int64_t axis : axes) where.push_back(axis + r);
+  const Value zeros = b.ints(std::vector<int64_t>(static_cast<size_t>(2 * r), 0));
+  const Value pads = b.op("ScatterElements", {zeros, b.ints(where), updates}, {attr("axis", int64_t{0})});
+  const Value padded = b.op("Pad", {Value{match.value("x")}, pads});
+  const Value start = b.Div(shrink, two);
+  b.output(match.value("y"), b.op("Slice", {padded, start, b.Add(start, target), axes_value}));
+  return {};
+}
+
+// Max/Min-12 of two integers: the operand Greater/Less picks, in int64 for the types older
+// Greater and Where kernels lack (every value of them fits).
+std::string integer_max_min(const Match& match, GraphBuilder& b) {
+  const int32_t type = match.facts("a").elem_type;
+  const bool widen = type != onnx::TensorProto::INT32 && type != onnx::TensorProto::INT64;
+  Value a{match.value("a")}, other{match.value("b")};
+  if (widen) {
+    a = b.Cast(a, onnx::TensorProto::INT64);
+    other = b.Cast(other, onnx::TensorProto::INT64);
+  }
+  const Value first_wins = b.op(match.anchor->op_type() == "Max" ? "Greater" : "Less", {a, other});
+  const Value picked = b.Where(first_wins, a, other);
+  b.output(match.value("y"), widen ? b.Cast(picked, type) : picked);
+  return {};
+}
+
+// Swish-24: x · Sigmoid(α·x), α in x's type.
+std::string swish_as_sigmoid(const Match& match, GraphBuilder& b) {
+  const Value x{match.value("x")};
+  const Value alpha = b.scalar(match.attribute_float("alpha", 1.f), match.facts("x").elem_type);
+  b.output(match.value("y"), b.Mul(x, b.Sigmoid(b.Mul(x, alpha))));
+  return {};
+}
+
+// Hann/Hamming/Blackman windows (17) as their function bodies compute them, in float.
+std::string cosine_window(const Match& match, GraphBuilder& b) {
+  const std::string& op = match.anchor->op_type();
+  const double a0 = op == "HannWindow" ? 0.5 : op == "HammingWindow" ? 0.54347826087 : 0.42;
+  const double a1 = op == "HannWindow" ? 0.5 : op == "HammingWindow" ? 0.45652173913 : 0.5;
+  const double a2 = op == "BlackmanWindow" ? 0.08 : 0.0;
+  const bool periodic = int_attribute(*match.anchor, "periodic", 1) != 0;
+  const auto output_type = static_cast<int32_t>(int_attribute(*match.anchor, "output_datatype", onnx::TensorProto::FLOAT));
+  const Value size = b.Cast(Value{match.value("size")}, onnx::TensorProto::FLOAT);
+  const Value period = periodic ? size : b.Sub(size, b.scalar(1));
+  const Value step = b.Div(b.scalar(6.2831853), period);
+  const Value zero = b.scalar(0);
+  const Value n = b.op("Range", {zero, size, b.scalar(1)});
+  const Value angle = b.Mul(n, step);
+  const Value cosine = b.op("Cos", {angle});
+  const Value a1_term = b.Mul(b.scalar(a1), cosine);
+  Value window = b.Sub(b.scalar(a0), a1_term);
+  if (a2 != 0) {
+    const Value double_cosine = b.op("Cos", {b.Mul(angle, b.scalar(2))});
+    window = b.Add(window, b.Mul(b.scalar(a2), double_cosine));
+  }
+  b.output(match.value("w"), output_type == onnx::TensorProto::FLOAT ? window : b.Cast(window, output_type));
+  return {};
+}
+
+// Pad-18 with axes: the pads of the listed axes spread over every axis (0 for the others) by a
+// ScatterElements into zeros; pads and axes may be known only at run time.
+std::string pad_axes_as_full_pads(const Match& match, GraphBuilder& b) {
+  const auto rank = match.facts("data").rank();
+  if (!rank) return "the rank of data is unknown: Pad below 18 pads every axis";
+  if (string_attribute(*match.anchor, "mode", "constant") == "wrap") return "mode 'wrap' has no equivalent below Pad-19";
+  const auto r = static_cast<int64_t>(*rank);
+  Value indices;  // where the begins and ends of the listed axes go in pads of every axis
+  if (const auto axes = match.constant("axes")) {
+    std::vector<int64_t> begins = axes->ints(), ends;
+    std::set<int64_t> seen;
+    for (int64_t& axis : begins) {
+      if (axis < -r || axis >= r) return fmt::format("axis {} lies outside rank {}", axis, r);
+      if (axis < 0) axis += r;
+      if (!seen.insert(axis).second) return fmt::format("axes lists axis {} twice", axis);
+      ends.push_back(axis + r);
+    }
+    begins.insert(begins.end(), ends.begin(), ends.end());
+    indices = b.ints(begins);
+  } else {
+    const Value listed = b.Cast(Value{match.value("axes")}, onnx::TensorProto::INT64);
+    const Value rank_value = b.scalar(static_cast<double>(r), onnx::TensorProto::INT64);
+    const Value begins = b.op("Mod", {b.Add(listed, rank_value), rank_value});
+    const Value ends = b.Add(begins, rank_value);
+    indices = b.Concat({begins, ends}, 0);
+  }
+  const Value zeros = b.ints(std::vector<int64_t>(static_cast<size_t>(2 * r), 0));
+  const Value pads = b.op("ScatterElements", {zeros, indices, Value{match.value("pads")}}, {attr("axis", int64_t{0})});
+  const Attributes attributes(match.anchor->attribute().begin(), match.anchor->attribute().end());
+  b.output(match.value("y"), b.op("Pad", {Value{match.value("data")}, pads, value_of(match, "value")}, attributes));
+  return {};
+}
+
+}  // namespace
+
+void register_opset_down_builders(BuilderRegistry& registry) {
+  registry.add("inputs_as_attributes",
+               {.values = {"data"},
+                .optional_values = {"axes", "split", "pads", "value", "min", "max", "starts", "ends", "steps", "k"}},
+               inputs_as_attributes);
+  registry.add("reduce_runtime_axes", {.values = {"data", "axes"}}, reduce_runtime_axes);
+  registry.add("split_runtime_sizes", {.values = {"data", "split"}, .optional_attributes = {"axis"}}, split_runtime_sizes);
+  registry.add("split_num_outputs", {.values = {"data"}, .attributes = {"num_outputs"}, .optional_attributes = {"axis"}},
+               split_num_outputs);
+  registry.add("last_axis_softmax", {.values = {"x", "y"}, .optional_attributes = {"axis"}}, last_axis_softmax);
+  registry.add("shape_slice", {.values = {"data", "y"}}, shape_slice);
+  registry.add("cast_like_as_cast", {.values = {"x", "like", "y"}}, cast_like_as_cast);
+  registry.add("constant_value_tensor", {.values = {"y"}}, constant_value_tensor);
+  registry.add("resize_with_empty_inputs", {.values = {"x", "y"}, .optional_values = {"roi", "scales", "sizes"}},
+               resize_with_empty_inputs);
+  registry.add("trilu_as_mask", {.values = {"x", "y"}, .optional_values = {"k"}, .optional_attributes = {"upper"}}, trilu_as_mask);
+  registry.add("arg_last_index", {.values = {"data"}}, arg_last_index);
+  registry.add("dropout_inference", {.values = {"data", "output"}, .optional_values = {"ratio", "mask"}}, dropout_inference);
+  registry.add("grid_sample_16_modes", {.values = {"x", "grid", "y"}}, grid_sample_16_modes);
+  registry.add("gelu_spelled_out", {.values = {"x", "y"}, .optional_attributes = {"approximate"}}, gelu_spelled_out);
+  registry.add("operands_of_one_type", {.values = {"x", "y"}, .optional_values = {"e", "scale", "bias", "mean", "var"},
+                                        .optional_attributes = {"training_mode"}},
+               operands_of_one_type);
+  registry.add("attribute_at_default_dropped", {.values = {"y"}, .attributes = {"dropped"}}, attribute_at_default_dropped);
+  registry.add("center_crop_pad", {.values = {"x", "shape", "y"}}, center_crop_pad);
+  registry.add("integer_max_min", {.values = {"a", "b", "y"}}, integer_max_min);
+  registry.add("swish_as_sigmoid", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, swish_as_sigmoid);
+  registry.add("cosine_window", {.values = {"size", "w"}}, cosine_window);
+  registry.add("widened_integer_arithmetic", {.values = {"a", "b", "y"}}, widened_integer_arithmetic);
+  registry.add("pad_axes_as_full_pads", {.values = {"data", "pads", "axes", "y"}, .optional_values = {"value"}},
+               pad_axes_as_full_pads);
+  registry.add("celu_as_elu", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, celu_as_elu);
+}
+
+}  // namespace onnx_rewrite

@@ -1,0 +1,80 @@
+// Adapters that raise a node written for an older ai.onnx opset to a newer one under --to-opset N
+// (rules/opset-up/*.rules). Each builds at the opset the engine plans (N), so one builder
+// serves every target above the step.
+//
+// - attributes_as_inputs: an op whose attribute later became a constant input (Reduce* axes,
+//   Squeeze / Unsqueeze axes, Split split, Slice starts/ends/axes, TopK k, Clip min/max, Pad
+//   pads/value) rebuilt with the input; the node's other attributes and outputs stay.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "onnx_rewrite/tensor.h"
+#include "onnx_rewrite/toolkit.h"
+
+namespace onnx_rewrite {
+namespace {
+
+std::string attributes_as_inputs(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  const std::string& op = node.op_type();
+  std::vector<std::string> moved;
+  std::vector<Value> inputs{Value{match.value("data")}};
+  auto ints_input = [&](const char* name) {
+    const onnx::AttributeProto* attribute = find_attribute(node, name);
+    if (!attribute) return Value{};  // an absent optional input
+    moved.push_back(name);
+    return attribute->type() == onnx::AttributeProto::INT ? b.ints({attribute->i()})
+                                                           : b.ints({attribute->ints().begin(), attribute->ints().end()});
+  };
+  // Clip's bounds and Pad's value have x's type (the older ops took float types only).
+  auto scalar_input = [&](const char* name, int32_t type) {
+    const onnx::AttributeProto* attribute = find_attribute(node, name);
+    if (!attribute) return Value{};
+    moved.push_back(name);
+    return b.scalar(attribute->f(), type);
+  };
+  if (op.starts_with("Reduce") || op == "Squeeze" || op == "Unsqueeze") {
+    inputs.push_back(ints_input("axes"));
+  } else if (op == "Split") {
+    inputs.push_back(ints_input("split"));
+  } else if (op == "TopK") {
+    inputs.push_back(ints_input("k"));
+  } else if (op == "Slice") {
+    for (const char* name : {"starts", "ends", "axes"}) inputs.push_back(ints_input(name));
+  } else if (op == "Clip" || op == "Pad") {
+    const int32_t type = element_type(match, {"data"});
+    if (auto why = check_element_type(type, {onnx::TensorProto::FLOAT, onnx::TensorProto::DOUBLE, onnx::TensorProto::FLOAT16},
+                                      "older schema's");
+        !why.empty()) {
+      return why;
+    }
+    if (op == "Clip") {
+      for (const char* name : {"min", "max"}) inputs.push_back(scalar_input(name, type));
+    } else {
+      inputs.push_back(ints_input("pads"));
+      inputs.push_back(scalar_input("value", type));
+    }
+  }
+  if (moved.empty()) return "no attribute to move: the node means the same at the newer opset";
+  while (!inputs.empty() && inputs.back().absent()) inputs.pop_back();
+  Attributes attributes;
+  for (const auto& attribute : node.attribute()) {
+    if (std::find(moved.begin(), moved.end(), attribute.name()) == moved.end()) attributes.push_back(attribute);
+  }
+  const auto outputs = b.op_outputs(op, inputs, static_cast<size_t>(node.output_size()), attributes);
+  for (int i = 0; i < node.output_size(); ++i) {
+    if (!node.output(i).empty()) b.output(node.output(i), outputs[static_cast<size_t>(i)]);
+  }
+  return {};
+}
+
+}  // namespace
+
+void register_opset_up_builders(BuilderRegistry& registry) {
+  registry.add("attributes_as_inputs", {.values = {"data"}, .optional_attributes = {"axes", "split"}}, attributes_as_inputs);
+}
+
+}  // namespace onnx_rewrite
