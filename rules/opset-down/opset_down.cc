@@ -373,7 +373,22 @@ std::string trilu_as_mask(const Match& match, GraphBuilder& b) {
       mask = b.op("Not", {b.op(upper ? "Less" : "Greater", {diagonal, value_of(match, "k")})});
     }
   }
-  b.output(match.value("y"), b.Where(mask, Value{match.value("x")}, b.scalar(0, type)));
+  // ONNX Runtime's Where below 16 has kernels for float, float16, double, int32, int64 and uint8
+  // only: a bool x keeps its elements under the mask with And, other integers select in int64.
+  const Value x{match.value("x")};
+  if (type == onnx::TensorProto::BOOL) {
+    b.output(match.value("y"), b.op("And", {x, mask}));
+    return {};
+  }
+  const bool where_kernel = type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::FLOAT16 ||
+                            type == onnx::TensorProto::DOUBLE || type == onnx::TensorProto::INT32 ||
+                            type == onnx::TensorProto::INT64 || type == onnx::TensorProto::UINT8;
+  if (where_kernel) {
+    b.output(match.value("y"), b.Where(mask, x, b.scalar(0, type)));
+    return {};
+  }
+  const Value wide = b.Where(mask, b.Cast(x, onnx::TensorProto::INT64), b.scalar(0, onnx::TensorProto::INT64));
+  b.output(match.value("y"), b.Cast(wide, type));
   return {};
 }
 

@@ -240,6 +240,19 @@ const std::vector<Written> kWritten = {
         u = Trilu (x)
         l = Trilu <upper = 0> (x, k)
       })", {}},
+    // GPT-2's causal mask: Trilu of a bool tensor. ONNX Runtime has no bool Where below 16 (the
+    // output would load nowhere): the mask is applied with And.
+    {"trilu-14-lowering (bool, as GPT-2 writes it)", 13, R"(
+      <ir_version: 8, opset_import: ["": 14]>
+      g (float[2, 5, 6] x) => (bool[2, 5, 6] l, bool[2, 5, 6] u, bool[400, 300] causal) <int64 k = {1}> {
+        zero = Constant <value = float {0.0}> ()
+        c = Greater (x, zero)
+        l = Trilu <upper = 0> (c)
+        u = Trilu (c, k)
+        size = Constant <value = int64[2] {400, 300}> ()
+        ones = ConstantOfShape <value = bool[1] {1}> (size)
+        causal = Trilu <upper = 0> (ones)
+      })", {}},
     {"reduce-axes-input-18-lowering (empty axes)", 13, R"(
       <ir_version: 8, opset_import: ["": 18]>
       g (float[2, 3, 4] x) => (float[1, 1, 1] y, float[2, 3, 4] z) <int64[0] none = {}> {
