@@ -138,10 +138,50 @@ int64_t int_attribute_or(const onnx::NodeProto& node, std::string_view name, int
 
 bool has_input(const onnx::NodeProto& node, int index) { return index < node.input_size() && !node.input(index).empty(); }
 
+bool has_output(const onnx::NodeProto& node, int index) { return index < node.output_size() && !node.output(index).empty(); }
+
+// Whether every value of an int or ints attribute is >= 0 (true when the attribute is absent).
+bool non_negative(const onnx::NodeProto& node, std::string_view name) {
+  for (const auto& attribute : node.attribute()) {
+    if (attribute.name() != name) continue;
+    if (attribute.type() == onnx::AttributeProto::INT) return attribute.i() >= 0;
+    if (attribute.type() == onnx::AttributeProto::INTS) {
+      return std::all_of(attribute.ints().begin(), attribute.ints().end(), [](int64_t v) { return v >= 0; });
+    }
+    return false;
+  }
+  return true;
+}
+
+// Ops whose version 11 only let their axis (or axes) attribute count from the back: a node whose
+// axes are all >= 0 (or absent: the same default on both sides) means the same either side.
+std::optional<std::string_view> negative_axes_only_at_11(const std::string& op) {
+  if (op == "Flatten" || op == "Concat" || op == "ArgMax" || op == "ArgMin" || op == "Softmax" || op == "LogSoftmax" ||
+      op == "Hardmax" || op == "Split" || op == "Compress") {
+    return "axis";
+  }
+  if (op == "Squeeze" || op == "Unsqueeze" || op.starts_with("Reduce")) return "axes";
+  return std::nullopt;
+}
+
 // Version steps the tables mark as changing meaning, where this node means the same on both
 // sides (and is valid on both: no input slot, even empty, that one side lacks) (the change is about inputs or attributes it doesn't use), whichever way the import moves.
 bool same_meaning_across(const onnx::NodeProto& node, int step) {
   const std::string& op = node.op_type();
+  if (step == 11) {
+    if (auto axes = negative_axes_only_at_11(op)) return non_negative(node, *axes);
+    if (op == "Gemm") return has_input(node, 2);                // 11 made C optional
+    if (op == "Constant") return !has_attribute(node, "sparse_value");  // 11 added sparse_value
+  }
+  if (op == "BatchNormalization" && (step == 14 || step == 9)) {
+    // Inference, one output: 14 added training_mode (and changed the training outputs), 9 removed
+    // `spatial` (its default, 1, is what 9 does).
+    return !has_attribute(node, "training_mode") && !has_attribute(node, "spatial") && !has_output(node, 1) &&
+           !has_output(node, 2) && !has_output(node, 3) && !has_output(node, 4);
+  }
+  if (op == "MaxPool" && step == 8) {  // 8 added the Indices output and storage_order
+    return !has_output(node, 1) && !has_attribute(node, "storage_order");
+  }
   if ((op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") && step == 13) {
     // The last axis: -1 coerces to [rest, last] (before 13) and is the one axis (from 13). Only
     // when written: the default changed from 1 to -1.
