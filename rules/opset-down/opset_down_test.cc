@@ -275,6 +275,19 @@ const std::vector<Written> kWritten = {
         y = Softmax <axis = 1> (g)
         s = Identity (f)
       })", {}},
+    // Gather-11 and Slice-11 let indices and axes count from the back: with Constant-fed indices
+    // and axes >= 0 (as torch writes shape arithmetic) the nodes mean the same at 10.
+    {"Gather and Slice fed by Constant nodes: moved as they are", 10, R"(
+      <ir_version: 6, opset_import: ["": 11]>
+      g (float[3, 4] x) => (int64 n, float[3, 2] s) {
+        shape = Shape (x)
+        zero = Constant <value = int64 {0}> ()
+        n = Gather <axis = 0> (shape, zero)
+        starts = Constant <value = int64[1] {1}> ()
+        ends = Constant <value = int64[1] {3}> ()
+        axes = Constant <value = int64[1] {1}> ()
+        s = Slice (x, starts, ends, axes)
+      })", {}},
     {"reduce-axes-input-18-lowering (empty axes)", 13, R"(
       <ir_version: 8, opset_import: ["": 18]>
       g (float[2, 3, 4] x) => (float[1, 1, 1] y, float[2, 3, 4] z) <int64[0] none = {}> {
@@ -345,6 +358,7 @@ TEST(OpsetDown, NodesUsingTheNewerMeaningStayAbove) {
       {"y = AveragePool <ceil_mode = 1, kernel_shape = [2, 2]> (x)", 9,
        "AveragePool x1 (main graph) keeps it there as it is: AveragePool-10 added attribute ceil_mode, which this node sets"},
       {"y = Gemm (x, x)", 10, "Gemm x1 (main graph) keeps it there as it is: Gemm-11 changed its meaning"},
+      {"i = Constant <value = int64[2] {0, -1}> ()\n y = Gather <axis = 1> (x, i)", 10, "Gather x1 (main graph) keeps it there as it is: Gather-11 changed its meaning"},
       {"y = Concat <axis = -1> (x, x)", 10, "Concat x1 (main graph) keeps it there as it is: Concat-11 changed its meaning"},
       {"y = ReduceMean <axes = [-1]> (x)", 10, "ReduceMean x1 (main graph) keeps it there as it is: ReduceMean-11 changed its meaning"},
       {"y, rm, rv = BatchNormalization <training_mode = 1> (x, x, x, x, x)", 13,
