@@ -313,6 +313,21 @@ std::string constant_value_tensor(const Match& match, GraphBuilder& b) {
   return {};
 }
 
+// Constant-1 takes float types only (9 added the others, int64 shapes among them): below 9 a
+// Constant of another type is the same tensor as an initializer, which every version reads.
+std::string constant_as_initializer(const Match& match, GraphBuilder& b) {
+  const onnx::NodeProto& node = *match.anchor;
+  if (node.attribute_size() != 1 || node.attribute(0).name() != "value" || !node.attribute(0).has_t()) return "not a value tensor";
+  const onnx::TensorProto& tensor = node.attribute(0).t();
+  const int32_t type = tensor.data_type();
+  if (type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::FLOAT16 || type == onnx::TensorProto::DOUBLE) {
+    return "a float type, which Constant-1 takes";
+  }
+  if (tensor.data_location() == onnx::TensorProto::EXTERNAL) return "external data";
+  b.output(match.value("y"), b.constant(tensor));
+  return {};
+}
+
 // Resize-13 made roi and scales optional; Resize-11 takes them as empty tensors.
 std::string resize_with_empty_inputs(const Match& match, GraphBuilder& b) {
   const onnx::NodeProto& node = *match.anchor;
@@ -670,6 +685,7 @@ void register_opset_down_builders(BuilderRegistry& registry) {
   registry.add("constant_value_tensor", {.values = {"y"}}, constant_value_tensor);
   registry.add("resize_with_empty_inputs", {.values = {"x", "y"}, .optional_values = {"roi", "scales", "sizes"}},
                resize_with_empty_inputs);
+  registry.add("constant_as_initializer", {.values = {"y"}}, constant_as_initializer);
   registry.add("trilu_as_mask", {.values = {"x", "y"}, .optional_values = {"k"}, .optional_attributes = {"upper"}}, trilu_as_mask);
   registry.add("arg_last_index", {.values = {"data"}}, arg_last_index);
   registry.add("dropout_inference", {.values = {"data", "output"}, .optional_values = {"ratio", "mask"}}, dropout_inference);

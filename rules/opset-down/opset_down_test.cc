@@ -288,6 +288,17 @@ const std::vector<Written> kWritten = {
         axes = Constant <value = int64[1] {1}> ()
         s = Slice (x, starts, ends, axes)
       })", {}},
+    // torch writes shapes and indices as int64 Constant nodes; Constant-1 (below 9) takes floats
+    // only: they become initializers.
+    {"constant-types-9-lowering", 7, R"(
+      <ir_version: 6, opset_import: ["": 11]>
+      g (float[2, 3, 4] x) => (float[2, 12] y, float[2, 3] z) {
+        shape = Constant <value = int64[2] {2, 12}> ()
+        y = Reshape (x, shape)
+        half = Constant <value = float {0.5}> ()
+        m = ReduceMean <axes = [2], keepdims = 0> (x)
+        z = Mul (m, half)
+      })", {}},
     {"reduce-axes-input-18-lowering (empty axes)", 13, R"(
       <ir_version: 8, opset_import: ["": 18]>
       g (float[2, 3, 4] x) => (float[1, 1, 1] y, float[2, 3, 4] z) <int64[0] none = {}> {
