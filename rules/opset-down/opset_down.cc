@@ -318,6 +318,21 @@ BuildResult constant_value_tensor(const BuildContext& match, GraphBuilder& b) {
   return built();
 }
 
+// Constant-1 takes float types only (9 added the others, int64 shapes among them): below 9 a
+// Constant of another type is the same tensor as an initializer, which every version reads.
+BuildResult constant_as_initializer(const BuildContext& match, GraphBuilder& b) {
+  const Attributes attributes = match.anchor().attributes_except();
+  if (attributes.size() != 1 || attributes[0].name() != "value" || !attributes[0].has_t()) return decline("not a value tensor");
+  const onnx::TensorProto& tensor = attributes[0].t();
+  const int32_t type = tensor.data_type();
+  if (type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::FLOAT16 || type == onnx::TensorProto::DOUBLE) {
+    return decline("a float type, which Constant-1 takes");
+  }
+  if (tensor.data_location() == onnx::TensorProto::EXTERNAL) return decline("external data");
+  b.output(match.value("y"), b.constant(tensor));
+  return built();
+}
+
 // Resize-13 made roi and scales optional; Resize-11 takes them as empty tensors.
 BuildResult resize_with_empty_inputs(const BuildContext& match, GraphBuilder& b) {
   const NodeView node = match.anchor();
@@ -378,7 +393,25 @@ BuildResult trilu_as_mask(const BuildContext& match, GraphBuilder& b) {
       mask = b.op("Not", {b.op(upper ? "Less" : "Greater", {diagonal, match.value("k")})});
     }
   }
-  b.output(match.value("y"), b.Where(mask, match.value("x"), b.scalar(0, type)));
+  // ONNX Runtime's Where below 16 has kernels for float, float16, double, int32, int64 and uint8
+  // only: a bool x keeps its elements under the mask with And, other integers select in int64.
+  const Value& x = match.value("x");
+  if (type == onnx::TensorProto::BOOL) {
+    b.output(match.value("y"), b.op("And", {x, mask}));
+    return built();
+  }
+  const bool where_kernel = type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::FLOAT16 ||
+                            type == onnx::TensorProto::DOUBLE || type == onnx::TensorProto::INT32 ||
+                            type == onnx::TensorProto::INT64 || type == onnx::TensorProto::UINT8;
+  if (where_kernel) {
+    const Value zero = b.scalar(0, type);
+    b.output(match.value("y"), b.Where(mask, x, zero));
+    return built();
+  }
+  const Value wide_x = b.Cast(x, onnx::TensorProto::INT64);
+  const Value zero = b.scalar(0, onnx::TensorProto::INT64);
+  const Value wide = b.Where(mask, wide_x, zero);
+  b.output(match.value("y"), b.Cast(wide, type));
   return built();
 }
 
@@ -663,6 +696,7 @@ void register_opset_down_builders(BuilderRegistry& registry) {
                 .optional_values = {"roi", "scales", "sizes"},
                 .node_attributes = {"antialias", "axes", "keep_aspect_ratio_policy", "coordinate_transformation_mode"}},
                resize_with_empty_inputs);
+  registry.add("constant_as_initializer", {.values = {"y"}}, constant_as_initializer);
   registry.add("trilu_as_mask", {.values = {"x", "y"}, .optional_values = {"k"}, .optional_attributes = {"upper"}}, trilu_as_mask);
   registry.add("arg_last_index", {.values = {"data"}, .node_attributes = {"select_last_index", "axis", "keepdims"}},
                arg_last_index);

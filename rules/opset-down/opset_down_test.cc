@@ -240,6 +240,65 @@ const std::vector<Written> kWritten = {
         u = Trilu (x)
         l = Trilu <upper = 0> (x, k)
       })", {}},
+    // GPT-2's causal mask: Trilu of a bool tensor. ONNX Runtime has no bool Where below 16 (the
+    // output would load nowhere): the mask is applied with And.
+    {"trilu-14-lowering (bool, as GPT-2 writes it)", 13, R"(
+      <ir_version: 8, opset_import: ["": 14]>
+      g (float[2, 5, 6] x) => (bool[2, 5, 6] l, bool[2, 5, 6] u, bool[400, 300] causal) <int64 k = {1}> {
+        zero = Constant <value = float {0.0}> ()
+        c = Greater (x, zero)
+        l = Trilu <upper = 0> (c)
+        u = Trilu (c, k)
+        size = Constant <value = int64[2] {400, 300}> ()
+        ones = ConstantOfShape <value = bool[1] {1}> (size)
+        causal = Trilu <upper = 0> (ones)
+      })", {}},
+    // A ResNet head as torch.onnx.export writes it at opset 11: MaxPool/AveragePool with
+    // ceil_mode = 0 written, BatchNormalization in inference, Gemm with C, Flatten, Concat,
+    // ReduceMean and Softmax with non-negative axes, Constant with `value`. Each meant the same
+    // before 11 (and 10): the import goes down to 9 (the pools lose the default attribute).
+    {"max-pool-ceil-mode-10-lowering and the steps torch's nodes mean the same across", 9, R"(
+      <ir_version: 6, opset_import: ["": 11]>
+      g (float[2, 3, 8, 8] x) => (float[2, 5] y, float[2, 6, 1, 1] m, float[2, 6] s)
+        <float[3] scale = {1.0, 0.5, 2.0}, float[3] bias = {0.1, 0.2, 0.3}, float[3] mean = {0.0, 0.1, -0.1},
+         float[3] var = {1.0, 2.0, 0.5}, float[5, 6] w = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, -0.7, -0.8, -0.9, -1.0, -1.1, -1.2,
+         0.1, -0.2, 0.3, -0.4, 0.5, -0.6, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0}, float[5] c = {0.1, 0.2, 0.3, 0.4, 0.5}> {
+        b = BatchNormalization <epsilon = 1e-5, momentum = 0.9> (x, scale, bias, mean, var)
+        p = MaxPool <ceil_mode = 0, kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]> (b)
+        a = AveragePool <ceil_mode = 0, count_include_pad = 0, kernel_shape = [4, 4], strides = [4, 4]> (p)
+        both = Concat <axis = 1> (a, a)
+        m = ReduceMean <axes = [2, 3], keepdims = 1> (both)
+        f = Flatten <axis = 1> (both)
+        half = Constant <value = float {0.5}> ()
+        h = Mul (f, half)
+        g = Gemm <alpha = 1.0, beta = 1.0, transB = 1> (h, w, c)
+        y = Softmax <axis = 1> (g)
+        s = Identity (f)
+      })", {}},
+    // Gather-11 and Slice-11 let indices and axes count from the back: with Constant-fed indices
+    // and axes >= 0 (as torch writes shape arithmetic) the nodes mean the same at 10.
+    {"Gather and Slice fed by Constant nodes: moved as they are", 10, R"(
+      <ir_version: 6, opset_import: ["": 11]>
+      g (float[3, 4] x) => (int64 n, float[3, 2] s) {
+        shape = Shape (x)
+        zero = Constant <value = int64 {0}> ()
+        n = Gather <axis = 0> (shape, zero)
+        starts = Constant <value = int64[1] {1}> ()
+        ends = Constant <value = int64[1] {3}> ()
+        axes = Constant <value = int64[1] {1}> ()
+        s = Slice (x, starts, ends, axes)
+      })", {}},
+    // torch writes shapes and indices as int64 Constant nodes; Constant-1 (below 9) takes floats
+    // only: they become initializers.
+    {"constant-types-9-lowering", 7, R"(
+      <ir_version: 6, opset_import: ["": 11]>
+      g (float[2, 3, 4] x) => (float[2, 12] y, float[2, 3] z) {
+        shape = Constant <value = int64[2] {2, 12}> ()
+        y = Reshape (x, shape)
+        half = Constant <value = float {0.5}> ()
+        m = ReduceMean <axes = [2], keepdims = 0> (x)
+        z = Mul (m, half)
+      })", {}},
     {"reduce-axes-input-18-lowering (empty axes)", 13, R"(
       <ir_version: 8, opset_import: ["": 18]>
       g (float[2, 3, 4] x) => (float[1, 1, 1] y, float[2, 3, 4] z) <int64[0] none = {}> {
@@ -292,6 +351,41 @@ TEST(OpsetDown, ANodeOfATypeTheOlderVersionLacksStaysAbove) {
   const auto result = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--opset", "13"});
   EXPECT_EQ(result.exit_code, 1) << result.err;
   EXPECT_NE(result.err.find("Relu x1 (main graph) keeps it there as it is: Relu-14 added int64 types"), std::string::npos) << result.err;
+}
+
+// Near misses of the nodes above: what really uses the newer meaning stays above, named. A
+// Flatten counting its axis from the back (rank unknown), a pool rounding up (ceil_mode = 1),
+// a Gemm without C, a BatchNormalization writing its running statistics.
+TEST(OpsetDown, NodesUsingTheNewerMeaningStayAbove) {
+  struct Case {
+    std::string node;
+    int opset;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {"y = Flatten <axis = -1> (x)", 10, "Flatten x1 (main graph) keeps it there as it is: Flatten-11 changed its meaning"},
+      {"y = MaxPool <ceil_mode = 1, kernel_shape = [2, 2]> (x)", 9,
+       "MaxPool x1 (main graph) keeps it there as it is: MaxPool-10 added attribute ceil_mode, which this node sets"},
+      {"y = AveragePool <ceil_mode = 1, kernel_shape = [2, 2]> (x)", 9,
+       "AveragePool x1 (main graph) keeps it there as it is: AveragePool-10 added attribute ceil_mode, which this node sets"},
+      {"y = Gemm (x, x)", 10, "Gemm x1 (main graph) keeps it there as it is: Gemm-11 changed its meaning"},
+      {"i = Constant <value = int64[2] {0, -1}> ()\n y = Gather <axis = 1> (x, i)", 10, "Gather x1 (main graph) keeps it there as it is: Gather-11 changed its meaning"},
+      {"y = Concat <axis = -1> (x, x)", 10, "Concat x1 (main graph) keeps it there as it is: Concat-11 changed its meaning"},
+      {"y = ReduceMean <axes = [-1]> (x)", 10, "ReduceMean x1 (main graph) keeps it there as it is: ReduceMean-11 changed its meaning"},
+      {"y, rm, rv = BatchNormalization <training_mode = 1> (x, x, x, x, x)", 13,
+       "BatchNormalization x1 (main graph) keeps it there as it is: BatchNormalization-14 changed its meaning"},
+  };
+  for (const auto& c : cases) {
+    TempDir dir;
+    const fs::path model = write_model_text(fmt::format(R"(
+      <ir_version: 8, opset_import: ["": 14]>
+      g (float[N, M] x) => (float[N, M] y) {{
+        {}
+      }})", c.node), dir / "m.onnx");
+    const auto result = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--opset", std::to_string(c.opset)});
+    EXPECT_EQ(result.exit_code, 1) << c.node << ": " << result.err;
+    EXPECT_NE(result.err.find(c.reason), std::string::npos) << c.node << ": " << result.err;
+  }
 }
 
 // A rewrite that does not lower keeps every adapted op as it is (`--opset` at the model's own).

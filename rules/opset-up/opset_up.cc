@@ -5,6 +5,7 @@
 // - attributes_as_inputs: an op whose attribute later became a constant input (Reduce* axes,
 //   Squeeze / Unsqueeze axes, Split split, Slice starts/ends/axes, TopK k, Clip min/max, Pad
 //   pads/value) rebuilt with the input; the node's other attributes and outputs stay.
+// - coerced_softmax_raised: Softmax/LogSoftmax/Hardmax before 13 (2-D coercion) at 13.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -71,6 +72,31 @@ BuildResult attributes_as_inputs(const BuildContext& match, GraphBuilder& b) {
   return built();
 }
 
+// Softmax, LogSoftmax and Hardmax before 13 coerce x to 2-D at `axis` ([d0 *..* d(axis-1),
+// d(axis) *..* d(r-1)]) and normalize each row; from 13 they normalize along the one axis. The
+// older meaning at 13: Flatten at the axis, the op along the last axis, Reshape back to x's shape.
+// An axis that is the last one (rank known) means the same either way: the op with axis -1.
+BuildResult coerced_softmax_raised(const BuildContext& match, GraphBuilder& b) {
+  const std::string& op = match.anchor().op_type();
+  const int64_t axis = match.attribute_int("axis", 1);
+  // Written -1, the node means the same at 13 (opset.cc): the import moves over it, and a rewrite
+  // without --to-opset must not raise the import for it.
+  if (match.attribute("axis") && axis == -1) return decline("axis -1 means the same at 13");
+  const Value& x = match.value("x");
+  if (const auto dims = match.facts("x").static_dims()) {
+    const auto rank = static_cast<int64_t>(dims->size());
+    if (rank > 0 && (axis == rank - 1 || axis == -1)) {
+      b.output(match.value("y"), b.op(op, {x}, {attr("axis", int64_t{-1})}));
+      return built();
+    }
+  }
+  const Value rows = b.op("Flatten", {x}, {attr("axis", axis)});
+  const Value normalized = b.op(op, {rows}, {attr("axis", int64_t{-1})});
+  const Value shape = b.Shape(x);
+  b.output(match.value("y"), b.Reshape(normalized, shape));
+  return built();
+}
+
 }  // namespace
 
 void register_opset_up_builders(BuilderRegistry& registry) {
@@ -79,6 +105,7 @@ void register_opset_up_builders(BuilderRegistry& registry) {
                 .optional_attributes = {"axes", "split"},
                 .node_attributes = {"axes", "split", "k", "starts", "ends", "min", "max", "pads", "value"}},
                attributes_as_inputs);
+  registry.add("coerced_softmax_raised", {.values = {"x", "y"}, .optional_attributes = {"axis"}}, coerced_softmax_raised);
 }
 
 }  // namespace onnx_rewrite

@@ -1,5 +1,8 @@
 #include "graph/imports.h"
 
+#include <map>
+#include <set>
+
 #include <fmt/format.h>
 
 #include "graph/node_types.h"
@@ -101,6 +104,24 @@ std::set<int32_t> model_types(const onnx::ModelProto& model) {
   return types;
 }
 
+std::map<std::string, const onnx::TensorProto*> constant_values(const onnx::ModelProto& model, ImportOwner owner) {
+  std::map<std::string, const onnx::TensorProto*> constants;
+  if (owner.is_model()) {
+    std::set<std::string> inputs;
+    for (const auto& input : model.graph().input()) inputs.insert(input.name());
+    for (const auto& initializer : model.graph().initializer()) {
+      if (!inputs.count(initializer.name())) constants.emplace(initializer.name(), &initializer);
+    }
+  }
+  for_each_owned_node(model, owner, [&](const onnx::NodeProto& node) {
+    if (node.op_type() != "Constant" || !normalize_domain(node.domain()).empty() || node.output_size() != 1) return;
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == "value" && attribute.has_t()) constants.emplace(node.output(0), &attribute.t());
+    }
+  });
+  return constants;
+}
+
 std::optional<std::string> import_move_blocker(const onnx::ModelProto& model, ImportOwner owner, const std::string& domain,
                                                int from, int to, const std::set<int32_t>& types,
                                                const std::function<bool(const onnx::NodeProto&)>& skip,
@@ -108,6 +129,11 @@ std::optional<std::string> import_move_blocker(const onnx::ModelProto& model, Im
                                                const std::function<const NodeTypes*()>& node_types) {
   const OpTable* table = OpRegistry::builtin().table(domain);
   std::optional<std::string> blocker;
+  const auto constants = constant_values(model, owner);
+  const OpTable::ConstantOf constant = [&](const std::string& name) -> const onnx::TensorProto* {
+    auto it = constants.find(name);
+    return it == constants.end() ? nullptr : it->second;
+  };
   for_each_owned_node(model, owner, [&](const onnx::NodeProto& node) {
     if (blocker || normalize_domain(node.domain()) != domain || (skip && skip(node))) return;
     if (!table) {
@@ -116,7 +142,7 @@ std::optional<std::string> import_move_blocker(const onnx::ModelProto& model, Im
     }
     const bool built = built_for_to && built_for_to(node);
     auto check = [&](const std::set<int32_t>& used) {
-      return built ? table->type_blocker(node, from, to, used) : table->move_blocker(node, from, to, used);
+      return built ? table->type_blocker(node, from, to, used) : table->move_blocker(node, from, to, used, constant);
     };
     blocker = check(types);
     // The model's types are all the node's and more: its own can only clear it (inferred once needed).

@@ -58,6 +58,9 @@ std::set<int32_t> model_types(const onnx::ModelProto& model);
 // functions); nodes `built_for_to` (a rewrite's new ones) are only checked for element types `to` lacks.
 // A version step that added types matters if the model's `types` include one, unless the node's
 // own types (from `node_types`, asked only then; where all are known) don't.
+// The values of `owner`'s initializers (not overridable as graph inputs) and Constant nodes
+// <value>, by name: inputs a node's meaning across a version step may depend on.
+std::map<std::string, const onnx::TensorProto*> constant_values(const onnx::ModelProto& model, ImportOwner owner);
 std::optional<std::string> import_move_blocker(const onnx::ModelProto& model, ImportOwner owner, const std::string& domain,
                                                int from, int to, const std::set<int32_t>& types,
                                                const std::function<bool(const onnx::NodeProto&)>& skip = {},

@@ -138,10 +138,63 @@ int64_t int_attribute_or(const onnx::NodeProto& node, std::string_view name, int
 
 bool has_input(const onnx::NodeProto& node, int index) { return index < node.input_size() && !node.input(index).empty(); }
 
+bool has_output(const onnx::NodeProto& node, int index) { return index < node.output_size() && !node.output(index).empty(); }
+
+// Whether every value of an int or ints attribute is >= 0 (true when the attribute is absent).
+bool non_negative(const onnx::NodeProto& node, std::string_view name) {
+  for (const auto& attribute : node.attribute()) {
+    if (attribute.name() != name) continue;
+    if (attribute.type() == onnx::AttributeProto::INT) return attribute.i() >= 0;
+    if (attribute.type() == onnx::AttributeProto::INTS) {
+      return std::all_of(attribute.ints().begin(), attribute.ints().end(), [](int64_t v) { return v >= 0; });
+    }
+    return false;
+  }
+  return true;
+}
+
+// Ops whose version 11 only let their axis (or axes) attribute count from the back: a node whose
+// axes are all >= 0 (or absent: the same default on both sides) means the same either side.
+std::optional<std::string_view> negative_axes_only_at_11(const std::string& op) {
+  if (op == "Flatten" || op == "Concat" || op == "ArgMax" || op == "ArgMin" || op == "Softmax" || op == "LogSoftmax" ||
+      op == "Hardmax" || op == "Split" || op == "Compress") {
+    return "axis";
+  }
+  if (op == "Squeeze" || op == "Unsqueeze" || op.starts_with("Reduce")) return "axes";
+  return std::nullopt;
+}
+
 // Version steps the tables mark as changing meaning, where this node means the same on both
 // sides (and is valid on both: no input slot, even empty, that one side lacks) (the change is about inputs or attributes it doesn't use), whichever way the import moves.
-bool same_meaning_across(const onnx::NodeProto& node, int step) {
+bool same_meaning_across(const onnx::NodeProto& node, int step, const OpTable::ConstantOf& constant) {
   const std::string& op = node.op_type();
+  // Whether input `index` is a constant whose values are all >= 0 (or absent).
+  auto input_non_negative = [&](int index) {
+    if (!has_input(node, index)) return true;
+    const onnx::TensorProto* tensor = constant ? constant(node.input(index)) : nullptr;
+    if (!tensor) return false;
+    auto values = decode_tensor(*tensor);
+    if (!values) return false;
+    const auto ints = values->ints();
+    return std::all_of(ints.begin(), ints.end(), [](int64_t v) { return v >= 0; });
+  };
+  if (step == 11) {
+    if (auto axes = negative_axes_only_at_11(op)) return non_negative(node, *axes);
+    if (op == "Gemm") return has_input(node, 2);                // 11 made C optional
+    if (op == "Constant") return !has_attribute(node, "sparse_value");  // 11 added sparse_value
+    // 11 let Gather's axis and indices, and Slice's axes, count from the back.
+    if (op == "Gather") return non_negative(node, "axis") && input_non_negative(1);
+    if (op == "Slice") return input_non_negative(3);
+  }
+  if (op == "BatchNormalization" && (step == 14 || step == 9)) {
+    // Inference, one output: 14 added training_mode (and changed the training outputs), 9 removed
+    // `spatial` (its default, 1, is what 9 does).
+    return !has_attribute(node, "training_mode") && !has_attribute(node, "spatial") && !has_output(node, 1) &&
+           !has_output(node, 2) && !has_output(node, 3) && !has_output(node, 4);
+  }
+  if (op == "MaxPool" && step == 8) {  // 8 added the Indices output and storage_order
+    return !has_output(node, 1) && !has_attribute(node, "storage_order");
+  }
   if ((op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") && step == 13) {
     // The last axis: -1 coerces to [rest, last] (before 13) and is the one axis (from 13). Only
     // when written: the default changed from 1 to -1.
@@ -252,7 +305,7 @@ std::optional<int> OpTable::introduced(const std::string& op_type) const {
 }
 
 std::optional<std::string> OpTable::move_blocker(const onnx::NodeProto& node, int from, int to,
-                                                 const std::set<int32_t>& model_types) const {
+                                                 const std::set<int32_t>& model_types, const ConstantOf& constant) const {
   const std::string& op = node.op_type();
   if (std::max(from, to) > highest_) {
     return "opset " + std::to_string(std::max(from, to)) + " is newer than the version tables (" + std::to_string(highest_) + ")";
@@ -265,7 +318,7 @@ std::optional<std::string> OpTable::move_blocker(const onnx::NodeProto& node, in
   for (const auto& step : ops_.find(op)->second) {
     if (step.version <= low || step.version > high) continue;
     const std::string where = op + "-" + std::to_string(step.version);
-    if (step.breaking && !same_meaning_across(node, step.version)) return where + " changed its meaning";
+    if (step.breaking && !same_meaning_across(node, step.version, constant)) return where + " changed its meaning";
     if (step.relaxed && lowering) return where + " accepts nodes that " + op + "-" + std::to_string(low) + " does not";
     if (auto used = added_type_used(step, where, model_types)) return used;
     if (!lowering) continue;  // new attributes and inputs default to the old behaviour

@@ -64,8 +64,11 @@ class OpTable {
   // Why `node` would mean something else (or not exist) if its domain's import moved from
   // `from` to `to`; nullopt when the move is safe. `model_types` are the element types the
   // model declares anywhere (new types added by a version only matter if the model uses them).
+  // `constant` gives the value of an input fed by an initializer or a Constant node (null when
+  // not known): some nodes mean the same across a step only for some values of an input.
+  using ConstantOf = std::function<const onnx::TensorProto*(const std::string&)>;
   std::optional<std::string> move_blocker(const onnx::NodeProto& node, int from, int to,
-                                          const std::set<int32_t>& model_types) const;
+                                          const std::set<int32_t>& model_types, const ConstantOf& constant = {}) const;
   // The types part of move_blocker alone: for nodes a rewrite built for `to`, which mean what
   // they should there but may take element types only `from` has.
   std::optional<std::string> type_blocker(const onnx::NodeProto& node, int from, int to,

@@ -426,6 +426,7 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
     const auto types = model_types(model.proto);
     std::unique_ptr<NodeTypes> node_types;  // inferred once a node is in the way
     std::map<const onnx::FunctionProto*, int64_t> imported;  // ai.onnx import per owner (0: none)
+    std::map<const onnx::FunctionProto*, std::map<std::string, const onnx::TensorProto*>> constants;  // per owner
     std::map<std::pair<std::string, std::string>, std::pair<int, std::string>> blocked;  // (op, why) -> count, first place
     for_each_node(model.proto, [&](const onnx::NodeProto& node, const Place& place) {
       if (!table || !normalize_domain(node.domain()).empty()) return;
@@ -437,10 +438,16 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
         known = imported.emplace(function, it == imports.end() ? 0 : it->second).first;
       }
       if (known->second == *max_opset || (!exact && known->second < *max_opset) || known->second > std::numeric_limits<int>::max()) return;
-      auto why = table->move_blocker(node, static_cast<int>(known->second), *max_opset, types);
+      auto values = constants.find(function);
+      if (values == constants.end()) values = constants.emplace(function, constant_values(model.proto, ImportOwner{function})).first;
+      const OpTable::ConstantOf constant = [&](const std::string& name) -> const onnx::TensorProto* {
+        auto it = values->second.find(name);
+        return it == values->second.end() ? nullptr : it->second;
+      };
+      auto why = table->move_blocker(node, static_cast<int>(known->second), *max_opset, types, constant);
       if (why) {  // the node's own types can clear it (a float Relu in a model with int64 shapes)
         if (!node_types) node_types = std::make_unique<NodeTypes>(model);
-        if (auto own = node_types->of(node)) why = table->move_blocker(node, static_cast<int>(known->second), *max_opset, *own);
+        if (auto own = node_types->of(node)) why = table->move_blocker(node, static_cast<int>(known->second), *max_opset, *own, constant);
       }
       if (why) {
         auto& [count, first] = blocked[{node.op_type(), *why}];
