@@ -91,6 +91,8 @@ TEST(Cli, UsageErrorsExitWith2AndOneLine) {
       {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--target", "tvm"},
       {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--only", "no-such-rule"},
       {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--opset", "zero"},
+      // Beyond the version tables (issue #34: it ran, wrote the model and exited 1).
+      {"rewrite", model.string(), "-o", (dir / "o.onnx").string(), "--to-opset", "99"},
       {"rewrite", model.string(), "-o", (dir / "missing-dir" / "o.onnx").string()},
       {"check", model.string(), "--bogus"},
       {"batch", dir.path().string()},

@@ -261,8 +261,14 @@ def test_opset_and_to_opset(onnx_rewrite, tmp_path):
 
 
 def test_only_skip_and_explain(onnx_rewrite):
-    skipped = onnx_rewrite.rewrite(GROUP_NORM, target="onnx", skip=["mygroupnorm-decomposition"])
+    skipped = onnx_rewrite.rewrite(GROUP_NORM, target="onnx",
+                                   skip=["mygroupnorm-decomposition", "mygroupnorm-to-group-normalization"])
     assert skipped.rules == {} and not skipped.target_met
+    # Without the decomposition, GroupNormalization-21 serves: the import follows, nothing else
+    # in the graph changing meaning at 21.
+    raised = onnx_rewrite.rewrite(GROUP_NORM, target="onnx", skip="mygroupnorm-decomposition")
+    assert set(raised.rules) == {"mygroupnorm-to-group-normalization"} and raised.target_met
+    assert raised.opset_changes[""] == (9, 21)
     only = onnx_rewrite.rewrite(GROUP_NORM, target="onnx", only="mygroupnorm-decomposition")
     assert set(only.rules) == {"mygroupnorm-decomposition"}
     explained = onnx_rewrite.rewrite(GROUP_NORM, target="onnx", explain="mygroupnorm")

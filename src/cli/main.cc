@@ -14,6 +14,7 @@
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/model_io.h"
 #include "onnx_rewrite/target.h"
+#include "verify/opset.h"
 
 namespace {
 
@@ -124,7 +125,8 @@ void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources
       .add_option_function<int>(
           "--to-opset", [&options](const int& opset) { options.max_opset = opset, options.exact_opset = true; },
           "Convert to exactly this ai.onnx opset, up or down; exit 1 naming what can't be converted")
-      ->check(CLI::Range(1, 1000))
+      // Beyond the version tables nothing can be converted: a usage error before any work.
+      ->check(CLI::Range(1, OpRegistry::builtin().table("")->highest_version(), "opset"))
       ->excludes("--opset");
   command.add_option("--ir-version", options.ir_version,
                      "Write this IR version (older runtimes refuse IR 9/10); exit 1 naming what the model uses that it lacks")
