@@ -18,24 +18,6 @@ namespace {
 
 using namespace testing;
 
-// kCustomOpModel's `y` as an initializer whose 24 bytes are external data in `location`.
-std::string external_data_model(const std::string& location) {
-  onnx::ModelProto model = parse_model_text(kCustomOpModel);
-  model.mutable_graph()->mutable_input()->RemoveLast();
-  auto* weight = model.mutable_graph()->add_initializer();
-  weight->set_name("y");
-  weight->set_data_type(onnx::TensorProto::FLOAT);
-  weight->add_dims(2);
-  weight->add_dims(3);
-  weight->set_data_location(onnx::TensorProto::EXTERNAL);
-  for (const auto& [key, value] : {std::pair{"location", location}, {"offset", "0"}, {"length", "24"}}) {
-    auto* entry = weight->add_external_data();
-    entry->set_key(key);
-    entry->set_value(value);
-  }
-  return serialize(model);
-}
-
 // The model as the rule leaves it: CustomOpOne became Add.
 bool rewritten_model(const fs::path& path) {
   onnx::ModelProto model;

@@ -61,20 +61,7 @@ std::string describe_difference(const Snapshot& before, const Snapshot& after) {
 class NeverDestroy : public ::testing::Test {
  protected:
   void SetUp() override {
-    onnx::ModelProto model = parse_model_text(kCustomOpModel);
-    model.mutable_graph()->mutable_input()->RemoveLast();
-    auto* weight = model.mutable_graph()->add_initializer();
-    weight->set_name("y");
-    weight->set_data_type(onnx::TensorProto::FLOAT);
-    weight->add_dims(2);
-    weight->add_dims(3);
-    weight->set_data_location(onnx::TensorProto::EXTERNAL);
-    for (const auto& [key, value] : {std::pair{"location", "weights.bin"}, {"offset", "0"}, {"length", "24"}}) {
-      auto* entry = weight->add_external_data();
-      entry->set_key(key);
-      entry->set_value(value);
-    }
-    write_file(dir / "m.onnx", serialize(model));
+    write_file(dir / "m.onnx", external_data_model("weights.bin"));
     write_file(dir / "weights.bin", std::string(24, '\x01'));
     write_file(dir / "my.rules", kOneToAdd);
     fs::create_directories(dir / "sub");

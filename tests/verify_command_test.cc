@@ -90,17 +90,7 @@ g (float[2, 3] x) => (float[2, 3] z) {
   t = )" + op + R"( (x)
   z = Add (t, w)
 })");
-  auto* weight = model.mutable_graph()->add_initializer();
-  weight->set_name("w");
-  weight->set_data_type(onnx::TensorProto::FLOAT);
-  weight->add_dims(2);
-  weight->add_dims(3);
-  weight->set_data_location(onnx::TensorProto::EXTERNAL);
-  for (const auto& [key, value] : {std::pair{"location", location}, {"offset", "0"}, {"length", "24"}}) {
-    auto* entry = weight->add_external_data();
-    entry->set_key(key);
-    entry->set_value(value);
-  }
+  add_external_initializer(*model.mutable_graph(), "w", location);
   write_file(path, serialize(model));
   const float values[6] = {0.5f, -1, 2, -3, 4, -5};
   write_file(path.parent_path() / location, std::string(reinterpret_cast<const char*>(values), sizeof values));

@@ -59,6 +59,27 @@ onnx::ModelProto parse_model_text(const std::string& text) {
   return model;
 }
 
+void add_external_initializer(onnx::GraphProto& graph, const std::string& name, const std::string& location) {
+  auto* weight = graph.add_initializer();
+  weight->set_name(name);
+  weight->set_data_type(onnx::TensorProto::FLOAT);
+  weight->add_dims(2);
+  weight->add_dims(3);
+  weight->set_data_location(onnx::TensorProto::EXTERNAL);
+  for (const auto& [key, value] : {std::pair{"location", location}, {"offset", "0"}, {"length", "24"}}) {
+    auto* entry = weight->add_external_data();
+    entry->set_key(key);
+    entry->set_value(value);
+  }
+}
+
+std::string external_data_model(const std::string& location) {
+  onnx::ModelProto model = parse_model_text(kCustomOpModel);
+  model.mutable_graph()->mutable_input()->RemoveLast();
+  add_external_initializer(*model.mutable_graph(), "y", location);
+  return serialize(model);
+}
+
 std::string serialize(const onnx::ModelProto& model) {
   std::string bytes;
   model.SerializeToString(&bytes);

@@ -56,6 +56,11 @@ std::string serialize(const onnx::ModelProto& model);
 std::vector<std::string> op_types(const onnx::GraphProto& graph);
 void write_file(const fs::path& path, const std::string& bytes);
 std::string read_file(const fs::path& path);
+// Adds to `graph` a float [2, 3] initializer `name` whose 24 bytes are external data at the start
+// of `location` (the data file is the caller's to write).
+void add_external_initializer(onnx::GraphProto& graph, const std::string& name, const std::string& location);
+// kCustomOpModel, serialized, with its input `y` an initializer of that kind.
+std::string external_data_model(const std::string& location);
 
 class TempDir {
  public:
