@@ -27,6 +27,10 @@ struct RewriteOptions {
   bool inline_functions = false;         // inline calls to model-local functions first
   bool fuse = false;                     // --fuse: also rules that fuse for the target on request (`fuses for:`)
   bool canonicalize = true;              // --no-canonicalize: false skips the canonicalize-* rules
+  // --simplify: fold what the model already decides (the canonicalize-* rules, for any target),
+  // drop Identity and dead nodes, Constant nodes as initializers, unused and duplicate
+  // initializers (engine/simplify.h). The CLI's default is the target's (`simplify yes`).
+  bool simplify = false;
   int max_rounds = 16;
   std::string explain;                   // --explain: op type or node name
   std::ostream* explain_out = nullptr;

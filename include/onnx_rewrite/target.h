@@ -48,6 +48,7 @@ struct Target {
   std::vector<OpException> exceptions;        // the last one that applies wins
   std::vector<Caveat> caveats;
   bool local_functions = false;        // does the runtime run calls to model-local functions?
+  bool simplify = false;               // is --simplify on unless --no-simplify says otherwise?
 
   // Whether `name` is this target or one it builds on: rules for it serve this target too.
   bool builds_on(std::string_view name) const;

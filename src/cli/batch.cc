@@ -468,7 +468,7 @@ int batch_all(const BatchCommand& command, PathGuard& guard, PendingFile* report
   const Target& target = find_target(command.options.target);
   const Shard shard = command.shard.empty() ? Shard{} : parse_shard(command.shard);
   const RuleSet rules = command.rules.load();
-  const RewriteOptions options = effective_options(command.options, command.inline_functions);
+  const RewriteOptions options = effective_options(command.options, command.overrides);
   active_rules(rules, options);
   const VerifyOptions* verify = command.verify ? &command.verify_options : nullptr;
   const auto run_fields = [&](JsonWriter& json) { write_run_json(json, command.options, command.rules, command.provenance, false, verify); };

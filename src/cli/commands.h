@@ -14,6 +14,12 @@
 
 namespace onnx_rewrite {
 
+// Options whose default is the target's; set when the command line says.
+struct TargetDefaultOverrides {
+  std::optional<bool> inline_functions;  // --inline-functions; default: for targets that don't run local functions
+  std::optional<bool> simplify;          // --simplify / --no-simplify; default: the target's `simplify`
+};
+
 struct RuleSources {
   bool builtin = true;              // false: --no-builtin-rules
   std::vector<std::string> paths;   // --rules
@@ -25,7 +31,7 @@ struct RewriteCommand {
   std::string output;               // -o
   RewriteOptions options;
   RuleSources rules;
-  std::optional<bool> inline_functions;  // --inline-functions; default: only for target onnx
+  TargetDefaultOverrides overrides;  // --inline-functions, --[no-]simplify
   std::string report;               // --report FILE.json
   std::string html;                 // --html FILE.html
   bool dry_run = false;
@@ -41,7 +47,7 @@ struct BatchCommand {
   int jobs = 0;                     // 0: one per core
   RewriteOptions options;
   RuleSources rules;
-  std::optional<bool> inline_functions;
+  TargetDefaultOverrides overrides;
   std::string report;
   std::string junit;                // --junit FILE.xml
   std::string report_jsonl;         // --report-jsonl FILE: a line per model as it finishes

@@ -109,15 +109,21 @@ CLI::Option* add_input_files(CLI::App& command, std::map<std::string, std::files
 }
 
 void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources& sources,
-                         std::optional<bool>& inline_functions, std::string& report, bool& provenance) {
+                         TargetDefaultOverrides& overrides, std::string& report, bool& provenance) {
   add_target(command, options.target, options.max_opset);
   add_rule_sources(command, sources);
   one_value_each(command.add_option("--only", options.only, "Apply only this rule id (repeatable)"));
   one_value_each(command.add_option("--skip", options.skip, "Don't apply this rule id (repeatable)"));
   // A flag callback: CLI11 would set an optional<bool> to false when the flag is absent.
   command.add_flag_callback(
-      "--inline-functions", [&inline_functions] { inline_functions = true; },
+      "--inline-functions", [&overrides] { overrides.inline_functions = true; },
       "Inline calls to model-local functions (default: for --target onnx only)");
+  auto* simplify = command.add_flag_callback(
+      "--simplify", [&overrides] { overrides.simplify = true; },
+      "Fold what the model already decides (constants, shape arithmetic of static dims), drop Identity and dead nodes, "
+      "Constant nodes as initializers, unused and duplicate initializers (default: --target ort)");
+  command.add_flag_callback("--no-simplify", [&overrides] { overrides.simplify = false; }, "Don't simplify (for --target ort)")
+      ->excludes(simplify);
   command.add_flag("--fuse", options.fuse,
                    "Also fuse spelled-out patterns into the target's own ops where that is opt-in (--target onnx: "
                    "LayerNormalization, Gelu, HardSwish, ...)");
@@ -180,7 +186,7 @@ int run_command_line(int argc, char** argv) {
   auto* rewrite_app = app.add_subcommand("rewrite", "Apply rules to one model and write the result");
   rewrite_app->add_option("model", rewrite.input, "Input model (.onnx)")->required();
   rewrite_app->add_option("-o,--output", rewrite.output, "Output model (.onnx)");
-  add_rewrite_options(*rewrite_app, rewrite.options, rewrite.rules, rewrite.inline_functions, rewrite.report, rewrite.provenance);
+  add_rewrite_options(*rewrite_app, rewrite.options, rewrite.rules, rewrite.overrides, rewrite.report, rewrite.provenance);
   rewrite_app->add_option("--html", rewrite.html,
                           "Also write a page showing the op table and each rule's first matches before and after (needs Graphviz)");
   rewrite_app->add_flag("--dry-run", rewrite.dry_run, "Rewrite and report, but write nothing");
@@ -240,7 +246,7 @@ int run_command_line(int argc, char** argv) {
   batch_app->add_option("inputs", batch.inputs, "Input directories (or model files)")->required();
   batch_app->add_option("-o,--output", batch.output_dir, "Output directory")->required();
   batch_app->add_option("-j,--jobs", batch.jobs, "Models rewritten in parallel (default: one per core)")->check(CLI::Range(1, 1024));
-  add_rewrite_options(*batch_app, batch.options, batch.rules, batch.inline_functions, batch.report, batch.provenance);
+  add_rewrite_options(*batch_app, batch.options, batch.rules, batch.overrides, batch.report, batch.provenance);
   batch_app->add_option("--junit", batch.junit, "Also write JUnit XML to FILE: a testcase per model");
   batch_app->add_option("--report-jsonl", batch.report_jsonl, "Append a JSON line to FILE as each model finishes");
   batch_app->add_option("--resume", batch.resume,

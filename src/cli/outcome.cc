@@ -208,6 +208,7 @@ void write_options_json(JsonWriter& json, const RewriteOptions& options, const R
   if (options.ir_version) json.value(*options.ir_version);
   else json.null();
   json.key("canonicalize").value(options.canonicalize);
+  json.key("simplify").value(options.simplify);
   json.key("max_rounds").value(options.max_rounds);
   json.key("provenance").value(provenance);
   json.key("input_shapes").begin_object();
@@ -444,9 +445,10 @@ Processed process(const std::string& input, const std::string& output, const Rul
   return processed;
 }
 
-RewriteOptions effective_options(RewriteOptions options, std::optional<bool> inline_functions) {
+RewriteOptions effective_options(RewriteOptions options, const TargetDefaultOverrides& overrides) {
   const Target& target = find_target(options.target);
-  options.inline_functions = inline_functions.value_or(!target.local_functions);
+  options.inline_functions = overrides.inline_functions.value_or(!target.local_functions);
+  options.simplify = overrides.simplify.value_or(target.simplify);
   if (auto cap = target.max_onnx_opset()) options.max_opset = std::min(options.max_opset.value_or(*cap), *cap);
   return options;
 }

@@ -143,8 +143,8 @@ Processed process(const std::string& input, const std::string& output, const Rul
                   const Target& target, const ProcessOptions& how);
 
 // What the target implies where the command line is silent: inlining for runtimes that don't run
-// model-local functions, and its highest opset.
-RewriteOptions effective_options(RewriteOptions options, std::optional<bool> inline_functions);
+// model-local functions, simplification, and its highest opset.
+RewriteOptions effective_options(RewriteOptions options, const TargetDefaultOverrides& overrides);
 
 // Checked before any work, so that a mistyped path costs nothing and leaves nothing half done.
 void require_directory_of(const std::string& path, const std::string& what);

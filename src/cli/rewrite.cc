@@ -76,7 +76,7 @@ int rewrite_one(const RewriteCommand& command, const PathGuard& guard, PendingFi
                 std::ostream& err) {
   const Target& target = find_target(command.options.target);
   const RuleSet rules = command.rules.load();
-  RewriteOptions options = effective_options(command.options, command.inline_functions);
+  RewriteOptions options = effective_options(command.options, command.overrides);
   active_rules(rules, options);  // unknown --only/--skip ids are usage errors, before any work
   if (html) options.record_matches = kHtmlMatchesPerRule;
   const std::string output = command.in_place ? command.input : command.output;

@@ -20,6 +20,7 @@
 #include "verify/opset.h"
 #include "engine/match_ahead.h"
 #include "engine/rewriter.h"
+#include "engine/simplify.h"
 #include "engine/worklist.h"
 #include "graph/scope.h"
 #include "onnx_rewrite/target.h"
@@ -56,7 +57,8 @@ std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions
   const Target& target = find_target(options.target);
   std::vector<const Rule*> active;
   for (const auto& rule : rules.rules) {
-    if (!rule->serves(target, options.fuse)) continue;
+    // --simplify folds for every target with the rules that canonicalize for the fusing ones.
+    if (!rule->serves(target, options.fuse) && !(options.simplify && is_canonicalization(*rule))) continue;
     if (!options.only.empty() && !options.only.count(rule->id)) continue;
     if (options.skip.count(rule->id)) continue;
     if (!options.canonicalize && is_canonicalization(*rule)) continue;
@@ -191,7 +193,8 @@ class Run {
         candidates_(index_by_anchor(rules)),
         policy_(model, options.max_opset, lower, options.exact_opset), names_(model.proto), rewriter_(model), worklist_(rules), result_(result), ordered_(ordered),
         progress_(options.progress_out),
-        canonicalizing_(std::any_of(rules.begin(), rules.end(), [](const Rule* rule) { return is_canonicalization(*rule); })) {
+        canonicalizing_(options.simplify ||
+                        std::any_of(rules.begin(), rules.end(), [](const Rule* rule) { return is_canonicalization(*rule); })) {
     for (const Rule* rule : rules) {
       if (const Target* through = served_through(*rule)) inherited_.emplace(rule, through);
     }
@@ -199,7 +202,8 @@ class Run {
 
   // Returns why the requested opset can't be reached, if it can't.
   std::optional<std::string> execute() {
-    if (!any_anchor()) return policy_.apply(rewriter_.created(), domains_before_);
+    // With nothing to match the model stays as it is, unless it is to be cleaned up anyway.
+    if (!options_.simplify && !any_anchor()) return policy_.apply(rewriter_.created(), domains_before_);
     // The names fresh ones must differ from are collected while the graph is indexed (a
     // check that found the input in order leaves out what nodes read: it is defined anyway).
     const bool collecting_early = ordered_.value_or(false) && big();
@@ -755,7 +759,7 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
     result.notes.insert(result.notes.end(), declines.begin(), declines.end());
     if (again) result.notes.push_back(*again);
   }
-  const bool canonicalized_only = !result.rules.empty() && result.functions_inlined == 0 && result.function_imports_raised == 0 &&
+  const bool canonicalized_only = !options.simplify && !result.rules.empty() && result.functions_inlined == 0 && result.function_imports_raised == 0 &&
                                   imports(model.proto) == imports_before &&
                                   std::all_of(result.rules.begin(), result.rules.end(), [&](const auto& fired) {
                                     return is_canonicalization(fired.first) && !options.only.count(fired.first);
@@ -770,6 +774,12 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
     result.notes.push_back("canonicalization alone was undone, no other rule fired after it: " + what);
     result.rules.clear();
     result.recorded.clear();
+  }
+
+  if (options.simplify) {
+    const auto fired = result.rules.size();
+    simplify_main_graph(model, result);
+    if (result.rules.size() != fired) model.changed = true;
   }
 
   const auto imports_after = imports(model.proto);

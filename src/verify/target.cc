@@ -186,6 +186,10 @@ Target parse_target(const std::string& name, const std::string& file, std::strin
     auto need = [&](size_t low, size_t high, const char* form) {
       if (arguments.size() < low || arguments.size() > high) fail(fmt::format("expected '{}'", form));
     };
+    auto yes_or_no = [&] {  // `KEY yes` or `KEY no`
+      if (arguments.size() != 1 || (arguments[0] != "yes" && arguments[0] != "no")) fail(fmt::format("expected '{} yes' or '{} no'", key, key));
+      return arguments[0] == "yes";
+    };
     auto domain_of = [&](const std::string& domain) {
       const std::string normalized = normalize_domain(domain);
       if (!OpRegistry::builtin().table(normalized)) fail(fmt::format("no op table for domain '{}' (targets/*.ops)", domain));
@@ -200,6 +204,7 @@ Target parse_target(const std::string& name, const std::string& file, std::strin
       target.max_opsets = parent->max_opsets;
       target.exceptions = parent->exceptions;
       target.local_functions = parent->local_functions;
+      target.simplify = parent->simplify;
       target.description = parent->description;
       target.source = parent->source;  // its tables still apply; load-tested is this file's own word
       target.caveats = parent->caveats;
@@ -211,9 +216,7 @@ Target parse_target(const std::string& name, const std::string& file, std::strin
       if (arguments.empty()) fail("expected 'source TEXT'");
       target.source = text_after(line, 1);
     } else if (key == "load-tested") {
-      need(1, 1, "load-tested yes|no");
-      if (arguments[0] != "yes" && arguments[0] != "no") fail("expected 'load-tested yes' or 'load-tested no'");
-      target.load_tested = arguments[0] == "yes";
+      target.load_tested = yes_or_no();
     } else if (key == "domain") {
       need(1, 1, "domain DOMAIN");
       const std::string domain = domain_of(arguments[0]);
@@ -241,12 +244,12 @@ Target parse_target(const std::string& name, const std::string& file, std::strin
       if (arguments.size() < 3) fail("expected 'caveat DOMAIN OP TEXT'");
       target.caveats.push_back({normalize_domain(arguments[0]), arguments[1], text_after(line, 3)});
     } else if (key == "local-functions") {
-      need(1, 1, "local-functions yes|no");
-      if (arguments[0] != "yes" && arguments[0] != "no") fail("expected 'local-functions yes' or 'local-functions no'");
-      target.local_functions = arguments[0] == "yes";
+      target.local_functions = yes_or_no();
+    } else if (key == "simplify") {
+      target.simplify = yes_or_no();
     } else {
       fail(fmt::format("unknown key '{}' (inherits, description, source, load-tested, domain, no-domain, max-opset, op, no-op, "
-                       "caveat, local-functions)",
+                       "caveat, local-functions, simplify)",
                        key));
     }
     first = false;
