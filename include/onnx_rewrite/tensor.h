@@ -38,6 +38,10 @@ onnx::TensorProto make_int64_tensor(const std::vector<int64_t>& dims, const std:
 // and types we don't know. The one table of element sizes.
 int element_bits(int32_t data_type);
 
+// The type classes: bool and the 8- to 64-bit integers; float, double, float16 and bfloat16.
+bool is_integer_type(int32_t data_type);
+bool is_float_type(int32_t data_type);
+
 // "float", "int64", ... (ONNX's lowercase names) and back.
 std::string data_type_name(int32_t data_type);
 std::optional<int32_t> data_type_from_name(std::string_view name);

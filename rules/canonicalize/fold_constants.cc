@@ -28,11 +28,6 @@ constexpr size_t kSlackBytes = 64;
 constexpr size_t kMaxElements = kMaxBytes / 4;
 constexpr double kExactIntegers = 9007199254740992.0;  // 2^53: doubles hold integers exactly below
 
-bool is_float(int32_t type) {
-  return type == TensorProto::FLOAT || type == TensorProto::DOUBLE || type == TensorProto::FLOAT16 ||
-         type == TensorProto::BFLOAT16;
-}
-
 // The range of an integer type make_tensor writes exactly (uint64 above 2^53 is left alone).
 std::optional<std::pair<double, double>> integer_range(int32_t type) {
   switch (type) {
@@ -79,7 +74,7 @@ std::optional<std::vector<double>> numbers_of(const TensorValues& values) {
     }
     return numbers;
   }
-  if (is_float(values.data_type)) return values.numbers;
+  if (is_float_type(values.data_type)) return values.numbers;
   return std::nullopt;
 }
 
@@ -92,7 +87,7 @@ struct Folded {
 // ONNX's Cast of one element: floats round, float -> integer truncates (declined out of range
 // and for NaN, where ONNX leaves the result undefined), anything -> bool is "not zero".
 std::optional<double> cast_element(double x, int32_t to) {
-  if (is_float(to)) return x;
+  if (is_float_type(to)) return x;
   if (to == TensorProto::BOOL) return x != 0 ? 1.0 : 0.0;
   const auto range = integer_range(to);
   if (!range || std::isnan(x)) return std::nullopt;
@@ -105,14 +100,14 @@ std::optional<double> cast_element(double x, int32_t to) {
 std::optional<double> unary_element(const std::string& op, double x, int32_t type) {
   if (op == "Neg") return -x;
   if (op == "Abs") return std::abs(x);
-  if (!is_float(type)) return std::nullopt;
+  if (!is_float_type(type)) return std::nullopt;
   if (op == "Sqrt") return std::sqrt(x);
   if (op == "Reciprocal") return 1.0 / x;
   return std::nullopt;
 }
 
 std::optional<double> binary_element(const std::string& op, double a, double b, int32_t type) {
-  const bool integer = !is_float(type);
+  const bool integer = !is_float_type(type);
   if (op == "Add") return a + b;
   if (op == "Sub") return a - b;
   if (op == "Mul") return a * b;
@@ -174,7 +169,7 @@ BuildResult fold(const BuildContext& match, GraphBuilder& b) {
   if (op == "Cast" || op == "CastLike") {
     out.type = op == "Cast" ? static_cast<int32_t>(node.attribute_int("to", 0)) : match.facts("like").elem_type;
     if (out.type == 0) return decline(fmt::format("the element type of '{}' is unknown", match.value("like").name));
-    if (!is_float(out.type) && !integer_range(out.type) && out.type != TensorProto::BOOL) {
+    if (!is_float_type(out.type) && !integer_range(out.type) && out.type != TensorProto::BOOL) {
       return decline(fmt::format("Cast to {} is not folded", data_type_name(out.type)));
     }
   } else if (binary) {
@@ -330,7 +325,7 @@ BuildResult fold_layout(const BuildContext& match, GraphBuilder& b) {
   if (!values) return decline(fmt::format("'{}' is not a constant of at most {} elements", data, kMaxElements));
   const int32_t type = values->data_type;
   const bool exact_integers = type == TensorProto::INT64 || type == TensorProto::BOOL || (integer_range(type) && type != TensorProto::UINT64);
-  if (!is_float(type) && !exact_integers) return decline(fmt::format("'{}' has element type {}", data, data_type_name(type)));
+  if (!is_float_type(type) && !exact_integers) return decline(fmt::format("'{}' has element type {}", data, data_type_name(type)));
   if (auto why = copies_shared_input(match, {"c", "shape", "axes"}, element_count(values->dims) * element_bytes(type)); !why.empty()) {
     return decline(why);
   }
@@ -415,50 +410,6 @@ BuildResult mean_of_two(const BuildContext& match, GraphBuilder& b) {
   return built();
 }
 
-// Cast (x) to x's own element type: the input as it is.
-BuildResult no_op_cast(const BuildContext& match, GraphBuilder& b) {
-  const int32_t type = match.facts("x").elem_type;
-  if (type == 0) return decline("the input's element type is unknown");
-  if (type != match.anchor().attribute_int("to", 0)) return decline("the Cast changes the element type");
-  b.output(match.value("y"), b.Identity(match.value("x")));
-  return built();
-}
-
-// Dropout keeps every element unless it trains with a ratio above 0: without training_mode
-// (Dropout-7 and later, and -12 without the input) or with a constant false one, or with a
-// constant ratio of 0. The mask is not built: nothing reads it.
-BuildResult inference_dropout(const BuildContext& match, GraphBuilder& b) {
-  auto constant_zero = [&](std::string_view name) {
-    const auto value = match.scalar(name);
-    return value && *value == 0;
-  };
-  if (match.has("mask")) return decline("the mask is read");
-  const bool trains = match.has("training_mode") && !constant_zero("training_mode");
-  if (trains && !(match.has("ratio") && constant_zero("ratio"))) {
-    return decline("training_mode may be true and the ratio is not a constant 0: elements may be dropped");
-  }
-  b.output(match.value("output"), b.Identity(match.value("data")));
-  return built();
-}
-
-// x · 1, x / 1, x − 0, integer x + 0: x itself, when the constant k neither changes x's type
-// nor broadcasts it to more elements (k has one element and at most x's rank).
-BuildResult neutral_operand(const BuildContext& match, GraphBuilder& b) {
-  const auto k = match.constant("k", 1);
-  if (!k || k->numbers.size() != 1) return decline("the constant has more than one element");
-  const ShapeFacts& x = match.facts("x");
-  if (x.elem_type == 0 || x.elem_type != k->data_type) return decline("the operands' element types are unknown or differ");
-  if (!x.shape || x.shape->size() < k->dims.size()) return decline("the constant may broadcast x to another shape");
-  const std::string op = match.anchor().op_type();
-  const bool identity = op == "Mul" || op == "Div" ? k->numbers[0] == 1 : k->numbers[0] == 0;
-  if (!identity) return decline("the constant is not the operation's neutral element");
-  if (op == "Add" && !integer_range(x.elem_type)) return decline("a float x + 0 is not x when x is -0");
-  if (op == "Div" && match.anchor().input(0).name != match.value("x").name) return decline("1 / x is not x");
-  if (op == "Sub" && match.anchor().input(0).name != match.value("x").name) return decline("0 - x is not x");
-  b.output(match.value("y"), b.Identity(match.value("x")));
-  return built();
-}
-
 }  // namespace
 
 void register_canonicalize_builders(BuilderRegistry& registry) {
@@ -469,10 +420,6 @@ void register_canonicalize_builders(BuilderRegistry& registry) {
                fold_layout);
   registry.add("canonicalize_mean_of_two", {.values = {"a", "b", "y"}, .optional_values = {}, .attributes = {}, .optional_attributes = {}},
                mean_of_two);
-  registry.add("canonicalize_no_op_cast", {.values = {"x", "y"}, .node_attributes = {"to"}}, no_op_cast);
-  registry.add("canonicalize_inference_dropout", {.values = {"data", "output"}, .optional_values = {"ratio", "training_mode", "mask"}},
-               inference_dropout);
-  registry.add("canonicalize_neutral_operand", {.values = {"x", "k", "y"}}, neutral_operand);
   registry.add("canonicalize_fold", {.values = {"y"}, .optional_values = {"c", "like", "a", "b"}, .node_attributes = {"to"}}, fold);
 }
 

@@ -42,6 +42,7 @@ OpCounts count_ops(const onnx::ModelProto& model) {
 
 bool is_canonicalization(const std::string& rule_id) { return rule_id.starts_with("canonicalize-"); }
 bool is_canonicalization(const Rule& rule) { return is_canonicalization(rule.id); }
+bool is_simplification(const Rule& rule) { return rule.id.starts_with("simplify-"); }
 // Not rules: the dead nodes and the Identity nodes a model came with, removed where
 // canonicalization runs.
 constexpr const char* kUnusedNodes = "canonicalize-unused-nodes";
@@ -57,12 +58,21 @@ std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions
   const Target& target = find_target(options.target);
   std::vector<const Rule*> active;
   for (const auto& rule : rules.rules) {
-    // --simplify folds for every target with the rules that canonicalize for the fusing ones.
-    if (!rule->serves(target, options.fuse) && !(options.simplify && is_canonicalization(*rule))) continue;
+    if (!rule->serves(target, options.fuse) || is_simplification(*rule)) continue;
     if (!options.only.empty() && !options.only.count(rule->id)) continue;
     if (options.skip.count(rule->id)) continue;
     if (!options.canonicalize && is_canonicalization(*rule)) continue;
     active.push_back(rule.get());
+  }
+  return active;
+}
+
+std::vector<const Rule*> simplification_rules(const RuleSet& rules, const RewriteOptions& options) {
+  std::vector<const Rule*> active;
+  for (const auto& rule : rules.rules) {
+    if (!is_simplification(*rule) && !(options.canonicalize && is_canonicalization(*rule))) continue;
+    if (!options.only.empty() && !options.only.count(rule->id)) continue;
+    if (!options.skip.count(rule->id)) active.push_back(rule.get());
   }
   return active;
 }
@@ -195,6 +205,7 @@ class Run {
         progress_(options.progress_out),
         canonicalizing_(options.simplify ||
                         std::any_of(rules.begin(), rules.end(), [](const Rule* rule) { return is_canonicalization(*rule); })) {
+    // (options.simplify: the simplification run, which cleans up even where no rule matches.)
     for (const Rule* rule : rules) {
       if (const Target* through = served_through(*rule)) inherited_.emplace(rule, through);
     }
@@ -714,7 +725,12 @@ void write_ir_version(Model& model, const RewriteOptions& options, RewriteResult
 }  // namespace
 
 RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOptions& options, const InputCheck* checked) {
-  const auto active = active_rules(rules, options);
+  // The rules run as they would without --simplify; what is left is simplified after, so that
+  // fusions see the spellings they were written for.
+  RewriteOptions rewriting = options;
+  rewriting.simplify = false;
+  const auto active = active_rules(rules, rewriting);
+  const auto simplifying = options.simplify ? simplification_rules(rules, options) : std::vector<const Rule*>{};
   // A valid input must give a valid output; an invalid one (the library takes what it is given)
   // can't tell our mistakes from its own.
   const InputCheck input = checked ? *checked : check_input(model.proto);
@@ -742,7 +758,7 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
     const auto domains_before = domains_in_use(model.proto);
     result.functions_inlined = options.inline_functions ? inline_local_functions(model, &result.notes) : 0;
     if (result.functions_inlined > 0) model.changed = true;
-    Run run(model, active, options, lower, domains_before, result,
+    Run run(model, active, rewriting, lower, domains_before, result,
             result.functions_inlined > 0 ? std::nullopt : std::optional<bool>(input.ordered));
     auto problem = run.execute();
     nodes_checked = run.nodes_checked();
@@ -759,7 +775,7 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
     result.notes.insert(result.notes.end(), declines.begin(), declines.end());
     if (again) result.notes.push_back(*again);
   }
-  const bool canonicalized_only = !options.simplify && !result.rules.empty() && result.functions_inlined == 0 && result.function_imports_raised == 0 &&
+  const bool canonicalized_only = !result.rules.empty() && result.functions_inlined == 0 && result.function_imports_raised == 0 &&
                                   imports(model.proto) == imports_before &&
                                   std::all_of(result.rules.begin(), result.rules.end(), [&](const auto& fired) {
                                     return is_canonicalization(fired.first) && !options.only.count(fired.first);
@@ -777,9 +793,13 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
   }
 
   if (options.simplify) {
+    const auto domains_before = domains_in_use(model.proto);  // the run holds a reference
+    Run run(model, simplifying, options, /*lower=*/false, domains_before, result, std::nullopt);
+    run.execute();  // an opset it can't reach was reported by the run above (an Identity needs none)
+    nodes_checked = nodes_checked && run.nodes_checked();
     const auto fired = result.rules.size();
     simplify_main_graph(model, result);
-    if (result.rules.size() != fired) model.changed = true;
+    if (result.rules.size() != fired) model.changed = true, nodes_checked = false;
   }
 
   const auto imports_after = imports(model.proto);

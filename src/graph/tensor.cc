@@ -71,17 +71,6 @@ double int32_field_element(int32_t type, int32_t value) {
   return value;
 }
 
-bool is_integer(int32_t type) {
-  switch (type) {
-    case TensorProto::INT8: case TensorProto::INT16: case TensorProto::INT32: case TensorProto::INT64:
-    case TensorProto::UINT8: case TensorProto::UINT16: case TensorProto::UINT32: case TensorProto::UINT64:
-    case TensorProto::BOOL:
-      return true;
-    default:
-      return false;
-  }
-}
-
 int64_t raw_integer(int32_t type, const char* p) {
   switch (type) {
     case TensorProto::INT8: return load<int8_t>(p);
@@ -153,7 +142,7 @@ std::optional<int64_t> decodable_count(const TensorProto& tensor) {
     const auto size = [](const auto& field) { return static_cast<size_t>(field.size()); };
     const size_t integers = size(tensor.int32_data()) + size(tensor.int64_data()) + size(tensor.uint64_data());
     const size_t numbers = integers + size(tensor.float_data()) + size(tensor.double_data());
-    fits = numbers == elements && (!is_integer(type) || integers == elements);
+    fits = numbers == elements && (!is_integer_type(type) || integers == elements);
   }
   return fits ? std::optional<int64_t>(count) : std::nullopt;
 }
@@ -183,7 +172,7 @@ std::optional<TensorValues> decode_tensor(const TensorProto& tensor) {
     return values;
   }
   const size_t element_size = raw_element_size(type);
-  if (is_integer(type)) values.integers = exact_integers(tensor, element_size);
+  if (is_integer_type(type)) values.integers = exact_integers(tensor, element_size);
   values.numbers.reserve(static_cast<size_t>(*count));
   if (tensor.has_raw_data()) {
     const std::string& raw = tensor.raw_data();
@@ -303,6 +292,21 @@ float half_to_float(uint16_t bits) {
   }
   if (exponent == 31) return std::bit_cast<float>(sign | 0x7F800000 | (mantissa << 13));
   return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+bool is_integer_type(int32_t type) {
+  switch (type) {
+    case TensorProto::INT8: case TensorProto::INT16: case TensorProto::INT32: case TensorProto::INT64:
+    case TensorProto::UINT8: case TensorProto::UINT16: case TensorProto::UINT32: case TensorProto::UINT64:
+    case TensorProto::BOOL:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_float_type(int32_t type) {
+  return type == TensorProto::FLOAT || type == TensorProto::DOUBLE || type == TensorProto::FLOAT16 || type == TensorProto::BFLOAT16;
 }
 
 }  // namespace onnx_rewrite

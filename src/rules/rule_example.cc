@@ -8,6 +8,7 @@
 #include <onnx/defs/parser.h>
 #include <onnx/defs/printer.h>
 
+#include "engine/active_rules.h"
 #include "onnx_rewrite/engine.h"
 #include "onnx_rewrite/error.h"
 #include "onnx_rewrite/model_io.h"
@@ -134,6 +135,7 @@ ExampleOutcome run_rule_example(const Rule& rule, const RuleSet& rules) {
   options.target = rule.targets.empty() ? rule.fuse_targets.front() : rule.targets.front();
   options.fuse = rule.targets.empty();
   options.only = {rule.id};
+  options.simplify = is_simplification(rule);  // they run in --simplify's run only
   options.max_opset = rule.example->max_opset;
   options.exact_opset = rule.example->exact_opset;
   Model model = parse_model(serialized(before), rule.file + " (example of " + rule.id + ")");
