@@ -1,0 +1,109 @@
+// Planted mutations (issue #39): for each rule family, one of its real rules copied from its
+// .rules file at test time, broken as a plausible bug would break it (a sign, an axis, an epsilon,
+// two inputs swapped), must fail the family's numeric check in ONNX Runtime, while the same run
+// with the unbroken copy passes it. A family's numeric tests prove the rewrite right; this proves
+// they can tell it wrong. Each edit is asserted to apply, so a rule whose text changes fails here
+// loudly rather than letting the mutation silently vanish.
+#include <functional>
+
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "onnx_rewrite/engine.h"
+#include "test_support.h"
+
+namespace onnx_rewrite {
+namespace {
+
+using namespace testing;
+
+// The text of rule `id` of rules/FAMILY/FILE, from its `rule ID` line to its `end` (a rule file
+// holds nothing but rules and comments).
+std::string real_rule(const std::string& family, const std::string& file, const std::string& id) {
+  const std::string text = read_file(family_file(family, file));
+  const std::string head = "rule " + id + "\n";
+  size_t begin = text.rfind("\n" + head);
+  begin = begin == std::string::npos ? (text.rfind(head, 0) == 0 ? 0 : std::string::npos) : begin + 1;
+  if (begin == std::string::npos) {
+    ADD_FAILURE() << "no rule " << id << " in rules/" << family << "/" << file;
+    return "";
+  }
+  const size_t end = text.find("\nend\n", begin);
+  if (end == std::string::npos) {
+    ADD_FAILURE() << "rule " << id << " has no end";
+    return "";
+  }
+  return text.substr(begin, end + 5 - begin);
+}
+
+// `text` with each `from` replaced by `to`; `from` must occur exactly `times` times, or the real
+// rule changed and the planted bug with it: the test fails saying so.
+std::string plant(const std::string& text, const std::string& from, const std::string& to, int times = 1) {
+  std::string out;
+  int found = 0;
+  size_t at = 0;
+  for (size_t next; (next = text.find(from, at)) != std::string::npos; at = next + from.size()) {
+    out += text.substr(at, next - at) + to;
+    ++found;
+  }
+  out += text.substr(at);
+  EXPECT_EQ(found, times) << "the planted edit '" << from << "' -> '" << to
+                          << "' no longer applies to the real rule (it changed?): update the mutation\n"
+                          << text;
+  return out;
+}
+
+// Rewrites `input` with the rules of `rule_text` alone (no built-in rules) into `output`; the
+// rule `id` must fire.
+bool rewrite_with(const std::string& rule_text, const std::string& id, const fs::path& input, const fs::path& output,
+                  const RewriteOptions& options) {
+  const auto rules = rules_from_text(rule_text, false);
+  const auto rewritten = rewrite_proto(read_model(input), rules, options);
+  write_file(output, rewritten.bytes);
+  EXPECT_TRUE(rewritten.result.rules.count(id)) << id << " did not fire on " << input << "\n" << rewritten.explain;
+  return rewritten.result.rules.count(id) > 0;
+}
+
+using Compare = std::function<OrtComparison(const fs::path& rewritten)>;
+
+// The real rule's output passes `compare`; the planted one's fails it (a mismatch, exit 1: not
+// an output ONNX Runtime refuses, which would prove nothing about the numbers).
+void expect_caught(const std::string& id, const std::string& real, const std::string& planted, const fs::path& input,
+                   const Compare& compare, const RewriteOptions& options = {}) {
+  ASSERT_NE(real, planted) << "the mutation changed nothing";
+  const fs::path dir = input.parent_path();
+  ASSERT_TRUE(rewrite_with(real, id, input, dir / "control.onnx", options));
+  ASSERT_TRUE(rewrite_with(planted, id, input, dir / "planted.onnx", options));
+  const auto control = compare(dir / "control.onnx");
+  EXPECT_TRUE(control.ok) << "the real rule " << id << " fails its check:\n" << control.output;
+  const auto caught = compare(dir / "planted.onnx");
+  EXPECT_EQ(caught.exit_code, 1) << "the planted bug in " << id << " is not caught:\n" << caught.output;
+  report_numbers(id + " (real rule)", control);
+  report_numbers(id + " (planted bug)", caught);
+}
+
+Compare against_original(const fs::path& original, std::vector<std::string> extra = {}) {
+  return [original, extra](const fs::path& rewritten) { return ort_compare(original, rewritten, extra); };
+}
+
+Compare against_reference(const fs::path& module, std::string params, std::vector<std::string> extra = {}) {
+  return [module, params, extra](const fs::path& rewritten) { return ort_compare_reference(rewritten, module, params, extra); };
+}
+
+// ---- aten: GELU's 1/√2 as √2 ------------------------------------------------------------------
+
+TEST(PlantedMutation, Aten) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 8, opset_import: ["": 17, "org.pytorch.aten": 1]>
+g (float[2, 3, 16] x) => (float[2, 3, 16] y) {
+  y = org.pytorch.aten.ATen <operator = "gelu", overload_name = ""> (x)
+})", dir / "gelu.onnx");
+  const auto real = real_rule("aten", "aten.rules", "aten-gelu-decomposition");
+  const auto planted = plant(real, "value_float: float = 0.70710678118654752", "value_float: float = 1.4142135623730951");
+  expect_caught("aten-gelu-decomposition", real, planted, input,
+                against_reference(family_file("aten", "gelu.js"), R"({"approximate": "none"})", {"--float-range", "-6,6"}));
+}
+
+}  // namespace
+}  // namespace onnx_rewrite
