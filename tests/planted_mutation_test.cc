@@ -105,5 +105,107 @@ g (float[2, 3, 16] x) => (float[2, 3, 16] y) {
                 against_reference(family_file("aten", "gelu.js"), R"({"approximate": "none"})", {"--float-range", "-6,6"}));
 }
 
+
+// ---- canonicalize: a fold of Sub with its operands swapped -------------------------------------
+
+TEST(PlantedMutation, Canonicalize) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2, 3] x) => (float[2, 3] y) <float[3] w = {1, 2, 3}, float[2, 1] s = {10, 100}> {
+  k = Sub (w, s)
+  t = Add (x, k)
+  y = Neg (t)
+})", dir / "fold.onnx");
+  // A run in which only canonicalization fires is undone (the model written unchanged): another
+  // rule, neg-to-sub, fires too so that the fold stays in the output.
+  const auto real = real_rule("canonicalize", "fold-constants.rules", "canonicalize-fold-binary");
+  const auto planted = plant(real, "y = Sub (a, b)", "y = Sub (b, a)");
+  RewriteOptions options;
+  options.fuse = true;  // the folds serve --target onnx under --fuse (and ort always)
+  expect_caught("canonicalize-fold-binary", real + kNegToSub, planted + kNegToSub, input, against_original(input), options);
+}
+
+// ---- fuse-onnx: HardSigmoid's beta with its sign flipped --------------------------------------
+
+TEST(PlantedMutation, FuseOnnx) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2, 3, 8] x) => (float[2, 3, 8] y) <float three = {3.0}, float zero = {0.0}, float six = {6.0}> {
+  a = Add (x, three)
+  r = Clip (a, zero, six)
+  y = Div (r, six)
+})", dir / "hardsigmoid.onnx");
+  const auto real = real_rule("fuse-onnx", "fuse-hard-activations.rules", "fuse-hardsigmoid");
+  const auto planted = plant(real, "HardSigmoid <alpha = 0.16666667, beta = 0.5>", "HardSigmoid <alpha = 0.16666667, beta = -0.5>",
+                             2);  // the replacement and its expect
+  RewriteOptions options;
+  options.fuse = true;
+  expect_caught("fuse-hardsigmoid", real, planted, input, against_original(input, {"--float-range", "-5,5"}), options);
+}
+
+// ---- opset-down: Softmax-13's default axis taken as 1 ------------------------------------------
+
+TEST(PlantedMutation, OpsetDown) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 8, opset_import: ["": 13]>
+g (float[2, 3, 4] x) => (float[2, 3, 4] y) {
+  y = Softmax (x)
+})", dir / "softmax.onnx");
+  const auto real = real_rule("opset-down", "softmax.rules", "softmax-axis-13-lowering");
+  const auto planted = plant(real, "axis default -1", "axis default 1");
+  RewriteOptions options;
+  options.max_opset = 12;
+  expect_caught("softmax-axis-13-lowering", real, planted, input, against_original(input, {"--float-range", "-4,4"}), options);
+}
+
+// ---- opset-up: Softmax-11's coerced axis (default 1) taken as the last axis --------------------
+
+TEST(PlantedMutation, OpsetUp) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 6, opset_import: ["": 11]>
+g (float[2, 3, 4] x) => (float[2, 3, 4] y) {
+  y = Softmax (x)
+})", dir / "softmax.onnx");
+  const auto real = real_rule("opset-up", "attributes-to-inputs.rules", "softmax-coerced-13-raising");
+  const auto planted = plant(real, "    opset ai.onnx <= 12\n", "    opset ai.onnx <= 12\n    axis default 2\n");
+  RewriteOptions options;
+  options.max_opset = 13;
+  options.exact_opset = true;
+  expect_caught("softmax-coerced-13-raising", real, planted, input, against_original(input, {"--float-range", "-4,4"}), options);
+}
+
+// ---- registry-tutorial: CustomOpOne as Sub instead of Add --------------------------------------
+
+TEST(PlantedMutation, RegistryTutorial) {
+  TempDir dir;
+  const auto input = write_model_text(kCustomOpModel, dir / "customop.onnx");
+  // What the tutorial's op computes, in ai.onnx ops.
+  const auto expected = write_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2, 3] x, float[2, 3] y) => (float[2, 3] z) {
+  t = Add (x, y)
+  z = Relu (t)
+})", dir / "expected.onnx");
+  const auto real = real_rule("registry-tutorial", "registry-tutorial.rules", "customop-one-to-add");
+  const auto planted = plant(real, "z = Add (x, y)", "z = Sub (x, y)", 2);  // the replacement and its expect
+  expect_caught("customop-one-to-add", real, planted, input,
+                [&](const fs::path& rewritten) { return ort_compare(expected, rewritten); });
+}
+
+// ---- trt-instance-norm: scale and bias swapped -------------------------------------------------
+
+TEST(PlantedMutation, TrtInstanceNorm) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 6, opset_import: ["": 11, "mmdeploy": 1]>
+g (float[2, 4, 10] x, float[4] scale, float[4] bias) => (float[2, 4, 10] y) {
+  y = mmdeploy.TRTInstanceNormalization <epsilon = 1e-3> (x, scale, bias)
+})", dir / "instance_norm.onnx");
+  const auto real = real_rule("trt-instance-norm", "trt-instance-norm.rules", "trt-instance-normalization");
+  const auto planted = plant(real, "y = InstanceNormalization <epsilon: float = @eps> (x, scale, bias)",
+                             "y = InstanceNormalization <epsilon: float = @eps> (x, bias, scale)");
+  expect_caught("trt-instance-normalization", real, planted, input,
+                against_reference(family_file("trt-instance-norm", "instance_norm.js"), R"({"epsilon": 1e-3})",
+                                  {"--rtol", "1e-5", "--atol", "1e-5"}));
+}
+
 }  // namespace
 }  // namespace onnx_rewrite
