@@ -207,5 +207,124 @@ g (float[2, 4, 10] x, float[4] scale, float[4] bias) => (float[2, 4, 10] y) {
                                   {"--rtol", "1e-5", "--atol", "1e-5"}));
 }
 
+// ---- defuse-contrib: BiasAdd's skip subtracted -------------------------------------------------
+
+TEST(PlantedMutation, DefuseContrib) {
+  TempDir dir;
+  const auto input = write_model_text(contrib_model_text(17, R"(
+g (float[2, 16, 8] x, float[8] bias, float[2, 16, 8] skip) => (float[2, 16, 8] y) {
+  y = com.microsoft.BiasAdd (x, bias, skip)
+})"), dir / "bias_add.onnx");
+  const auto real = real_rule("defuse-contrib", "defuse-bias.rules", "defuse-bias-add");
+  const auto planted = plant(real, "    y = Add (s, skip)\n  }\n  example", "    y = Sub (s, skip)\n  }\n  example");
+  expect_caught("defuse-bias-add", real, planted, input, against_reference(family_file("defuse-contrib", "bias_add.js"), "{}"));
+}
+
+// ---- fuse-contrib: exact GELU fused as the tanh approximation ---------------------------------
+
+TEST(PlantedMutation, FuseContrib) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2, 3, 16] x) => (float[2, 3, 16] y) <float inv_sqrt2 = {0.70710678}, float one = {1.0}, float two = {2.0}> {
+  h = Mul (x, inv_sqrt2)
+  e = Erf (h)
+  a = Add (e, one)
+  p = Mul (x, a)
+  y = Div (p, two)
+})", dir / "gelu.onnx");
+  const auto real = real_rule("fuse-contrib", "fuse-gelu.rules", "fuse-gelu-erf");
+  const auto planted = plant(real, "approximate = \"none\"", "approximate = \"tanh\"");
+  RewriteOptions options;
+  options.target = "ort";
+  expect_caught("fuse-gelu-erf", real, planted, input, against_original(input, {"--float-range", "-4,4"}), options);
+}
+
+// ---- group-norm: mygroupnorm's default epsilon 1e-1 instead of 1e-5 ----------------------------
+
+TEST(PlantedMutation, GroupNorm) {
+  TempDir dir;
+  const std::string weights =
+      "<float[1] num_groups = {2.0}, float[4] scale = {1.0, 2.0, 0.5, 1.5}, float[4] bias = {0.0, 0.1, -0.1, 0.2}>";
+  const auto input = write_model_text(fmt::format(R"(<ir_version: 8, opset_import: ["": 17, "mydomain": 1]>
+g (float[2, 4, 5, 5] x) => (float[2, 4, 5, 5] y) {} {{
+  y = mydomain.mygroupnorm (x, num_groups, scale, bias)
+}})", weights), dir / "group_norm.onnx");
+  // ONNX Runtime's own GroupNormalization-21 kernel, torch's default epsilon.
+  const auto kernel = write_model_text(fmt::format(R"(<ir_version: 10, opset_import: ["": 21]>
+g (float[2, 4, 5, 5] x) => (float[2, 4, 5, 5] y) {} {{
+  y = GroupNormalization <epsilon = 1e-5, num_groups = 2> (x, scale, bias)
+}})", weights), dir / "kernel.onnx");
+  const auto real = real_rule("group-norm", "group-norm.rules", "mygroupnorm-decomposition");
+  const auto planted = plant(real, "eps default 1e-5", "eps default 1e-1");
+  expect_caught("mygroupnorm-decomposition", real, planted, input,
+                [&](const fs::path& rewritten) { return ort_compare(kernel, rewritten); });
+}
+
+// ---- lower-losses: SoftmaxCrossEntropyLoss' default reduction taken as sum ---------------------
+
+TEST(PlantedMutation, LowerLosses) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 7, opset_import: ["": 13]>
+g (float[3, 5] scores, int64[3] target) => (float loss) {
+  loss = SoftmaxCrossEntropyLoss (scores, target)
+})", dir / "sce.onnx");
+  const auto real = real_rule("lower-losses", "softmax-cross-entropy.rules", "softmax-cross-entropy-loss-12-lowering");
+  const auto planted = plant(real, "    log_prob is optional\n", "    log_prob is optional\n    reduction default \"sum\"\n");
+  RewriteOptions options;
+  options.max_opset = 11;
+  expect_caught("softmax-cross-entropy-loss-12-lowering", real, planted, input,
+                against_original(input, {"--range", "target=0,4"}), options);
+}
+
+// ---- lower-attention: RotaryEmbedding's cos and sin caches swapped -----------------------------
+
+TEST(PlantedMutation, LowerAttention) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 10, opset_import: ["": 23]>
+g (float[1, 2, 3, 8] x, float[1, 3, 4] cos_cache, float[1, 3, 4] sin_cache) => (float[1, 2, 3, 8] y) {
+  y = RotaryEmbedding (x, cos_cache, sin_cache)
+})", dir / "rotary.onnx");
+  const auto real = real_rule("lower-attention", "rotary-embedding.rules", "rotary-embedding-23-lowering");
+  const auto planted = plant(real, "(x, cos_cache, sin_cache, position_ids)\n  }", "(x, sin_cache, cos_cache, position_ids)\n  }");
+  RewriteOptions options;
+  options.max_opset = 13;
+  expect_caught("rotary-embedding-23-lowering", real, planted, input, against_original(input), options);
+}
+
+// ---- mmcv-roi-align: mmcv's default aligned = 1 taken as 0 (no half-pixel shift) ---------------
+
+TEST(PlantedMutation, MmcvRoiAlign) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 8, opset_import: ["": 16, "mmdeploy": 1]>
+g (float[2, 3, 12, 10] input, float[9, 1] batch, float[9, 2] xy, float[9, 2] wh) => (float[9, 3, 3, 2] y) {
+  x2y2 = Add (xy, wh)
+  rois = Concat <axis = 1> (batch, xy, x2y2)
+  y = mmdeploy.MMCVRoiAlign <mode = "avg", output_height = 3, output_width = 2, sampling_ratio = 0, spatial_scale = 0.5> (input, rois)
+})", dir / "roi_align.onnx");
+  const auto real = real_rule("mmcv-roi-align", "mmcv-roi-align.rules", "mmcv-roi-align-to-roi-align-16");
+  const auto planted = plant(real, "aligned default 1", "aligned default 0");
+  expect_caught("mmcv-roi-align-to-roi-align-16", real, planted, input,
+                against_reference(family_file("mmcv-roi-align", "mmcv_roi_align.js"),
+                                  R"({"outputHeight": 3, "outputWidth": 2, "spatialScale": 0.5, "samplingRatio": 0, "mode": "avg", "aligned": 1})",
+                                  {"--range", "batch=0,1.99", "--range", "xy=-6,22", "--range", "wh=0,14", "--range", "input=-5,5",
+                                   "--trials", "2", "--atol", "2e-5", "--rtol", "1e-5"}));
+}
+
+// ---- mmdeploy-grid-sampler: torch's default align_corners = False taken as True ----------------
+
+TEST(PlantedMutation, MmdeployGridSampler) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 8, opset_import: ["": 16, "mmdeploy": 1]>
+g (float[2, 3, 5, 7] x, float[2, 4, 6, 2] grid) => (float[2, 3, 4, 6] y) {
+  y = mmdeploy.grid_sampler <interpolation_mode = 0, padding_mode = 0> (x, grid)
+})", dir / "grid_sampler.onnx");
+  const auto real = real_rule("mmdeploy-grid-sampler", "grid-sampler.rules", "grid-sampler-to-grid-sample");
+  const auto planted = plant(real, "align_corners default 0", "align_corners default 1");
+  expect_caught("grid-sampler-to-grid-sample", real, planted, input,
+                against_reference(family_file("mmdeploy-grid-sampler", "grid_sampler.js"),
+                                  R"({"interpolationMode": 0, "paddingMode": 0, "alignCorners": 0})",
+                                  {"--range", "grid=-2.5,2.5", "--range", "x=-10,10", "--trials", "2", "--atol", "1e-6", "--rtol", "1e-5"}));
+}
+
 }  // namespace
 }  // namespace onnx_rewrite
