@@ -326,5 +326,60 @@ g (float[2, 3, 5, 7] x, float[2, 4, 6, 2] grid) => (float[2, 3, 4, 6] y) {
                                   {"--range", "grid=-2.5,2.5", "--range", "x=-10,10", "--trials", "2", "--atol", "1e-6", "--rtol", "1e-5"}));
 }
 
+// ---- defuse-rotary: RotaryEmbedding's default interleaved = 0 taken as 1 -----------------------
+
+TEST(PlantedMutation, DefuseRotary) {
+  TempDir dir;
+  const auto input = write_model_text(contrib_model_text(17, R"(
+g (float[2, 4, 128] x, int64[2, 4] pos, float[32, 8] cos, float[32, 8] sin) => (float[2, 4, 128] y) {
+  y = com.microsoft.RotaryEmbedding <num_heads = 4, rotary_embedding_dim = 16> (x, pos, cos, sin)
+})"), dir / "rotary.onnx");
+  const auto real = real_rule("defuse-rotary", "defuse-rotary.rules", "defuse-rotary-embedding");
+  const auto planted = plant(real, "interleaved default 0", "interleaved default 1");
+  expect_caught("defuse-rotary-embedding", real, planted, input, against_original(input, {"--range", "pos=0,31"}));
+}
+
+// ---- defuse-mha: MultiHeadAttention's default scale (1/√head_size) taken as 1 ------------------
+
+TEST(PlantedMutation, DefuseMha) {
+  TempDir dir;
+  const auto input = write_model_text(contrib_model_text(17, R"(
+g (float[2, 5, 16] q, float[2, 5, 16] k, float[2, 5, 16] v) => (float[2, 5, 16] y) {
+  y = com.microsoft.MultiHeadAttention <num_heads = 2> (q, k, v)
+})"), dir / "mha.onnx");
+  const auto real = real_rule("defuse-mha", "defuse-mha.rules", "defuse-mha");
+  const auto planted = plant(real, "scale default 0.0", "scale default 1.0");
+  expect_caught("defuse-mha", real, planted, input, against_original(input, {"--float-range", "-2,2"}));
+}
+
+// ---- defuse-gqa: GroupQueryAttention's key and value swapped ----------------------------------
+
+TEST(PlantedMutation, DefuseGqa) {
+  TempDir dir;
+  const auto input = write_model_text(contrib_model_text(17, R"(
+g (float[2, 5, 32] q, float[2, 5, 16] k, float[2, 5, 16] v, int32[2] sl, int32[1] tot)
+    => (float[2, 5, 32] y, float[2, 1, 5, 16] present_k, float[2, 1, 5, 16] present_v) {
+  y, present_k, present_v = com.microsoft.GroupQueryAttention <num_heads = 2, kv_num_heads = 1> (q, k, v, , , sl, tot)
+})"), dir / "gqa.onnx");
+  const auto real = real_rule("defuse-gqa", "defuse-gqa.rules", "defuse-gqa");
+  const auto planted = plant(real, "        (query, key, value,", "        (query, value, key,");
+  expect_caught("defuse-gqa", real, planted, input,
+                against_original(input, {"--float-range", "-2,2", "--rtol", "1e-5", "--atol", "1e-5", "--range", "tot=5,5",
+                                         "--range", "sl=0,4"}));
+}
+
+// ---- defuse-attention: Attention's default unidirectional = 0 taken as 1 (a causal mask) -------
+
+TEST(PlantedMutation, DefuseAttention) {
+  TempDir dir;
+  const auto input = write_model_text(contrib_model_text(12, R"(
+g (float[2, 5, 8] x, float[8, 24] w, float[24] b) => (float[2, 5, 8] y) {
+  y = com.microsoft.Attention <num_heads = 2> (x, w, b)
+})"), dir / "attention.onnx");
+  const auto real = real_rule("defuse-attention", "defuse-attention.rules", "defuse-attention");
+  const auto planted = plant(real, "unidirectional default 0", "unidirectional default 1");
+  expect_caught("defuse-attention", real, planted, input, against_original(input, {"--float-range", "-2,2"}));
+}
+
 }  // namespace
 }  // namespace onnx_rewrite
