@@ -381,5 +381,130 @@ g (float[2, 5, 8] x, float[8, 24] w, float[24] b) => (float[2, 5, 8] y) {
   expect_caught("defuse-attention", real, planted, input, against_original(input, {"--float-range", "-2,2"}));
 }
 
+// ---- contrib-grid-sample: x and grid swapped ---------------------------------------------------
+// The rule renames the op and its builder copies the node's attributes: the rule text holds no
+// number to break but the inputs it passes. x [1, 3, 3, 2] and grid [1, 3, 3, 2] give outputs of
+// one shape either way round, so swapped inputs run and compute other numbers.
+
+TEST(PlantedMutation, ContribGridSample) {
+  TempDir dir;
+  const auto input = write_model_text(contrib_model_text(16, R"(
+g (float[1, 3, 3, 2] x, float[1, 3, 3, 2] grid) => (float[1, 3, 3, 3] y) {
+  y = com.microsoft.GridSample <mode = "bilinear", padding_mode = "border", align_corners = 0> (x, grid)
+})"), dir / "grid_sample.onnx");
+  const auto real = real_rule("contrib-grid-sample", "contrib-grid-sample.rules", "contrib-grid-sample");
+  const auto planted = plant(real, "y = com.microsoft.GridSample (x, grid)", "y = com.microsoft.GridSample (grid, x)");
+  expect_caught("contrib-grid-sample", real, planted, input, against_original(input, {"--rtol", "0", "--atol", "0"}));
+}
+
+// ---- deform-conv: torchvision's use_mask, left to the inputs, taken as 0 (the mask ignored) ----
+
+TEST(PlantedMutation, DeformConv) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 8, opset_import: ["": 17, "custom": 1]>
+dcn (float[1, 2, 5, 6] input, float[2, 2, 3, 3] weight, float[1, 18, 3, 4] offset, float[1, 9, 3, 4] mask) => (float[1, 2, 3, 4] y) {
+  y = custom.deform_conv2d <stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1> (input, weight, offset, mask)
+})", dir / "deform_conv.onnx");
+  const auto real = real_rule("deform-conv", "deform-conv-torchvision.rules", "torchvision-deform-conv2d-gather");
+  const auto planted = plant(real, "    mask is optional\n", "    mask is optional\n    use_mask default 0\n");
+  expect_caught("torchvision-deform-conv2d-gather", real, planted, input,
+                against_reference(family_file("deform-conv", "deform_conv2d.js"),
+                                  R"({"output": "y", "stride": [1, 1], "pad": [0, 0], "dilation": [1, 1], "groups": 1, "offsetGroups": 1, "useMask": true})",
+                                  {"--range", "offset=-2,2", "--range", "mask=0,1", "--trials", "2", "--rtol", "1e-4", "--atol", "1e-4"}));
+}
+
+// ---- trt-nms: EfficientNMS_TRT's boxes and scores swapped (4 classes: one shape) ---------------
+
+TEST(PlantedMutation, TrtNms) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 8, opset_import: ["": 13, "TRT": 1]>
+g (float[2, 20, 4] boxes, float[2, 20, 4] scores)
+    => (int32[2, 1] num, float[2, 5, 4] det_boxes, float[2, 5] det_scores, int32[2, 5] det_classes) {
+  num, det_boxes, det_scores, det_classes = TRT.EfficientNMS_TRT <background_class = -1, box_coding = 0, iou_threshold = 0.5,
+      max_output_boxes = 5, plugin_version = "1", score_activation = 0, score_threshold = 0.1> (boxes, scores)
+})", dir / "nms.onnx");
+  const auto real = real_rule("trt-nms", "trt-nms.rules", "efficient-nms-trt");
+  const auto planted = plant(real, "= TRT.EfficientNMS_TRT (boxes, scores, anchors)", "= TRT.EfficientNMS_TRT (scores, boxes, anchors)");
+  expect_caught("efficient-nms-trt", real, planted, input,
+                against_reference(family_file("trt-nms", "efficient_nms.js"),
+                                  R"({"score_threshold": 0.1, "iou_threshold": 0.5, "max_output_boxes": 5, "background_class": -1, )"
+                                  R"("score_activation": 0, "box_coding": 0, "class_agnostic": 0, "numDetections": "num", )"
+                                  R"("detectionBoxes": "det_boxes", "detectionScores": "det_scores", "detectionClasses": "det_classes", )"
+                                  R"("quantizeScores": 0, "quantizeBoxes": 0})",
+                                  {"--range", "boxes=0,1", "--range", "scores=-2,1", "--atol", "0", "--rtol", "0"}));
+}
+
+// ---- dynamic-quant-matmul: MatMulIntegerToFloat's zero points swapped --------------------------
+
+TEST(PlantedMutation, DynamicQuantMatmul) {
+  TempDir dir;
+  const auto input = write_model_text(contrib_model_text(17, R"(
+g (uint8[2, 4, 8] a, uint8[8, 6] b) => (float[2, 4, 6] y) <float a_scale = {0.05}, float b_scale = {0.1}, uint8 a_zero = {3}, uint8 b_zero = {200}> {
+  y = com.microsoft.MatMulIntegerToFloat (a, b, a_scale, b_scale, a_zero, b_zero)
+})"), dir / "matmul_integer_to_float.onnx");
+  const auto real = real_rule("dynamic-quant-matmul", "dynamic-quant-matmul.rules", "matmul-integer-to-float");
+  const auto planted = plant(real, "MatMulIntegerToFloat (a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)",
+                             "MatMulIntegerToFloat (a, b, a_scale, b_scale, b_zero_point, a_zero_point, bias)");
+  expect_caught("matmul-integer-to-float", real, planted, input,
+                against_original(input, {"--range", "a=0,255", "--range", "b=0,255"}));
+}
+
+// ---- defuse-matmul-nbits: MatMulNBits' scales and bias swapped (K one block: both [N]) ---------
+
+TEST(PlantedMutation, DefuseMatmulNbits) {
+  TempDir dir;
+  std::string b_values, scales, bias;
+  uint32_t seed = 39;
+  const auto next = [&seed] { return seed = seed * 1664525u + 1013904223u, seed >> 8; };
+  for (int i = 0; i < 8 * 16; ++i) b_values += fmt::format("{}{}", i ? ", " : "", next() % 256);
+  for (int i = 0; i < 8; ++i) scales += fmt::format("{}{:.4f}", i ? ", " : "", 0.01 + (next() % 1000) / 10000.0);
+  for (int i = 0; i < 8; ++i) bias += fmt::format("{}{:.4f}", i ? ", " : "", (next() % 2000) / 1000.0 - 1.0);
+  const auto input = write_model_text(contrib_model_text(21, fmt::format(R"(
+g (float[2, 3, 32] a) => (float[2, 3, 8] y) <uint8[8, 1, 16] b = {{{}}}, float[8] scales = {{{}}}, float[8] bias = {{{}}}> {{
+  y = com.microsoft.MatMulNBits <K = 32, N = 8, bits = 4, block_size = 32> (a, b, scales, , , bias)
+}})", b_values, scales, bias)), dir / "matmul_nbits.onnx");
+  const auto real = real_rule("defuse-matmul-nbits", "defuse-matmul-nbits.rules", "defuse-matmul-nbits-dq");
+  const auto planted = plant(real, "@accuracy_level> (A, B, scales, zero_points, g_idx, bias)", "@accuracy_level> (A, B, bias, zero_points, g_idx, scales)");
+  expect_caught("defuse-matmul-nbits-dq", real, planted, input, against_original(input));
+}
+
+// ---- defuse-nchwc: a fused Conv's input and its sum input swapped ------------------------------
+// The rule hands every NCHWc op of a region to one builder that reads the layout from the graph;
+// the rule text holds the Conv's inputs, so the planted bug swaps two of them (x and sum, of one
+// shape). Random filters (seeded), in MLAS's OIHWBiBo order for block 8: w[o][i] at [i][o].
+
+TEST(PlantedMutation, DefuseNchwc) {
+  TempDir dir;
+  std::vector<double> w(64), b(8);
+  uint32_t seed = 39;
+  for (auto* values : {&w, &b}) {
+    for (auto& v : *values) seed = seed * 1664525u + 1013904223u, v = (seed >> 8) / double(1u << 24) - 0.5;
+  }
+  std::vector<std::string> oihw, blocked, bias;
+  for (int o = 0; o < 8; ++o) {
+    for (int i = 0; i < 8; ++i) oihw.push_back(fmt::format("{:.6f}", w[o * 8 + i]));
+  }
+  for (int i = 0; i < 8; ++i) {
+    for (int o = 0; o < 8; ++o) blocked.push_back(fmt::format("{:.6f}", w[o * 8 + i]));
+  }
+  for (double v : b) bias.push_back(fmt::format("{:.6f}", v));
+  const auto input = write_model_text(fmt::format(R"(<ir_version: 8, opset_import: ["": 17, "com.microsoft.nchwc": 1]>
+g (float[1, 8, 4, 4] x, float[1, 8, 4, 4] s) => (float[1, 8, 4, 4] y) <float[8, 8, 1, 1] w = {{{}}}, float[8] b = {{{}}}> {{
+  xb = com.microsoft.nchwc.ReorderInput (x)
+  sb = com.microsoft.nchwc.ReorderInput (s)
+  cb = com.microsoft.nchwc.Conv <activation = "Relu"> (xb, w, b, sb)
+  y = com.microsoft.nchwc.ReorderOutput <channels = 8> (cb)
+}})", fmt::join(blocked, ", "), fmt::join(bias, ", ")), dir / "nchwc.onnx");
+  const auto nchw = write_model_text(fmt::format(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[1, 8, 4, 4] x, float[1, 8, 4, 4] s) => (float[1, 8, 4, 4] y) <float[8, 8, 1, 1] w = {{{}}}, float[8] b = {{{}}}> {{
+  c = Conv (x, w, b)
+  t = Add (c, s)
+  y = Relu (t)
+}})", fmt::join(oihw, ", "), fmt::join(bias, ", ")), dir / "nchw.onnx");
+  const auto real = real_rule("defuse-nchwc", "nchwc.rules", "nchwc-to-nchw");
+  const auto planted = plant(real, "y = com.microsoft.nchwc.Conv (x, w, b, sum)", "y = com.microsoft.nchwc.Conv (sum, w, b, x)");
+  expect_caught("nchwc-to-nchw", real, planted, input, [&](const fs::path& rewritten) { return ort_compare(nchw, rewritten); });
+}
+
 }  // namespace
 }  // namespace onnx_rewrite
