@@ -5,6 +5,8 @@
 // they can tell it wrong. Each edit is asserted to apply, so a rule whose text changes fails here
 // loudly rather than letting the mutation silently vanish.
 #include <functional>
+#include <regex>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -504,6 +506,54 @@ g (float[1, 8, 4, 4] x, float[1, 8, 4, 4] s) => (float[1, 8, 4, 4] y) <float[8, 
   const auto real = real_rule("defuse-nchwc", "nchwc.rules", "nchwc-to-nchw");
   const auto planted = plant(real, "y = com.microsoft.nchwc.Conv (x, w, b, sum)", "y = com.microsoft.nchwc.Conv (sum, w, b, x)");
   expect_caught("nchwc-to-nchw", real, planted, input, [&](const fs::path& rewritten) { return ort_compare(nchw, rewritten); });
+}
+
+// ---- qlinear-to-qdq: QLinearAdd's two input scales swapped -------------------------------------
+// The family's oracle is ORT's own QLinearAdd, within one quantization step
+// (rules/qlinear-to-qdq/quant_compare.js): more than one step is the failure.
+
+TEST(PlantedMutation, QlinearToQdq) {
+  TempDir dir;
+  const auto input = write_model_text(contrib_model_text(17, R"(
+g (uint8[2, 3, 8] a, uint8[2, 3, 8] b) => (uint8[2, 3, 8] c)
+    <float a_scale = {0.02}, uint8 a_zero = {128}, float b_scale = {0.05}, uint8 b_zero = {100}, float c_scale = {0.1}, uint8 c_zero = {120}> {
+  c = com.microsoft.QLinearAdd (a, a_scale, a_zero, b, b_scale, b_zero, c_scale, c_zero)
+})"), dir / "qlinear_add.onnx");
+  const auto real = real_rule("qlinear-to-qdq", "qlinear-elementwise.rules", "qlinear-add-to-qdq");
+  const auto planted = plant(real, "QLinearAdd (a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point)",
+                             "QLinearAdd (a, b_scale, a_zero_point, b, a_scale, b_zero_point, c_scale, c_zero_point)");
+  expect_caught("qlinear-add-to-qdq", real, planted, input, [&](const fs::path& rewritten) {
+    const auto run = run_command({"node", family_file("qlinear-to-qdq", "quant_compare.js").string(), input.string(), rewritten.string()});
+    OrtComparison comparison;
+    comparison.output = run.out + run.err;
+    std::smatch step;
+    static const std::regex line(R"(output c uint8 count \d+ max_step (\S+))");
+    if (run.exit_code != 0 || !std::regex_search(comparison.output, step, line)) {
+      comparison.exit_code = 2;
+      return comparison;
+    }
+    comparison.max_abs = std::stod(step[1]);  // in quantization steps
+    comparison.ok = comparison.max_abs <= 1;
+    comparison.exit_code = comparison.ok ? 0 : 1;
+    return comparison;
+  });
+}
+
+// ---- Every family has its planted bug ----------------------------------------------------------
+
+// The families the tests above plant a bug in; a new folder of rules/ needs a test here.
+TEST(PlantedMutation, EveryFamilyHasOne) {
+  const std::set<std::string> planted = {
+      "aten", "canonicalize", "contrib-grid-sample", "deform-conv", "defuse-attention", "defuse-contrib", "defuse-gqa",
+      "defuse-matmul-nbits", "defuse-mha", "defuse-nchwc", "defuse-rotary", "dynamic-quant-matmul", "fuse-contrib", "fuse-onnx",
+      "group-norm", "lower-attention", "lower-losses", "mmcv-roi-align", "mmdeploy-grid-sampler", "opset-down", "opset-up",
+      "qlinear-to-qdq", "registry-tutorial", "trt-instance-norm", "trt-nms"};
+  std::set<std::string> families;
+  for (const auto& entry : fs::directory_iterator(source_dir() / "rules")) {
+    if (entry.is_directory()) families.insert(entry.path().filename().string());
+  }
+  for (const auto& family : families) EXPECT_TRUE(planted.count(family)) << "rules/" << family << " has no planted-mutation test";
+  for (const auto& family : planted) EXPECT_TRUE(families.count(family)) << "no family rules/" << family << " (renamed?)";
 }
 
 }  // namespace
