@@ -213,7 +213,35 @@ function qgemm(node, [a, as, az, b, bs, bz, c, ys, yz]) {
   return [tensor(type, [M, N], out)];
 }
 
+// The standard ops around them in a model ORT fused and saved (OrtFused): QuantizeLinear and
+// DequantizeLinear per tensor or per axis, Flatten.
+function perAxis(t, x, axis) {
+  if (!t) return () => 0;
+  if (t.data.length === 1) return () => Number(t.data[0]);
+  const ax = ((axis === undefined ? 1 : axis) + x.dims.length) % x.dims.length;
+  const inner = m.count(x.dims.slice(ax + 1));
+  return (i) => Number(t.data[Math.floor(i / inner) % x.dims[ax]]);
+}
+function quantizeLinear(node, [x, s, z]) {
+  const type = z ? z.type : 'uint8';
+  const S = perAxis(s, x, node.attrs.axis);
+  const Z = perAxis(z, x, node.attrs.axis);
+  return [tensor(type, x.dims, Array.from(x.data, (v, i) => quantize(v, S(i), Z(i), type)))];
+}
+function dequantizeLinear(node, [x, s, z]) {
+  const S = perAxis(s, x, node.attrs.axis);
+  const Z = perAxis(z, x, node.attrs.axis);
+  return [tensor('float32', x.dims, Array.from(x.data, (v, i) => dequantize(Number(v), S(i), Z(i))))];
+}
+function flatten(node, [x]) {
+  const axis = ((node.attrs.axis === undefined ? 1 : node.attrs.axis) + x.dims.length) % x.dims.length;
+  return [{ type: x.type, dims: [m.count(x.dims.slice(0, axis)), m.count(x.dims.slice(axis))], data: x.data }];
+}
+
 module.exports = {
+  QuantizeLinear: quantizeLinear,
+  DequantizeLinear: dequantizeLinear,
+  Flatten: flatten,
   QLinearAdd: binary(false),
   QLinearMul: binary(true),
   QLinearSigmoid: sigmoid,
