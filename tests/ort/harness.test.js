@@ -121,6 +121,25 @@ test('compareTensors: tolerance, NaN, infinities, exact ints and strings', () =>
   assert.match(compareTensors(f(1), { type: 'float64', dims: [1], data: Float64Array.of(1) }).message, /dtype/);
 });
 
+test('compareTensors: a NaN or infinity where the expected value is finite fails; non-finite counts', () => {
+  const f = (...v) => ({ type: 'float32', dims: [v.length], data: Float32Array.from(v) });
+  for (const bad of [NaN, Infinity, -Infinity]) {
+    const c = compareTensors(f(1, 2, 3), f(1, bad, 3), { rtol: 1e9, atol: 1e9 });
+    assert.strictEqual(c.ok, false, String(bad));
+    assert.deepStrictEqual([c.index, c.nonfinite_expected, c.nonfinite_got], [1, 0, 1]);
+  }
+  const same = compareTensors(f(NaN, 1, -Infinity), f(NaN, 1, -Infinity));
+  assert.deepStrictEqual([same.ok, same.nonfinite_expected, same.nonfinite_got], [true, 2, 2]);
+  const f16 = { type: 'float16', dims: [2], data: Uint16Array.of(0x3c00, 0x3c00) };
+  assert.strictEqual(compareTensors(f16, { ...f16, data: Uint16Array.of(0x3c00, 0x7e00) }).ok, false);
+  // An expected output with no finite element proves nothing: it fails unless allowed.
+  const broken = compareTensors(f(NaN, Infinity), f(NaN, Infinity));
+  assert.strictEqual(broken.ok, false);
+  assert.match(broken.message, /no finite element/);
+  assert.ok(compareTensors(f(NaN, Infinity), f(NaN, Infinity), { allowNonfiniteExpected: true }).ok);
+  assert.ok(compareTensors(f(), f()).ok, 'an empty tensor is not "entirely non-finite"');
+});
+
 // ---- scripts ---------------------------------------------------------------------------------
 
 test('load.js: 0 when ORT loads, 1 with its message when not, 2 on usage errors', () => {
@@ -163,6 +182,18 @@ test('compare.js --reference: naive registry name or module file', () => {
   const sub = path.join(tmp, 'sub_ref.js');
   fs.writeFileSync(sub, `module.exports = (i) => ({ C: { dims: i.A.dims, data: i.A.data.map((v, k) => v - i.B.data[k % 3]) } });\n`);
   assert.strictEqual(run('compare.js', [A, '--reference', sub, '--dim', 'N=2']).code, 1);
+  // A reference that gives NaN everywhere: the candidate matching it proves nothing.
+  const nan = path.join(tmp, 'nan_ref.js');
+  fs.writeFileSync(nan, `module.exports = (i) => ({ C: { dims: i.A.dims, data: i.A.data.map(() => NaN) } });\n`);
+  const broken = run('compare.js', [A, '--reference', nan, '--dim', 'N=2', '--json']);
+  assert.strictEqual(broken.code, 1);
+  assert.match(JSON.parse(broken.stdout).outputs[0].message, /no finite element/);
+  // A finite reference and a candidate with one NaN: counted, and a failure.
+  const oneNan = path.join(tmp, 'one_nan_ref.js');
+  fs.writeFileSync(oneNan, `module.exports = (i) => ({ C: { dims: i.A.dims, data: i.A.data.map((v, k) => (k ? v + i.B.data[k % 3] : NaN)) } });\n`);
+  const text = run('compare.js', [A, '--reference', oneNan, '--dim', 'N=2', '--trials', '1']);
+  assert.strictEqual(text.code, 1);
+  assert.match(text.stdout, /nonfinite expected 1 got 0/);
 });
 
 test('optimize.js: extended level fuses a spelled-out GELU into com.microsoft Gelu', () => {
