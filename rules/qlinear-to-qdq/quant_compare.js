@@ -24,8 +24,10 @@
 // measured against the reference too, but only where they are exact on this CPU: first on a
 // probe (every input at the ends of its range, where MLAS's u8s8 kernels saturate int16 pair
 // sums without VNNI), then a random draw of another seed; float outputs count as exact within
-// --kernel-rtol (1e-6) of their largest value. A probe that differs prints `kernel NAME inexact on this CPU ...` and
-// skips that extra comparison; else `kernel NAME TYPE count ... max_step ... differing ...`.
+// --kernel-rtol (1e-6) of their largest value. An output whose probe differs prints
+// `kernel NAME inexact on this CPU ...`, and then no output of the kernels is compared (one
+// downstream of an inexact kernel may pass the probe and differ elsewhere); else every output
+// prints `kernel NAME TYPE count ... max_step ... differing ...` over the trials.
 // Exit 0 when everything ran, 2 on a usage error or when ORT refuses or fails.
 
 const path = require('path');
@@ -206,6 +208,8 @@ async function main() {
       process.stdout.write(`kernel ${name} inexact on this CPU: probe max_step ${st.maxStep} differing ${st.differing} of ${st.count}` +
         ` rel_to_max ${st.maxExp > 0 ? st.maxAbs / st.maxExp : st.maxAbs}; ORT's kernel is not compared\n`);
     }
+    // All or nothing: in a graph of several kernels an output downstream of an inexact one can
+    // pass the probe and still differ on other inputs.
     if (!inexact.length) kernelStats = newStats();
   }
 
