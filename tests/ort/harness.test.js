@@ -309,3 +309,36 @@ test('opset_matrix.js --check: below the committed figures, a WRONG case, a page
   assert.strictEqual(wrong.code, 1);
   assert.match(wrong.stdout, /11: 1 WRONG \(node\/test_add\)/);
 });
+
+// ---- quantized references (rules/qlinear-to-qdq, rules/dynamic-quant-matmul) ----------------
+
+test('quantized references: round half to even, saturation, broadcasting, QGemm and MatMulIntegerToFloat by hand', () => {
+  const qm = require('../../rules/qlinear-to-qdq/quant_math');
+  const q = require('../../rules/qlinear-to-qdq/qlinear_reference');
+  const mm = require('../../rules/dynamic-quant-matmul/quant_matmul_reference');
+  assert.deepStrictEqual([0.5, 1.5, 2.5, -0.5, -1.5, 2.4999, 2.5001].map(qm.rne), [0, 2, 2, 0, -2, 2, 3]);
+  assert.deepStrictEqual([qm.saturate(300, 'uint8'), qm.saturate(-129, 'int8'), qm.saturate(-5, 'uint8')], [255, -128, 0]);
+  const t = (type, dims, values) => qm.tensor(type, dims, values);
+  const s = (v) => t('float32', [], [v]);
+  // QLinearAdd with all scales 1: a + b - zero points, broadcast [2, 2] + [2], saturated.
+  const [add] = q.QLinearAdd({ attrs: {} }, [t('uint8', [2, 2], [1, 2, 250, 3]), s(1), t('uint8', [], [0]),
+    t('uint8', [2], [10, 20]), s(1), t('uint8', [], [0]), s(1), t('uint8', [], [0])]);
+  assert.deepStrictEqual([Array.from(add.data), add.dims], [[11, 22, 255, 23], [2, 2]]);
+  // QGemm, per-column b scale and zero point, C, quantized output: by hand.
+  // A = [[1, 2]] (zp 0), B = [[1, 2], [3, 4]] with b_zp [1, 0], b_scale [1, 0.5], C = [10, 0], y_scale 1, y_zp 0:
+  // acc = [1·0 + 2·2 + 10, 1·2 + 2·4] = [14, 10]; y = [14·1, 10·0.5] = [14, 5].
+  const [y] = q.QGemm({ attrs: {} }, [t('uint8', [1, 2], [1, 2]), s(1), t('uint8', [], [0]), t('int8', [2, 2], [1, 2, 3, 4]),
+    t('float32', [2], [1, 0.5]), t('int8', [2], [1, 0]), t('int32', [2], [10, 0]), s(1), t('uint8', [], [0])]);
+  assert.deepStrictEqual(Array.from(y.data), [14, 5]);
+  // A one-step tie: acc 5 with scale 0.5 -> 2.5 rounds to 2 (even), 7 · 0.5 = 3.5 -> 4.
+  const [tie] = q.QGemm({ attrs: {} }, [t('uint8', [2, 1], [5, 7]), s(0.5), t('uint8', [], [0]), t('int8', [1, 1], [1]),
+    s(1), t('int8', [], [0]), null, s(1), t('uint8', [], [0])]);
+  assert.deepStrictEqual(Array.from(tie.data), [2, 4]);
+  // MatMulIntegerToFloat: f32(acc · a_scale · b_scale) + bias.
+  const [f] = mm.MatMulIntegerToFloat({ attrs: {} }, [t('uint8', [1, 2], [3, 4]), t('int8', [2, 1], [-1, 2]), s(0.5), s(2), null, null,
+    t('float32', [1], [0.25])]);
+  assert.deepStrictEqual(Array.from(f.data), [5.25]);
+  // DynamicQuantizeLinear: [-1, 0, 3] -> scale 4/255, zp round(255/4) = 64.
+  const [dq, scale, zp] = mm.DynamicQuantizeLinear({ attrs: {} }, [t('float32', [3], [-1, 0, 3])]);
+  assert.deepStrictEqual([Array.from(dq.data), zp.data[0], scale.data[0]], [[0, 64, 255], 64, Math.fround(4 / 255)]);
+});
