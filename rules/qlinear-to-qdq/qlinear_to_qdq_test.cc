@@ -10,7 +10,8 @@
 // with the reference too, where a probe shows it exact on this CPU (MLAS's u8s8 GEMM is not on
 // x86 without VNNI). Every comparison has a negative control: the same rewrite with its output
 // zero point off by one must fail it. Then: near misses declined with the reason --explain
-// prints, opset raising, and a model ORT fused from QDQ and saved itself.
+// prints, opset raising, and a model ORT fused from QDQ and saved itself. (A second control rounds
+// down instead of to nearest in the output QuantizeLinear: it must fail too.)
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -92,6 +93,7 @@ struct QuantCase {
   double max_step = 0;           // tolerance, in quantization steps (float outputs: relative to the largest value)
   std::vector<std::string> compare = {};
   long max_differing = 0;        // how many elements may differ (integer outputs), over the 3 trials
+  bool round_down_control = true;  // the second negative control applies (see uint8_y_scale_1_over_255)
 };
 
 void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.name; }
@@ -134,6 +136,16 @@ TEST_P(QuantOp, IsQdqAsTheReferenceComputes) {
   bool caught = false;
   for (const auto& [name, stats] : control.outputs) caught = caught || !within(stats, tolerance);
   EXPECT_TRUE(caught) << "a zero point off by one passes the comparison:\n" << control.text;
+  // And rounding down instead of to nearest (integer outputs).
+  auto down = read_model(b);
+  if (c.round_down_control && round_down_instead(down)) {
+    write_file(dir / "down.onnx", serialize(down));
+    const auto rounded_down = quant_compare(a, dir / "down.onnx", extra);
+    ASSERT_TRUE(rounded_down.ran) << rounded_down.text;
+    bool caught_down = false;
+    for (const auto& [name, stats] : rounded_down.outputs) caught_down = caught_down || !within(stats, tolerance);
+    EXPECT_TRUE(caught_down) << "rounding down instead of to nearest passes the comparison:\n" << rounded_down.text;
+  }
 }
 
 std::string case_name(const ::testing::TestParamInfo<QuantCase>& info) { return info.param.name; }
@@ -247,8 +259,11 @@ INSTANTIATE_TEST_SUITE_P(
         QuantCase{"int8_no_axis_opset13_means_last", 13, softmax("int8", "8, 4, 8", "opset = 13", 0.1, "0", "-128"), {"Softmax"}},
         // ORT scales by floor(1 / y_scale): 254 for y_scale = float(1/255) (1/y_scale = 254.99998),
         // where QuantizeLinear divides by y_scale; the largest probabilities come out a step lower.
+        // Rounding down is not caught here: the kernel's own floor(1/y_scale) = 254 already puts large
+        // probabilities a step lower (185 elements), more than rounding down moves (140; most outputs
+        // are 0). The zero point control still fails.
         QuantCase{"uint8_y_scale_1_over_255", 13, softmax("uint8", "64, 16", "opset = 13, axis = -1", 0.3, "128", "0", "0.0039215689"),
-                  {"Softmax"}, 1, {}, 200},
+                  {"Softmax"}, 1, {}, 200, false},
         QuantCase{"uint8_y_scale_0_003", 13, softmax("uint8", "64, 16", "opset = 13, axis = -1", 0.3, "128", "0", "0.003"), {"Softmax"}, 1, {}, 30}),
     case_name);
 

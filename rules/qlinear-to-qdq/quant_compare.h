@@ -193,4 +193,37 @@ inline onnx::ModelProto zero_point_off_by_one(onnx::ModelProto model) {
   return model;
 }
 
+// The same model rounding down instead of to nearest in its last QuantizeLinear: x becomes
+// x - scale/2 before it, so round(x/scale) turns into about floor(x/scale) -- the other one-step
+// systematic error (truncation) a comparison must catch. Returns false when the model has no
+// QuantizeLinear (a float output).
+inline bool round_down_instead(onnx::ModelProto& model) {
+  auto* graph = model.mutable_graph();
+  int target = -1;
+  for (int i = 0; i < graph->node_size(); ++i) {
+    if (graph->node(i).op_type() == "QuantizeLinear") target = i;
+  }
+  if (target < 0) return false;
+  auto* half = graph->add_initializer();
+  half->set_name("control_half");
+  half->set_data_type(onnx::TensorProto::FLOAT);
+  half->add_float_data(0.5f);
+  std::vector<onnx::NodeProto> nodes(graph->node().begin(), graph->node().end());
+  onnx::NodeProto mul;
+  mul.set_op_type("Mul");
+  mul.add_input(nodes[target].input(1));
+  mul.add_input("control_half");
+  mul.add_output("control_half_step");
+  onnx::NodeProto sub;
+  sub.set_op_type("Sub");
+  sub.add_input(nodes[target].input(0));
+  sub.add_input("control_half_step");
+  sub.add_output("control_rounded_down");
+  nodes[target].set_input(0, "control_rounded_down");
+  nodes.insert(nodes.begin() + target, {mul, sub});
+  graph->clear_node();
+  for (auto& n : nodes) *graph->add_node() = std::move(n);
+  return true;
+}
+
 }  // namespace onnx_rewrite::testing
