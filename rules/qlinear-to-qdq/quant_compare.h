@@ -1,6 +1,6 @@
 // Shared by the quantized-rule tests (qlinear_to_qdq_test, dynamic_quant_matmul_test): running
-// quant_compare.js, reading its per-output lines, the tolerance verdict, and the negative control
-// (a zero point off by one). Include after test_support.h.
+// quant_compare.js, reading its per-output lines, the tolerance verdict, and the negative controls
+// (a zero point off by one; rounding down instead of to nearest).
 #pragma once
 
 #include <map>
@@ -38,7 +38,7 @@ struct QuantComparison {
 // rules/qlinear-to-qdq/quant_compare.js: B against A's reference evaluation (reference = true:
 // qlinear_reference.js plus `references`, and ORT's kernel where exact), or against A run in ORT.
 inline QuantComparison quant_compare(const fs::path& a, const fs::path& b, const std::vector<std::string>& extra = {},
-                              bool reference = true, const std::vector<fs::path>& references = {}) {
+                                     bool reference = true, const std::vector<fs::path>& references = {}) {
   std::vector<std::string> argv{"node", (family_file("qlinear-to-qdq", "quant_compare.js")).string(), a.string(),
                                 b.string()};
   if (reference) {
