@@ -14,6 +14,7 @@
 
 #include "onnx_rewrite/engine.h"
 #include "test_support.h"
+#include "../rules/qlinear-to-qdq/quant_compare.h"
 
 namespace onnx_rewrite {
 namespace {
@@ -91,6 +92,28 @@ Compare against_original(const fs::path& original, std::vector<std::string> extr
 
 Compare against_reference(const fs::path& module, std::string params, std::vector<std::string> extra = {}) {
   return [module, params, extra](const fs::path& rewritten) { return ort_compare_reference(rewritten, module, params, extra); };
+}
+
+// The quantized families' check (rules/qlinear-to-qdq/quant_compare.h): the rewrite against the
+// contrib op evaluated by exact integer math written in the tests (qlinear_reference.js plus
+// `references`), which gives the same verdict on every CPU, within `tolerance` on every output.
+Compare against_quantized_reference(const fs::path& contrib, std::vector<fs::path> references, Tolerance tolerance) {
+  return [contrib, references, tolerance](const fs::path& rewritten) {
+    const auto compared = quant_compare(contrib, rewritten, {}, true, references);
+    OrtComparison comparison;
+    comparison.output = compared.text;
+    if (!compared.ran || compared.outputs.empty()) {
+      comparison.exit_code = 2;
+      return comparison;
+    }
+    comparison.ok = true;
+    for (const auto& [name, stats] : compared.outputs) {
+      comparison.ok = comparison.ok && within(stats, tolerance);
+      comparison.max_abs = std::max(comparison.max_abs, stats.type == "float32" ? stats.rel_to_max : stats.max_step);
+    }
+    comparison.exit_code = comparison.ok ? 0 : 1;
+    return comparison;
+  };
 }
 
 // ---- aten: GELU's 1/√2 as √2 ------------------------------------------------------------------
@@ -447,8 +470,9 @@ g (uint8[2, 4, 8] a, uint8[8, 6] b) => (float[2, 4, 6] y) <float a_scale = {0.05
   const auto real = real_rule("dynamic-quant-matmul", "dynamic-quant-matmul.rules", "matmul-integer-to-float");
   const auto planted = plant(real, "MatMulIntegerToFloat (a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)",
                              "MatMulIntegerToFloat (a, b, a_scale, b_scale, b_zero_point, a_zero_point, bias)");
+  // The integer form accumulates exactly, as the reference does.
   expect_caught("matmul-integer-to-float", real, planted, input,
-                against_original(input, {"--range", "a=0,255", "--range", "b=0,255"}));
+                against_quantized_reference(input, {family_file("dynamic-quant-matmul", "quant_matmul_reference.js")}, {1e-6, 0}));
 }
 
 // ---- defuse-matmul-nbits: MatMulNBits' scales and bias swapped (K one block: both [N]) ---------
@@ -509,8 +533,8 @@ g (float[1, 8, 4, 4] x, float[1, 8, 4, 4] s) => (float[1, 8, 4, 4] y) <float[8, 
 }
 
 // ---- qlinear-to-qdq: QLinearAdd's two input scales swapped -------------------------------------
-// The family's oracle is ORT's own QLinearAdd, within one quantization step
-// (rules/qlinear-to-qdq/quant_compare.js): more than one step is the failure.
+// Within one quantization step of the reference (the family's bound for QLinearAdd: ORT computes
+// the QDQ form's float Add, the kernel its ratios): more than one step is the failure.
 
 TEST(PlantedMutation, QlinearToQdq) {
   TempDir dir;
@@ -522,21 +546,7 @@ g (uint8[2, 3, 8] a, uint8[2, 3, 8] b) => (uint8[2, 3, 8] c)
   const auto real = real_rule("qlinear-to-qdq", "qlinear-elementwise.rules", "qlinear-add-to-qdq");
   const auto planted = plant(real, "QLinearAdd (a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point)",
                              "QLinearAdd (a, b_scale, a_zero_point, b, a_scale, b_zero_point, c_scale, c_zero_point)");
-  expect_caught("qlinear-add-to-qdq", real, planted, input, [&](const fs::path& rewritten) {
-    const auto run = run_command({"node", family_file("qlinear-to-qdq", "quant_compare.js").string(), input.string(), rewritten.string()});
-    OrtComparison comparison;
-    comparison.output = run.out + run.err;
-    std::smatch step;
-    static const std::regex line(R"(output c uint8 count \d+ max_step (\S+))");
-    if (run.exit_code != 0 || !std::regex_search(comparison.output, step, line)) {
-      comparison.exit_code = 2;
-      return comparison;
-    }
-    comparison.max_abs = std::stod(step[1]);  // in quantization steps
-    comparison.ok = comparison.max_abs <= 1;
-    comparison.exit_code = comparison.ok ? 0 : 1;
-    return comparison;
-  });
+  expect_caught("qlinear-add-to-qdq", real, planted, input, against_quantized_reference(input, {}, {1, 48}));
 }
 
 // ---- Every family has its planted bug ----------------------------------------------------------
