@@ -46,7 +46,7 @@ def ours(tool, model, out, options):
         return None, "failed: " + (run.stderr.strip().splitlines() or ["?"])[-1]
     verify = subprocess.run([tool, "verify", str(model), str(out)], capture_output=True, text=True)
     verdict = {0: "match", 4: "MISMATCH"}.get(verify.returncode, "error")
-    if verify.returncode == 0 and "not-compared" in verify.stdout:
+    if verify.returncode == 0 and "not compared" in verify.stdout.lower():
         verdict = "not compared"
     return main_graph_nodes(out), verdict
 

@@ -1,7 +1,9 @@
 // The C++ half of rules/simplify/no-ops.rules: nodes that compute their input unchanged become
 // an Identity (which the engine then removes), where the types, shapes and constants prove it;
 // anything else declines with the reason.
+#include <algorithm>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "onnx_rewrite/tensor.h"
@@ -52,6 +54,40 @@ BuildResult neutral_operand(const BuildContext& match, GraphBuilder& b) {
   return built();
 }
 
+// Pad (x, pads) of zeros, the batch and channel dims untouched, read by the Conv alone: the Conv
+// with the spatial pads added to its own.
+BuildResult pad_into_conv(const BuildContext& match, GraphBuilder& b) {
+  if (match.attribute_string("mode", "constant") != "constant") return decline("the Pad is not of a constant");
+  if (match.has("value")) {
+    const auto value = match.scalar("value");
+    if (!value || *value != 0) return decline("the Pad's value is not a constant 0");
+  }
+  if (match.used_outside("p")) return decline("the padded tensor is read elsewhere");
+  const auto pads = match.constant("pads");
+  const auto conv = match.node("Conv");
+  if (!pads || !conv) return decline("the pads are not a constant");
+  const std::vector<int64_t> padding = pads->ints();
+  const size_t rank = padding.size() / 2;
+  if (rank < 3 || padding.size() != 2 * rank) return decline("the pads are not those of a batch of images");
+  if (padding[0] != 0 || padding[1] != 0 || padding[rank] != 0 || padding[rank + 1] != 0) return decline("the Pad pads the batch or channel dims");
+  if (std::any_of(padding.begin(), padding.end(), [](int64_t pad) { return pad < 0; })) return decline("a negative pad crops");
+  const std::string auto_pad = conv->attribute_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET") return decline("the Conv pads itself (auto_pad " + auto_pad + ")");
+  const size_t spatial = rank - 2;
+  std::vector<int64_t> conv_pads = conv->attribute_ints("pads", std::vector<int64_t>(2 * spatial, 0));
+  if (conv_pads.size() != 2 * spatial) return decline("the Conv's pads are not of its spatial dims");
+  for (size_t axis = 0; axis < spatial; ++axis) {
+    conv_pads[axis] += padding[2 + axis];
+    conv_pads[spatial + axis] += padding[rank + 2 + axis];
+  }
+  Attributes attributes = conv->attributes_except({"pads"});
+  attributes.push_back(attr("pads", conv_pads));
+  std::vector<Value> inputs{match.value("x"), match.value("w")};
+  if (match.has("b")) inputs.push_back(match.value("b"));
+  b.output(match.value("y"), b.op("Conv", inputs, std::move(attributes)));
+  return built();
+}
+
 }  // namespace
 
 void register_simplify_builders(BuilderRegistry& registry) {
@@ -59,6 +95,8 @@ void register_simplify_builders(BuilderRegistry& registry) {
   registry.add("simplify_inference_dropout", {.values = {"data", "output"}, .optional_values = {"ratio", "training_mode", "mask"}},
                inference_dropout);
   registry.add("simplify_neutral_operand", {.values = {"x", "k", "y"}}, neutral_operand);
+  registry.add("simplify_pad_into_conv",
+               {.values = {"x", "pads", "p", "w", "y"}, .optional_values = {"value", "b"}, .attributes = {"mode"}, .node_attributes = {"auto_pad", "pads"}}, pad_into_conv);
 }
 
 }  // namespace onnx_rewrite

@@ -74,7 +74,25 @@ INSTANTIATE_TEST_SUITE_P(
                  "simplify-neutral-operand", ""},
         NoOpCase{"int_add_zero", "(int64[2, 3] x) => (int64[2, 3] y)", "k = Constant <value = int64 {0}> ()\n m = Add (x, k)\n y = Neg (m)",
                  "simplify-neutral-operand", ""},
+        NoOpCase{"pad_into_conv", "(float[1, 2, 6, 6] x) => (float[1, 2, 3, 3] y) <float[2, 2, 3, 3] w = {1, -2, 3, 4, 5, -6, 7, 8, 9, 9, 8, 7, -6, 5, 4, 3, 2, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0.5, 0.25, 1, 2, -1, 3, 1, 2, 1}, float[2] b = {0.5, -1}>",
+                 "pads = Constant <value = int64[8] {0, 0, 0, 0, 0, 0, 1, 1}> ()\n p = Pad (x, pads)\n "
+                 "y = Conv <kernel_shape = [3, 3], strides = [2, 2]> (p, w, b)",
+                 "simplify-pad-into-conv", ""},
+        NoOpCase{"pad_into_padded_conv", "(float[1, 2, 5, 5] x) => (float[1, 2, 6, 5] y) <float[2, 2, 3, 3] w = {1, -2, 3, 4, 5, -6, 7, 8, 9, 9, 8, 7, -6, 5, 4, 3, 2, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0.5, 0.25, 1, 2, -1, 3, 1, 2, 1}, float[2] b = {0.5, -1}>",
+                 "pads = Constant <value = int64[8] {0, 0, 2, 0, 0, 0, 1, 1}> ()\n z = Constant <value = float {0.0}> ()\n "
+                 "p = Pad <mode = \"constant\"> (x, pads, z)\n y = Conv <kernel_shape = [3, 3], pads = [0, 1, 0, 0]> (p, w, b)",
+                 "simplify-pad-into-conv", ""},
         // Near misses: they change something.
+        NoOpCase{"reflect_pad", "(float[1, 2, 6, 6] x) => (float[1, 2, 3, 3] y) <float[2, 2, 3, 3] w = {1, -2, 3, 4, 5, -6, 7, 8, 9, 9, 8, 7, -6, 5, 4, 3, 2, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0.5, 0.25, 1, 2, -1, 3, 1, 2, 1}, float[2] b = {0.5, -1}>",
+                 "pads = Constant <value = int64[8] {0, 0, 0, 0, 0, 0, 1, 1}> ()\n p = Pad <mode = \"reflect\"> (x, pads)\n "
+                 "y_op = Conv <kernel_shape = [3, 3], strides = [2, 2]> (p, w, b)\n y = Relu (y_op)", "", "not of a constant"},
+        NoOpCase{"pad_of_ones", "(float[1, 2, 6, 6] x) => (float[1, 2, 3, 3] y) <float[2, 2, 3, 3] w = {1, -2, 3, 4, 5, -6, 7, 8, 9, 9, 8, 7, -6, 5, 4, 3, 2, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0.5, 0.25, 1, 2, -1, 3, 1, 2, 1}, float[2] b = {0.5, -1}>",
+                 "pads = Constant <value = int64[8] {0, 0, 0, 0, 0, 0, 1, 1}> ()\n one = Constant <value = float {1.0}> ()\n "
+                 "p = Pad (x, pads, one)\n y_op = Conv <kernel_shape = [3, 3], strides = [2, 2]> (p, w, b)\n y = Relu (y_op)", "",
+                 "not a constant 0"},
+        NoOpCase{"pad_of_channels", "(float[1, 1, 6, 6] x) => (float[1, 2, 3, 3] y) <float[2, 2, 3, 3] w = {1, -2, 3, 4, 5, -6, 7, 8, 9, 9, 8, 7, -6, 5, 4, 3, 2, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0.5, 0.25, 1, 2, -1, 3, 1, 2, 1}, float[2] b = {0.5, -1}>",
+                 "pads = Constant <value = int64[8] {0, 1, 0, 0, 0, 0, 1, 1}> ()\n p = Pad (x, pads)\n "
+                 "y_op = Conv <kernel_shape = [3, 3], strides = [2, 2]> (p, w, b)\n y = Relu (y_op)", "", "batch or channel dims"},
         NoOpCase{"cast_changes_type", "(int64[3] x) => (float[3] y)", "y_op = Cast <to = 1> (x)\n y = Relu (y_op)", "",
                  "the Cast changes the element type"},
         NoOpCase{"dropout_that_drops", "(float[2, 3] x) => (float[2, 3] y)",

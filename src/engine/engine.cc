@@ -236,6 +236,7 @@ class Run {
     settle();
     scopes_.clear();
     bypass_created_identities();
+    remove_unused_created();
     return policy_.apply(rewriter_.created(), domains_before_);
   }
 
@@ -301,7 +302,7 @@ class Run {
   void remove_unused_nodes() {
     auto& scopes = current_scopes();
     settle();
-    count_clean_up(kUnusedNodes, rewriter_.remove_unused(scopes));
+    count_clean_up(kUnusedNodes, rewriter_.remove_unused(scopes, [](const onnx::NodeProto&) { return true; }));
   }
   void bypass_identities() {
     if (!has_identity(model_.proto)) return;
@@ -340,6 +341,18 @@ class Run {
     if (rewriter_.bypass_identities(collect_scopes(model_), [&](const onnx::NodeProto& node) { return created.contains(&node); })) {
       nodes_checked_ = false;  // the node lists changed after the last round's check
       policy_.nodes_changed();  // and after the last round's types, which apply() may read
+    }
+  }
+
+  // Nodes the replacements wrote that nothing reads once the rounds are over (a fold whose
+  // reader was folded in the same round) go, with what only they read: our rewrites leave no
+  // dead code behind.
+  void remove_unused_created() {
+    const auto& created = rewriter_.created();
+    if (created.empty()) return;
+    if (rewriter_.remove_unused(collect_scopes(model_), [&](const onnx::NodeProto& node) { return created.contains(&node); })) {
+      nodes_checked_ = false;
+      policy_.nodes_changed();
     }
   }
 

@@ -287,14 +287,15 @@ void Rewriter::commit(const std::vector<std::unique_ptr<Scope>>& scopes) {
   pending_.clear();
 }
 
-size_t Rewriter::remove_unused(const std::vector<std::unique_ptr<Scope>>& scopes) {
+size_t Rewriter::remove_unused(const std::vector<std::unique_ptr<Scope>>& scopes,
+                               const std::function<bool(const onnx::NodeProto&)>& which) {
   const size_t before = nodes_removed_;
   for (const auto& scope : scopes) {
     int position = -1;  // the index's: what a node writes is found by id, without hashing names
     for (auto& node : scope->nodes()) {
       ++position;
       const std::string domain = normalize_domain(node.domain());
-      if ((!domain.empty() && domain != "ai.onnx.ml") || node.output_size() == 0) continue;
+      if ((!domain.empty() && domain != "ai.onnx.ml") || node.output_size() == 0 || !which(node)) continue;
       const auto writes = scope->writes_at(position);  // the present outputs
       const bool unused = std::all_of(writes.begin(), writes.end(), [&](Scope::ValueId output) {
         return !scope->is_output(output) && scope->uses(output).empty();

@@ -80,10 +80,12 @@ class Rewriter {
   // go too (with their value_info), and node order is repaired where rewrites broke it.
   void commit(const std::vector<std::unique_ptr<Scope>>& scopes);
 
-  // Removes the nodes of the standard domains whose outputs nothing reads (no node, subgraph or
-  // graph output), and what only they read: dead code the model came with, which would block a
-  // fusion by reading a value inside it. Returns how many nodes went.
-  size_t remove_unused(const std::vector<std::unique_ptr<Scope>>& scopes);
+  // Removes the nodes of the standard domains that `which` picks whose outputs nothing reads (no
+  // node, subgraph or graph output), and what only they read: dead code the model came with,
+  // which would block a fusion by reading a value inside it, or what a round's replacements left
+  // unread (a folded constant the next fold took). Returns how many nodes went.
+  size_t remove_unused(const std::vector<std::unique_ptr<Scope>>& scopes,
+                       const std::function<bool(const onnx::NodeProto&)>& which);
 
   // Removes the Identity nodes `which` picks whose output is not a graph output nor read inside a
   // subgraph: their readers read the Identity's input instead. Returns how many went.

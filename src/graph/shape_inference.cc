@@ -397,8 +397,11 @@ class ShapeInference::Worker {
       result.shape = Dims{fresh(out, 0), fresh(out, 1)};
     } else if (kSpatial.count(op)) {
       infer_spatial(node, first, result);
-    } else if (op == "Split" || op == "Pad" || op == "Resize" || op == "Upsample" || op == "Tile" || op == "DepthToSpace" ||
-               op == "SpaceToDepth") {
+    } else if (op == "Split") {
+      infer_split(node, first, outputs);
+    } else if (op == "Pad") {
+      infer_pad(node, first, out, result);
+    } else if (op == "Resize" || op == "Upsample" || op == "Tile" || op == "DepthToSpace" || op == "SpaceToDepth") {
       for (auto& output : outputs) {
         output.elem_type = first.elem_type;
         if (first.shape) output.shape = fresh_dims(first.shape->size(), out);
@@ -683,6 +686,60 @@ class ShapeInference::Worker {
         result.values = std::move(elements);
       }
     }
+  }
+
+  // Split along `axis` into the sizes given (`split`: an input from opset 13, an attribute before),
+  // else into equal parts; a rank-1 value's elements are split with it (tf2onnx writes the pads
+  // of every Pad as Split -> Concat of one constant).
+  void infer_split(const onnx::NodeProto& node, const ShapeFacts& x, std::vector<ShapeFacts>& outputs) {
+    for (size_t i = 0; i < outputs.size(); ++i) {  // each its own unknown sizes, until worked out
+      outputs[i].elem_type = x.elem_type;
+      if (x.shape) outputs[i].shape = fresh_dims(x.shape->size(), node.output(static_cast<int>(i)));
+    }
+    if (!x.shape) return;
+    const auto rank = static_cast<int64_t>(x.shape->size());
+    int64_t axis = int_attribute(node, "axis").value_or(0);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank || !(*x.shape)[static_cast<size_t>(axis)].known()) return;
+    const int64_t total = *(*x.shape)[static_cast<size_t>(axis)].number;
+    auto sizes = ints_attribute(node, "split");
+    if (!sizes && node.input_size() > 1 && !node.input(1).empty()) sizes = ints(input(node, 1).values);
+    if (!sizes && node.input_size() > 1 && !node.input(1).empty()) return;  // sizes known only at run time
+    const auto parts = static_cast<int64_t>(outputs.size());
+    if (!sizes) {
+      if (parts == 0 || int_attribute(node, "num_outputs")) return;  // Split-18's uneven last part: left unknown
+      if (total % parts != 0) return;
+      sizes = std::vector<int64_t>(static_cast<size_t>(parts), total / parts);
+    }
+    if (static_cast<int64_t>(sizes->size()) != parts) return;
+    int64_t start = 0;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const int64_t size = (*sizes)[i];
+      if (size < 0 || start + size > total) return;
+      Dims dims = *x.shape;
+      dims[static_cast<size_t>(axis)] = Dim::of(size);
+      outputs[i].shape = std::move(dims);
+      if (x.values && rank == 1) outputs[i].values = Dims(x.values->begin() + start, x.values->begin() + start + size);
+      start += size;
+    }
+  }
+
+  // Pad: each dim grows by its pads (an input from opset 11, an attribute before; `axes` from 18).
+  void infer_pad(const onnx::NodeProto& node, const ShapeFacts& x, const std::string& out, ShapeFacts& result) {
+    result.elem_type = x.elem_type;
+    if (!x.shape) return;
+    result.shape = fresh_dims(x.shape->size(), out);
+    auto pads = ints_attribute(node, "pads");
+    if (!pads && node.input_size() > 1) pads = ints(input(node, 1).values);
+    const auto rank = static_cast<int64_t>(x.shape->size());
+    if (!pads || node.input_size() > 3 || static_cast<int64_t>(pads->size()) != 2 * rank) return;  // axes: not worked out
+    Dims dims = *x.shape;
+    for (int64_t axis = 0; axis < rank; ++axis) {
+      Dim& dim = dims[static_cast<size_t>(axis)];
+      const int64_t grown = dim.known() ? *dim.number + (*pads)[static_cast<size_t>(axis)] + (*pads)[static_cast<size_t>(axis + rank)] : -1;
+      dim = grown >= 0 ? Dim::of(grown) : fresh(out, static_cast<size_t>(axis));
+    }
+    result.shape = std::move(dims);
   }
 
   void infer_squeeze(const onnx::NodeProto& node, const ShapeFacts& x, bool unsqueeze, ShapeFacts& result) {
