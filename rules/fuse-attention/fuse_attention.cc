@@ -1,0 +1,437 @@
+// The C++ halves of rules/fuse-attention/fuse-attention.rules: spelled-out attention as PyTorch
+// exports it becomes ONNX Runtime's com.microsoft MultiHeadAttention, and a MultiHeadAttention of
+// three Linear projections of one input becomes com.microsoft Attention. The patterns find the
+// ops; the builders check what a pattern can't say — that the Reshapes split the last axis into
+// N heads of H and join them back (the shapes torch computes with Shape/Gather/Concat are read
+// from the shape facts, or from the nodes computing them), that the additive mask is the
+// (1 - mask) · c of a [B, T] padding mask, the scale, the element type the CPU kernels take —
+// and decline with the reason when one fails (README.md lists them).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "onnx_rewrite/tensor.h"
+#include "onnx_rewrite/toolkit.h"
+
+namespace onnx_rewrite {
+namespace {
+
+constexpr const char* kMicrosoft = "com.microsoft";
+
+// One entry of a Reshape's target shape: a number (-1: inferred), or dim `copy` of the data.
+struct Entry {
+  int64_t number = 0;
+  int copy = -1;
+};
+
+std::string entry_text(const Entry& e) { return e.copy >= 0 ? fmt::format("dim {}", e.copy) : std::to_string(e.number); }
+
+// The axis of `data` whose dim this Unsqueeze(Gather(Shape(data), i), [0]) is, or -1.
+int copied_axis(const BuildContext& match, const Value& piece, const Value& data) {
+  auto unsqueeze = match.producer(piece);
+  if (!unsqueeze || unsqueeze->op_type() != "Unsqueeze") return -1;
+  if (unsqueeze->has_attribute("axes")) {
+    if (unsqueeze->attribute_ints("axes") != std::vector<int64_t>{0}) return -1;
+  } else {
+    auto axes = match.constant_of(unsqueeze->input(1));
+    if (!axes || axes->ints() != std::vector<int64_t>{0}) return -1;
+  }
+  auto gather = match.producer(unsqueeze->input(0));
+  if (!gather || gather->op_type() != "Gather" || gather->attribute_int("axis", 0) != 0) return -1;
+  auto index = match.constant_of(gather->input(1));
+  if (!index || index->ints().size() != 1 || !index->dims.empty()) return -1;
+  auto shape = match.producer(gather->input(0));
+  if (!shape || shape->op_type() != "Shape" || shape->input(0).name != data.name) return -1;
+  if (shape->has_attribute("start") || shape->has_attribute("end")) return -1;
+  const auto rank = match.facts_of(data).rank();
+  int64_t axis = index->ints()[0];
+  if (axis < 0 && rank) axis += static_cast<int64_t>(*rank);
+  return axis >= 0 ? static_cast<int>(axis) : -1;
+}
+
+// What the Reshape of `data` to `shape` (allowzero = 0) makes of each axis, or why that is unknown.
+std::optional<std::vector<Entry>> reshape_entries(const BuildContext& match, const Value& data, const Value& shape, std::string& why) {
+  const ShapeFacts& data_facts = match.facts_of(data);
+  std::vector<Entry> entries;
+  if (auto values = match.constant_of(shape)) {
+    for (size_t j = 0; j < values->ints().size(); ++j) {
+      const int64_t n = values->ints()[j];
+      entries.push_back(n == 0 ? Entry{0, static_cast<int>(j)} : Entry{n, -1});
+    }
+    return entries;
+  }
+  // torch's Concat (Unsqueeze (Gather (Shape (data), i)), ..., constants).
+  if (auto concat = match.producer(shape); concat && concat->op_type() == "Concat") {
+    bool ok = true;
+    for (const Value& piece : concat->inputs()) {
+      if (auto values = match.constant_of(piece)) {
+        for (size_t j = 0; j < values->ints().size(); ++j) {
+          const int64_t n = values->ints()[j];
+          entries.push_back(n == 0 ? Entry{0, static_cast<int>(entries.size())} : Entry{n, -1});
+        }
+      } else if (int axis = copied_axis(match, piece, data); axis >= 0) {
+        entries.push_back(Entry{0, axis});
+      } else {
+        ok = false;
+        break;
+      }
+    }
+    if (ok) return entries;
+    entries.clear();
+  }
+  // The shape facts: each element a number or the symbol of one of data's dims.
+  const ShapeFacts& facts = match.facts_of(shape);
+  if (facts.values && data_facts.shape) {
+    for (size_t j = 0; j < facts.values->size(); ++j) {
+      const Dim& dim = (*facts.values)[j];
+      if (dim.known()) {
+        entries.push_back(*dim.number == 0 ? Entry{0, static_cast<int>(j)} : Entry{*dim.number, -1});
+        continue;
+      }
+      int found = -1;
+      if (dim.symbol) {
+        if (j < data_facts.shape->size() && (*data_facts.shape)[j] == dim) found = static_cast<int>(j);
+        for (size_t i = 0; found < 0 && i < data_facts.shape->size(); ++i)
+          if ((*data_facts.shape)[i] == dim) found = static_cast<int>(i);
+      }
+      if (found < 0) {
+        why = fmt::format("element {} of the shape '{}' of the Reshape of '{}' is unknown", j, shape.name, data.name);
+        return std::nullopt;
+      }
+      entries.push_back(Entry{0, found});
+    }
+    return entries;
+  }
+  why = fmt::format("the shape '{}' of the Reshape of '{}' is not known", shape.name, data.name);
+  return std::nullopt;
+}
+
+// Whether the entry keeps axis `axis` of data (a copy of it, or its own size when that is known).
+bool keeps_axis(const Entry& e, const ShapeFacts& data, size_t axis) {
+  if (e.copy >= 0) return e.copy == static_cast<int>(axis);
+  return e.number > 0 && data.dim(axis) == e.number;
+}
+
+struct HeadSplit {
+  int64_t heads = 0, head_size = 0;
+};
+
+// [B, L, D] -> [B, L, N, H]: the head split of a rank-3 value.
+std::optional<HeadSplit> head_split(const BuildContext& match, const std::string& data_name, const std::string& shape_name, std::string& why) {
+  const Value& data = match.value(data_name);
+  const ShapeFacts& facts = match.facts(data_name);
+  if (facts.rank() != 3u) {
+    why = fmt::format("'{}' is not known to have rank 3 ([batch, sequence, hidden])", data.name);
+    return std::nullopt;
+  }
+  auto entries = reshape_entries(match, data, match.value(shape_name), why);
+  if (!entries) return std::nullopt;
+  const auto& e = *entries;
+  const int64_t hidden = facts.dim(2);
+  auto text = [&] {
+    std::vector<std::string> parts;
+    for (const Entry& x : e) parts.push_back(entry_text(x));
+    return fmt::format("[{}]", fmt::join(parts, ", "));
+  };
+  if (e.size() != 4 || e[2].copy >= 0 || e[3].copy >= 0 || e[2].number <= 0 || e[3].number <= 0) {
+    why = fmt::format("the Reshape of '{}' to {} is not a split of the last axis into heads [B, L, N, H]", data.name, text());
+    return std::nullopt;
+  }
+  const int64_t n = e[2].number, h = e[3].number;
+  const bool hidden_ok = hidden > 0 && hidden == n * h;
+  const bool batch_ok = keeps_axis(e[0], facts, 0) || (e[0].number == -1 && hidden_ok && keeps_axis(e[1], facts, 1));
+  const bool seq_ok = keeps_axis(e[1], facts, 1) || (e[1].number == -1 && hidden_ok && keeps_axis(e[0], facts, 0));
+  if (!batch_ok || !seq_ok || (hidden > 0 && hidden != n * h)) {
+    why = fmt::format("the Reshape of '{}' (hidden size {}) to {} is not a split of the last axis into heads [B, L, N, H]", data.name,
+                      hidden > 0 ? std::to_string(hidden) : "unknown", text());
+    return std::nullopt;
+  }
+  return HeadSplit{n, h};
+}
+
+// The padding mask behind an additive mask (1 - Cast(Unsqueeze(Unsqueeze(mask, 1), 2))) · c:
+// the [B, T] mask and c.
+struct PaddingMask {
+  Value mask;
+  double fill = 0;
+};
+
+std::optional<double> scalar_of(const BuildContext& match, const Value& value) {
+  auto values = match.constant_of(value, 1);
+  if (!values || values->numbers.size() != 1) return std::nullopt;
+  return values->numbers[0];
+}
+
+std::optional<PaddingMask> padding_mask(const BuildContext& match, const Value& bias, std::string& why) {
+  why = fmt::format("the additive mask '{}' is not (1 - mask[:, None, None, :]) · c of a [batch, keys] padding mask", bias.name);
+  auto mul = match.producer(bias);
+  if (!mul || mul->op_type() != "Mul") return std::nullopt;
+  std::optional<double> fill;
+  Value inverted;
+  for (int i = 0; i < 2; ++i) {
+    if (auto c = scalar_of(match, mul->input(i)); c && !match.is_constant(mul->input(1 - i))) {
+      fill = c;
+      inverted = mul->input(1 - i);
+    }
+  }
+  if (!fill) return std::nullopt;
+  auto sub = match.producer(inverted);
+  if (!sub || sub->op_type() != "Sub") return std::nullopt;
+  auto one = scalar_of(match, sub->input(0));
+  if (!one || *one != 1.0) return std::nullopt;
+  // Casts (of 0/1 values: exact in any type) and the Unsqueezes that make [B, 1, 1, T] of [B, T].
+  Value mask = sub->input(1);
+  std::vector<std::vector<int64_t>> unsqueezes;  // outermost first
+  while (auto node = match.producer(mask)) {
+    if (node->op_type() == "Cast") {
+      mask = node->input(0);
+    } else if (node->op_type() == "Unsqueeze") {
+      std::vector<int64_t> axes;
+      if (node->has_attribute("axes")) {
+        axes = node->attribute_ints("axes");
+      } else if (auto values = match.constant_of(node->input(1))) {
+        axes = values->ints();
+      } else {
+        return std::nullopt;
+      }
+      unsqueezes.push_back(axes);
+      mask = node->input(0);
+    } else {
+      break;
+    }
+  }
+  const ShapeFacts& facts = match.facts_of(mask);
+  if (facts.rank() != 2u) {
+    why = fmt::format("the padding mask '{}' is not known to have rank 2 ([batch, keys])", mask.name);
+    return std::nullopt;
+  }
+  // Where the mask's two axes end up: -1 marks an inserted axis.
+  std::vector<int> layout = {0, 1};
+  for (auto it = unsqueezes.rbegin(); it != unsqueezes.rend(); ++it) {
+    std::vector<int64_t> axes = *it;
+    const int64_t out_rank = static_cast<int64_t>(layout.size() + axes.size());
+    for (auto& a : axes) a = a < 0 ? a + out_rank : a;
+    std::sort(axes.begin(), axes.end());
+    std::vector<int> next;
+    size_t from = 0;
+    for (int64_t position = 0; position < out_rank; ++position) {
+      if (std::find(axes.begin(), axes.end(), position) != axes.end()) {
+        next.push_back(-1);
+      } else if (from < layout.size()) {
+        next.push_back(layout[from++]);
+      } else {
+        return std::nullopt;
+      }
+    }
+    layout = next;
+  }
+  if (layout != std::vector<int>{0, -1, -1, 1}) return std::nullopt;
+  if (!std::isfinite(*fill) || *fill >= 0) {
+    why = fmt::format("the mask's fill value {} is not a finite negative number", *fill);
+    return std::nullopt;
+  }
+  return PaddingMask{mask, *fill};
+}
+
+BuildResult build_attention_mha(const BuildContext& match, GraphBuilder& b) {
+  for (const NodeView& node : match.nodes()) {
+    if (node.op_type() == "Reshape" && node.attribute_int("allowzero", 0) != 0) return decline("a Reshape has allowzero = 1");
+  }
+  for (const char* name : {"q", "k", "v"}) {
+    if (match.facts(name).elem_type != onnx::TensorProto::FLOAT) {
+      return decline(fmt::format("'{}' is not known to be float, the type ONNX Runtime's CPU attention kernels take", match.value(name)));
+    }
+  }
+  std::string why;
+  auto q = head_split(match, "q", "shape_q", why);
+  if (!q) return decline(why);
+  auto k = head_split(match, "k", "shape_k", why);
+  if (!k) return decline(why);
+  auto v = head_split(match, "v", "shape_v", why);
+  if (!v) return decline(why);
+  if (k->heads != q->heads || v->heads != q->heads || k->head_size != q->head_size) {
+    return decline(fmt::format("the query has {} heads of {}, the key {} of {}, the value {} of {}", q->heads, q->head_size, k->heads,
+                               k->head_size, v->heads, v->head_size));
+  }
+  // The heads joined back: [B, S, N, Hv] -> [B, S, N · Hv].
+  const Value ot = match.anchor().input(0);
+  const ShapeFacts& q_facts = match.facts("q");
+  auto joined = reshape_entries(match, ot, match.value("shape_o"), why);
+  if (!joined) return decline(why);
+  const auto& e = *joined;
+  const int64_t width = v->heads * v->head_size;
+  auto keeps = [&](const Entry& entry, size_t axis) { return entry.copy == static_cast<int>(axis) || (entry.number > 0 && q_facts.dim(axis) == entry.number); };
+  const bool join_ok = e.size() == 3 && ((keeps(e[0], 0) && keeps(e[1], 1) && (e[2].number == width || e[2].number == -1)) ||
+                                         (keeps(e[0], 0) && e[1].number == -1 && e[2].number == width));
+  if (!join_ok) {
+    std::vector<std::string> parts;
+    for (const Entry& x : e) parts.push_back(entry_text(x));
+    return decline(fmt::format("the last Reshape to [{}] does not join {} heads of {} into [B, S, {}]", fmt::join(parts, ", "), v->heads,
+                               v->head_size, width));
+  }
+  // K transposed to [B, N, H, T]: by the Transpose, or by the FusedMatMul's transB.
+  const auto perm_k = match.attribute_ints("perm_k");
+  const std::optional<NodeView> fused = match.node("FusedMatMul");
+  int64_t trans_b = 0;
+  double scale = 1.0;
+  if (fused) {
+    if (fused->attribute_int("transA", 0) != 0 || fused->attribute_int("transBatchA", 0) != 0 || fused->attribute_int("transBatchB", 0) != 0) {
+      return decline("the FusedMatMul of the scores transposes its first input or moves batch axes");
+    }
+    trans_b = fused->attribute_int("transB", 0);
+    scale = fused->attribute_float("alpha", 1.f);
+  } else if (match.has("k_scale")) {
+    auto c = match.scalar("k_scale");
+    if (!c) return decline(fmt::format("the divisor '{}' of the scores is not a one-element constant", match.value("k_scale")));
+    scale = 1.0 / *c;
+  } else if (match.has("k_mul")) {
+    auto c = match.scalar("k_mul");
+    if (!c) return decline(fmt::format("the factor '{}' of the scores is not a one-element constant", match.value("k_mul")));
+    scale = *c;
+  }
+  const bool keys_transposed = (perm_k == std::vector<int64_t>{0, 2, 3, 1} && trans_b == 0) ||
+                               (perm_k == std::vector<int64_t>{0, 2, 1, 3} && trans_b == 1);
+  if (!keys_transposed) {
+    return decline(fmt::format("the key is transposed by perm [{}]{}: the scores are not Q · Kᵀ per head", fmt::join(perm_k, ", "),
+                               trans_b ? " and transB" : ""));
+  }
+  if (!std::isfinite(scale) || scale == 0.0 || static_cast<float>(scale) == 0.f) {
+    return decline(fmt::format("the scale {} is not a finite non-zero number (MultiHeadAttention reads 0 as 1/sqrt(H))", scale));
+  }
+  for (const char* name : {"k_scale", "k_mul"}) {
+    if (match.has(name)) {
+      const auto rank = match.facts(name).rank();
+      if (!rank || *rank > 4) return decline(fmt::format("the scale '{}' could broadcast the scores to a higher rank", match.value(name)));
+    }
+  }
+  Attributes attributes = {attr("num_heads", q->heads), attr("scale", static_cast<float>(scale))};
+  std::vector<Value> inputs = {match.value("q"), match.value("k"), match.value("v")};
+  if (match.has("mask_bias")) {
+    auto mask = padding_mask(match, match.value("mask_bias"), why);
+    if (!mask) return decline(why);
+    const ShapeFacts& m = match.facts_of(mask->mask);
+    const ShapeFacts& k_facts = match.facts("k");
+    // ORT's fusion takes the mask's shape on trust; a width known to be 1 (a row ORT would read
+    // as "no mask") or known to differ from the keys' is declined.
+    const Dim& width = (*m.shape)[1];
+    const Dim& keys = (*k_facts.shape)[1];
+    const Dim& batch = (*m.shape)[0];
+    const Dim& q_batch = (*q_facts.shape)[0];
+    if ((width.known() && *width.number == 1) || (width.known() && keys.known() && !(width == keys)) ||
+        (batch.known() && q_batch.known() && !(batch == q_batch))) {
+      return decline(fmt::format("the padding mask '{}' has shape [{}, {}], not [batch, keys] = [{}, {}]", mask->mask, batch.text(),
+                                 width.text(), q_batch.text(), keys.text()));
+    }
+    const Value mask_index = m.elem_type == onnx::TensorProto::INT32 ? mask->mask : b.Cast(mask->mask, onnx::TensorProto::INT32);
+    inputs.push_back(Value{});
+    inputs.push_back(mask_index);
+    attributes.push_back(attr("mask_filter_value", static_cast<float>(mask->fill)));
+  }
+  b.output(match.value("y"), b.op("MultiHeadAttention", inputs, attributes, kMicrosoft));
+  return built();
+}
+
+// MultiHeadAttention (x·Wq + bq, x·Wk + bk, x·Wv + bv, , mask) -> Attention (x, [Wq Wk Wv], [bq bk bv], mask).
+BuildResult build_attention_qkv(const BuildContext& match, GraphBuilder& b) {
+  const NodeView mha = match.anchor();
+  for (size_t i = 1; i < mha.outputs().size(); ++i) {
+    if (!mha.output(i).absent()) return decline("the MultiHeadAttention has present or qk outputs");
+  }
+  if (mha.attribute_int("unidirectional", 0) != 0) return decline("the MultiHeadAttention is unidirectional");
+  if (match.facts("x").elem_type != onnx::TensorProto::FLOAT) {
+    return decline(fmt::format("'{}' is not known to be float, the type ONNX Runtime's CPU Attention takes", match.value("x")));
+  }
+  if (match.facts("x").rank() != 3u) return decline(fmt::format("'{}' is not known to have rank 3", match.value("x")));
+  const char* weights[3] = {"wq", "wk", "wv"};
+  const char* biases[3] = {"bq", "bk", "bv"};
+  std::vector<TensorValues> w(3), bias(3);
+  constexpr size_t kMaxElements = size_t{1} << 26;
+  for (int i = 0; i < 3; ++i) {
+    if (match.stored_externally(weights[i]) || match.stored_externally(biases[i])) {
+      return decline("the projection weights are stored as external data");
+    }
+    auto wi = match.is_constant(weights[i]) ? match.constant(weights[i], kMaxElements) : std::nullopt;
+    auto bi = match.is_constant(biases[i]) ? match.constant(biases[i], kMaxElements) : std::nullopt;
+    if (!wi || wi->data_type != onnx::TensorProto::FLOAT || wi->dims.size() != 2) {
+      return decline(fmt::format("the weights '{}' are not a 2-D float constant", match.value(weights[i])));
+    }
+    if (!bi || bi->data_type != onnx::TensorProto::FLOAT || bi->dims.size() != 1 || bi->dims[0] != wi->dims[1]) {
+      return decline(fmt::format("the bias '{}' is not a 1-D float constant of the projection's width", match.value(biases[i])));
+    }
+    w[i] = std::move(*wi);
+    bias[i] = std::move(*bi);
+  }
+  const int64_t rows = w[0].dims[0];
+  if (w[1].dims[0] != rows || w[2].dims[0] != rows) return decline("the three projections take inputs of different widths");
+  if (match.facts("x").dim(2) != rows) return decline(fmt::format("the last axis of '{}' is not known to be {}", match.value("x"), rows));
+  const int64_t widths[3] = {w[0].dims[1], w[1].dims[1], w[2].dims[1]};
+  if (widths[0] != widths[1]) return decline("the query and key projections have different widths");
+  const int64_t total = widths[0] + widths[1] + widths[2];
+  std::vector<double> packed;
+  packed.reserve(static_cast<size_t>(rows * total));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int i = 0; i < 3; ++i) {
+      const auto begin = w[i].numbers.begin() + r * widths[i];
+      packed.insert(packed.end(), begin, begin + widths[i]);
+    }
+  }
+  std::vector<double> packed_bias;
+  for (int i = 0; i < 3; ++i) packed_bias.insert(packed_bias.end(), bias[i].numbers.begin(), bias[i].numbers.end());
+  const int64_t heads = mha.attribute_int("num_heads", 0);
+  if (heads <= 0 || widths[0] % heads != 0 || widths[2] % heads != 0) return decline("num_heads does not divide the projections' widths");
+  Attributes attributes = {attr("num_heads", heads)};
+  if (mha.has_attribute("scale")) attributes.push_back(attr("scale", mha.attribute_float("scale", 0.f)));
+  if (mha.has_attribute("mask_filter_value")) attributes.push_back(attr("mask_filter_value", mha.attribute_float("mask_filter_value", 0.f)));
+  if (widths[2] != widths[0]) attributes.push_back(attr("qkv_hidden_sizes", std::vector<int64_t>{widths[0], widths[1], widths[2]}));
+  const Value packed_w = b.constant(make_tensor(onnx::TensorProto::FLOAT, {rows, total}, packed));
+  const Value packed_b = b.constant(make_tensor(onnx::TensorProto::FLOAT, {total}, packed_bias));
+  std::vector<Value> inputs = {match.value("x"), packed_w, packed_b};
+  if (match.has("mask")) inputs.push_back(match.value("mask"));
+  b.output(match.value("y"), b.op("Attention", inputs, attributes, kMicrosoft));
+  return built();
+}
+
+// Reshape (x, Concat (Unsqueeze (Gather (Shape (x), j)), ..., constants)) with each copied dim
+// at its own position j -> Reshape (x, [0, ..., constants]) (allowzero = 0: a 0 copies the dim).
+BuildResult build_reshape_copied_dims(const BuildContext& match, GraphBuilder& b) {
+  if (match.anchor().attribute_int("allowzero", 0) != 0) return decline("the Reshape has allowzero = 1: a 0 is a 0, not a copy");
+  if (match.is_constant("shape")) return decline("the shape is already a constant");
+  std::string why;
+  auto entries = reshape_entries(match, match.value("x"), match.value("shape"), why);
+  if (!entries) return decline(why);
+  std::vector<int64_t> shape;
+  for (size_t j = 0; j < entries->size(); ++j) {
+    const Entry& e = (*entries)[j];
+    if (e.copy >= 0 && e.copy != static_cast<int>(j)) {
+      return decline(fmt::format("element {} of the shape copies dim {} of '{}', not its own", j, e.copy, match.value("x")));
+    }
+    shape.push_back(e.copy >= 0 ? 0 : e.number);
+  }
+  if (std::count(shape.begin(), shape.end(), -1) > 1) return decline("the shape has more than one -1");
+  b.output(match.value("y"), b.op("Reshape", {match.value("x"), b.ints(shape)}));
+  return built();
+}
+
+}  // namespace
+
+void register_fuse_attention_builders(BuilderRegistry& registry) {
+  registry.add("fuse_attention_mha",
+               {.values = {"q", "k", "v", "shape_q", "shape_k", "shape_v", "shape_o", "y"},
+                .optional_values = {"k_scale", "k_mul", "mask_bias"},
+                .attributes = {"perm_k"},
+                .node_attributes = {"alpha", "transA", "transB", "transBatchA", "transBatchB", "allowzero"}},
+               build_attention_mha);
+  registry.add("fuse_attention_qkv",
+               {.values = {"x", "wq", "bq", "wk", "bk", "wv", "bv", "y"},
+                .optional_values = {"mask"},
+                .node_attributes = {"num_heads", "scale", "mask_filter_value", "unidirectional"}},
+               build_attention_qkv);
+  registry.add("reshape_copied_dims", {.values = {"x", "shape", "y"}, .node_attributes = {"allowzero"}}, build_reshape_copied_dims);
+}
+
+}  // namespace onnx_rewrite
