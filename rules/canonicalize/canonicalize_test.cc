@@ -343,11 +343,17 @@ g (float[2, 3] x) => (float[2, 3] y) {
   const std::string bytes = serialize(parse_model_text(text));
   write_file(dir / "in.onnx", bytes);
   const auto run = run_cli({"rewrite", (dir / "in.onnx").string(), "-o", (dir / "out.onnx").string(), "--target", "ort",
-                            "--no-provenance", "--report", (dir / "report.json").string()});
+                            "--no-simplify", "--no-provenance", "--report", (dir / "report.json").string()});
   EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
   EXPECT_EQ(read_file(dir / "out.onnx"), bytes);
   EXPECT_NE(run.out.find("canonicalization alone was undone"), std::string::npos) << run.out;
   EXPECT_NE(read_file(dir / "report.json").find("canonicalize-fold-cast (1)"), std::string::npos);
+  // --simplify (ort's default) asks for exactly that: the folded constant stays folded.
+  const auto simplified = run_cli({"rewrite", (dir / "in.onnx").string(), "-o", (dir / "simple.onnx").string(), "--target", "ort",
+                                   "--no-provenance"});
+  EXPECT_EQ(simplified.exit_code, 0) << simplified.out << simplified.err;
+  const auto simple = read_model(dir / "simple.onnx");
+  EXPECT_EQ(canonical_nodes(simple, interface_names(simple)), "v1 = Div(x, SqrtTwo)\ny = Add(v1, x)\n");
 }
 
 // ---- Dead nodes ---------------------------------------------------------------------------------
@@ -412,9 +418,17 @@ g (float[2, 3] x, bool c) => (float[2, 3] y) {
   const std::string bytes = serialize(parse_model_text(text));
   write_file(dir / "in.onnx", bytes);
   const auto run = run_cli({"rewrite", (dir / "in.onnx").string(), "-o", (dir / "out.onnx").string(), "--target", "ort",
-                            "--no-provenance"});
+                            "--no-simplify", "--no-provenance"});
   EXPECT_EQ(read_file(dir / "out.onnx"), bytes) << run.out << run.err;
   EXPECT_NE(run.out.find("canonicalize-unused-nodes (1)"), std::string::npos) << run.out;  // Neg only
+  // --simplify (ort's default) removes the dead Neg; the custom op and what the If reads stay.
+  const auto simplified = run_cli({"rewrite", (dir / "in.onnx").string(), "-o", (dir / "simple.onnx").string(), "--target", "ort",
+                                   "--no-provenance"});
+  EXPECT_EQ(simplified.exit_code, 1) << simplified.out << simplified.err;  // written, but ORT can't load custom.Print
+  const auto simple = read_model(dir / "simple.onnx");
+  EXPECT_EQ(count(simple, "Neg"), 0);
+  EXPECT_EQ(count(simple, "Print", "custom"), 1);
+  EXPECT_EQ(count(simple, "Sigmoid"), 1);
 }
 
 // An Identity inside a GELU (an exporter's alias) blocked the fusion: its readers read its input

@@ -6,6 +6,7 @@
 // the original NCHW model. Models ORT optimized itself are in defusion_test.cc (OptimizedConvNet).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 
 #include "onnx_rewrite/engine.h"
 #include "onnx_rewrite/model_io.h"
+#include "onnx_rewrite/tensor.h"
 #include "test_support.h"
 
 namespace onnx_rewrite {
@@ -85,16 +87,17 @@ std::string tensor_text(const std::string& name, const std::vector<int64_t>& dim
 int64_t round_up(int64_t n, int64_t block) { return (n + block - 1) / block * block; }
 
 // MlasReorderFilterOIHWBiBo, as its loops: OIHW [O, I, K] to [O/B][I/B][K][Bi][Bo], both channel
-// counts zero-padded to the block.
+// counts zero-padded to the block. `wrong_order` swaps Bi and Bo: what a rewrite reading the
+// blocks in the wrong order would see (the negative control below).
 std::vector<float> reorder_oihwbibo(const std::vector<float>& w, int64_t outputs, int64_t inputs, int64_t kernel,
-                                    int64_t block) {
+                                    int64_t block, bool wrong_order = false) {
   std::vector<float> d;
   for (int64_t ob = 0; ob < outputs; ob += block) {
     for (int64_t ib = 0; ib < round_up(inputs, block); ib += block) {
       for (int64_t k = 0; k < kernel; ++k) {
         for (int64_t bi = 0; bi < block; ++bi) {
           for (int64_t bo = 0; bo < block; ++bo) {
-            const int64_t o = ob + bo, i = ib + bi;
+            const int64_t o = ob + (wrong_order ? bi : bo), i = ib + (wrong_order ? bo : bi);
             d.push_back(o < outputs && i < inputs ? w[static_cast<size_t>((o * inputs + i) * kernel + k)] : 0.f);
           }
         }
@@ -135,7 +138,7 @@ struct NetPair {
   std::string nchw, nchwc;
 };
 
-NetPair conv_net(int64_t block) {
+NetPair conv_net(int64_t block, bool wrong_order = false) {
   const int64_t c = 2 * block + 4, cp = round_up(c, block), d = 2 * block;
   const auto w1 = numbers(c * 3 * 9, 0.4, 1), b1 = numbers(c, 0.3, 2);
   const auto w2 = numbers(c * c * 9, 0.08, 3), b2 = numbers(c, 0.3, 4);
@@ -184,7 +187,7 @@ net (float[1, 3, 10, 10] x) => (float[1, {c}, 10, 10] y0, float[1, {d}, 1, 1] y1
                           fmt::arg("c", c), fmt::arg("d", d),
                           fmt::arg("w1", tensor_text("w1", {cp, 3, 3, 3}, reorder_oihwbo(w1, c, 3, 9, block))),
                           fmt::arg("b1", tensor_text("b1", {cp}, padded(b1, cp))),
-                          fmt::arg("w2", tensor_text("w2", {cp, cp, 3, 3}, reorder_oihwbibo(w2, c, c, 9, block))),
+                          fmt::arg("w2", tensor_text("w2", {cp, cp, 3, 3}, reorder_oihwbibo(w2, c, c, 9, block, wrong_order))),
                           fmt::arg("b2", tensor_text("b2", {cp}, padded(b2, cp))),
                           fmt::arg("w3", tensor_text("w3", {d, cp, 1, 1}, reorder_oihwbibo(w3, d, c, 1, block))),
                           fmt::arg("w4", tensor_text("w4", {d, 1, 3, 3}, reorder_oihwbo(w4, d, 1, 9, block))),
@@ -228,6 +231,22 @@ TEST_P(NchwcNet, DefusedComputesTheNchwOriginal) {
     record("NCHWc graph in ORT vs NCHW original", comparison.max_abs);
   }
   expect_defused_computes(net.nchwc, net.nchw, "rewrite vs NCHW original");
+}
+
+// The negative control: the net's weights are random (seeded), so a channel-order bug shows. With
+// the second Conv's filter blocks in another order than ORT's (Bi and Bo swapped), the rewrite
+// must not compute the NCHW original.
+TEST(NchwcNet, AWrongChannelOrderShows) {
+  const auto net = conv_net(8, true);
+  const auto defused = defuse(net.nchwc);
+  EXPECT_EQ(nchwc_ops(defused.model), 0);
+  TempDir dir;
+  const auto reference = write_model_text(net.nchw, dir / "reference.onnx");
+  const auto candidate = dir / "defused.onnx";
+  write_file(candidate, defused.bytes);
+  const auto comparison = ort_compare(reference, candidate, {"--trials", "1"});
+  EXPECT_EQ(comparison.exit_code, 1) << "a wrong channel order went unseen: " << comparison.output;
+  record("wrong channel order vs NCHW original", comparison.max_abs);
 }
 
 // 8 and 16 are MLAS's block sizes; the graphs pad C = 2B + 4 channels to 3B, which tells B.
@@ -387,14 +406,95 @@ g (float[1, 16, 4, 4] x) => (float[1, 16, 4, 4] y) {
 
 // ---- The ONNX model zoo's light models, optimized by ORT at level all ---------------------------
 
+// The light models hold every weight as a ConstantOfShape of one value (0.02): each channel of a
+// layer computes the same, and the signal fades through the net to a uniform softmax, so a rewrite
+// that put channels in the wrong order would compute the same numbers. Each weight becomes a
+// Constant of seeded random values, scaled by what reads it so the signal neither fades nor blows
+// up: Conv and Gemm weights uniform in ±√(6 / fan-in) (He), BatchNormalization scale and variance
+// and the factors of a Mul or Div in [0.5, 1.5), everything else (biases, means) in ±0.1; and the
+// output's Softmax, if any, left out. Returns how many weights were made random.
+int randomize_weights(onnx::ModelProto& model, uint32_t seed) {
+  std::map<std::string, const onnx::TensorProto*> initializers;
+  for (const auto& tensor : model.graph().initializer()) initializers[tensor.name()] = &tensor;
+  std::map<std::string, std::pair<const onnx::NodeProto*, int>> reader;  // a value's first reader, and at which input
+  for (const auto& node : model.graph().node()) {
+    for (int i = 0; i < node.input_size(); ++i) reader.try_emplace(node.input(i), &node, i);
+  }
+  int randomized = 0;
+  for (auto& node : *model.mutable_graph()->mutable_node()) {
+    if (node.op_type() != "ConstantOfShape" || !node.domain().empty() || node.input_size() != 1) continue;
+    const auto shape_tensor = initializers.find(node.input(0));
+    if (shape_tensor == initializers.end()) continue;
+    const auto shape = decode_tensor(*shape_tensor->second);
+    bool is_float = true;
+    for (const auto& attribute : node.attribute()) is_float = is_float && attribute.t().data_type() == onnx::TensorProto::FLOAT;
+    if (!shape || !is_float) continue;
+    const auto dims = shape->ints();
+    int64_t count = 1;
+    for (int64_t d : dims) count *= d;
+    double low = -0.1, high = 0.1;
+    auto it = reader.find(node.output(0));
+    while (it != reader.end() && (it->second.first->op_type() == "Unsqueeze" || it->second.first->op_type() == "Reshape")) {
+      it = reader.find(it->second.first->output(0));  // a weight reshaped for broadcasting: who reads it then
+    }
+    if (it != reader.end()) {
+      const auto& [consumer, input] = it->second;
+      const std::string& op = consumer->op_type();
+      int64_t fan_in = 0;
+      if (op == "Conv" && input == 1 && dims.size() >= 2) fan_in = count / dims[0];
+      if ((op == "Gemm" || op == "MatMul") && input == 1 && dims.size() == 2) {
+        bool trans_b = false;
+        for (const auto& attribute : consumer->attribute()) trans_b = trans_b || (attribute.name() == "transB" && attribute.i() != 0);
+        fan_in = dims[trans_b ? 1 : 0];
+      }
+      if (fan_in > 0) high = std::sqrt(6.0 / static_cast<double>(fan_in)), low = -high;
+      if ((op == "BatchNormalization" && (input == 1 || input == 4)) || op == "Mul" || op == "Div") low = 0.5, high = 1.5;
+    }
+    onnx::TensorProto weights;
+    weights.set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) weights.add_dims(d);
+    auto* values = weights.mutable_float_data();
+    values->Reserve(static_cast<int>(count));
+    for (int64_t i = 0; i < count; ++i) {
+      seed = seed * 1664525u + 1013904223u;
+      values->Add(static_cast<float>(low + (high - low) * ((seed >> 8) / double(1u << 24))));
+    }
+    node.set_op_type("Constant");
+    node.clear_input();
+    node.clear_attribute();
+    auto* attribute = node.add_attribute();
+    attribute->set_name("value");
+    attribute->set_type(onnx::AttributeProto::TENSOR);
+    *attribute->mutable_t() = std::move(weights);
+    ++randomized;
+  }
+  // A Softmax giving an output saturates (one class near 1, the rest near 0) and would hide a
+  // difference: its input is compared instead.
+  for (auto& node : *model.mutable_graph()->mutable_node()) {
+    if (node.op_type() != "Softmax" || !node.domain().empty()) continue;
+    for (const auto& output : model.graph().output()) {
+      if (output.name() != node.output(0)) continue;
+      node.set_op_type("Identity");
+      node.clear_attribute();
+    }
+  }
+  return randomized;
+}
+
 class OptimizedLightModel : public ::testing::TestWithParam<std::string> {};
 
 // ORT writes NCHWc (and FusedConv / FusedGemm) for these CNNs; the rewrite has none left, passes
-// `check --target onnx`, computes the original's outputs and the corpus' expected output.
+// `check --target onnx` and computes the original's outputs, the original's weights made random
+// so that the channel order shows (the corpus' expected outputs are for its constant weights, so
+// they are not compared: the original run in ORT is the reference).
 TEST_P(OptimizedLightModel, DefusedComputesTheOriginal) {
   ASSERT_TEST_DATA(corpus, "conformance");
-  const auto original = corpus / "light" / ("light_" + GetParam() + ".onnx");
+  const auto light = corpus / "light" / ("light_" + GetParam() + ".onnx");
   TempDir dir;
+  auto random = read_model(light);
+  EXPECT_GT(randomize_weights(random, 39), 0) << "no ConstantOfShape weights in " << light;
+  const auto original = dir / "random.onnx";
+  write_file(original, serialize(random));
   const auto optimized = dir / "optimized.onnx", defused = dir / "defused.onnx";
   const auto optimize = run_command({"node", (source_dir() / "tests" / "ort" / "optimize.js").string(), original.string(),
                                      optimized.string(), "--level", "all"});
@@ -414,13 +514,13 @@ TEST_P(OptimizedLightModel, DefusedComputesTheOriginal) {
     return it == counts.end() ? 0 : it->second;
   };
   EXPECT_LE(identities(result.proto), identities(read_model(original))) << rewrite.out;
-  const auto comparison = ort_compare(original, defused, {"--trials", "1"});
+  // ORT folded each BatchNormalization into its Conv: rounded otherwise than the original's two
+  // steps, which random weights show (resnet50: 6e-4 relative on logits near 40). A filter pair
+  // swapped in one Conv moved these outputs by 0.19 to 110 relative (max_rel), in each of the nine
+  // nets (measured by hand once).
+  const auto comparison = ort_compare(original, defused, {"--trials", "1", "--rtol", "2e-3"});
   EXPECT_TRUE(comparison.ok) << comparison.output;
   record("rewrite vs original", comparison.max_abs);
-  const auto jobs = dir / "jobs.json";
-  write_file(jobs, fmt::format(R"([{{"case": "{}", "model": "{}"}}])", original.string(), defused.string()));
-  const auto conformance = run_command({"node", (source_dir() / "tests" / "ort" / "conformance.js").string(), "--jobs", jobs.string()});
-  EXPECT_NE(conformance.out.find("\"status\": \"pass\""), std::string::npos) << conformance.out << conformance.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, OptimizedLightModel,

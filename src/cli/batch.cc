@@ -471,10 +471,10 @@ int batch_all(const BatchCommand& command, PathGuard& guard, PendingFile* report
   const RewriteOptions options = effective_options(command.options, command.overrides);
   active_rules(rules, options);
   const VerifyOptions* verify = command.verify ? &command.verify_options : nullptr;
-  const auto run_fields = [&](JsonWriter& json) { write_run_json(json, command.options, command.rules, command.provenance, false, verify); };
+  const auto run_fields = [&](JsonWriter& json) { write_run_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance, false, verify); };
   const std::string options_text = [&] {
     JsonWriter json(true);
-    write_options_json(json, command.options, command.rules, command.provenance, verify);
+    write_options_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance, verify);
     return json.str();
   }();
   // Found before any work: without a runtime to run them in, nothing is worth doing.
@@ -659,7 +659,7 @@ int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err)
     return batch_all(command, guard, report.get(), junit.get(), out, err);
   } catch (...) {
     report_failure(report.get(), std::current_exception(), [&](JsonWriter& json) {
-      write_run_json(json, command.options, command.rules, command.provenance, false, command.verify ? &command.verify_options : nullptr);
+      write_run_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance, false, command.verify ? &command.verify_options : nullptr);
       json.key("target").value(command.options.target);
     });
     throw;

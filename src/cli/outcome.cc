@@ -445,6 +445,11 @@ Processed process(const std::string& input, const std::string& output, const Rul
   return processed;
 }
 
+RewriteOptions reported_options(RewriteOptions options, const TargetDefaultOverrides& overrides) {
+  options.simplify = overrides.simplify.value_or(find_target(options.target).simplify);
+  return options;
+}
+
 RewriteOptions effective_options(RewriteOptions options, const TargetDefaultOverrides& overrides) {
   const Target& target = find_target(options.target);
   options.inline_functions = overrides.inline_functions.value_or(!target.local_functions);

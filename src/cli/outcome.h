@@ -145,6 +145,9 @@ Processed process(const std::string& input, const std::string& output, const Rul
 // What the target implies where the command line is silent: inlining for runtimes that don't run
 // model-local functions, simplification, and its highest opset.
 RewriteOptions effective_options(RewriteOptions options, const TargetDefaultOverrides& overrides);
+// The options as the command line gave them, for reports, with what the target decided where it
+// was silent about simplifying.
+RewriteOptions reported_options(RewriteOptions options, const TargetDefaultOverrides& overrides);
 
 // Checked before any work, so that a mistyped path costs nothing and leaves nothing half done.
 void require_directory_of(const std::string& path, const std::string& what);

@@ -108,7 +108,7 @@ int rewrite_one(const RewriteCommand& command, const PathGuard& guard, PendingFi
   if (report) {
     JsonWriter json;
     json.begin_object();
-    write_run_json(json, command.options, command.rules, command.provenance, command.dry_run, verify_options(command));
+    write_run_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance, command.dry_run, verify_options(command));
     write_outcome_fields(json, outcome, target.name);
     json.end_object();
     report->set_contents(json.str());
@@ -140,7 +140,7 @@ int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& 
     throw;  // its report is written already, with the verification
   } catch (...) {
     report_failure(report.get(), std::current_exception(), [&](JsonWriter& json) {
-      write_run_json(json, command.options, command.rules, command.provenance, command.dry_run, verify_options(command));
+      write_run_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance, command.dry_run, verify_options(command));
       json.key("model").value(command.input);
       json.key("output").value(command.in_place ? command.input : command.output);
       json.key("target").value(command.options.target);

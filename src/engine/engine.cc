@@ -775,7 +775,8 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
     result.notes.insert(result.notes.end(), declines.begin(), declines.end());
     if (again) result.notes.push_back(*again);
   }
-  const bool canonicalized_only = !result.rules.empty() && result.functions_inlined == 0 && result.function_imports_raised == 0 &&
+  // (Under --simplify the folds are wanted: they would only be made again.)
+  const bool canonicalized_only = !options.simplify && !result.rules.empty() && result.functions_inlined == 0 && result.function_imports_raised == 0 &&
                                   imports(model.proto) == imports_before &&
                                   std::all_of(result.rules.begin(), result.rules.end(), [&](const auto& fired) {
                                     return is_canonicalization(fired.first) && !options.only.count(fired.first);

@@ -10,7 +10,7 @@ const { parseArgs, parseRange, parseAssignment, runMain, UsageError } = require(
 
 const USAGE = 'usage: node tests/ort/compare.js A.onnx (B.onnx | --reference MODULE.js [--params JSON]) ' +
   '[--dim N=2 ...] [--shape NAME=1,3,8,8 ...] [--seed 1] [--trials 3] [--rtol 1e-4] [--atol 1e-4] ' +
-  '[--float-range -1,1] [--int-range 0,10] [--range NAME=lo,hi ...] [--level all] [--json]';
+  '[--float-range -1,1] [--int-range 0,10] [--range NAME=lo,hi ...] [--level all] [--allow-nonfinite-expected] [--json]';
 
 // Errors that end the run with exit 2 (not a usage problem: a model or reference failed).
 class RunError extends Error {}
@@ -114,6 +114,7 @@ async function main() {
     reference: { type: 'string' },
     params: { type: 'string' },
     level: { type: 'string', default: 'all' },
+    'allow-nonfinite-expected': { type: 'bool' },
     json: { type: 'bool' },
   });
   const json = opts.json;
@@ -185,7 +186,10 @@ async function main() {
       }
     }
 
-    const stats = new Map(outputNames.map((n) => [n, { name: n, shape: null, max_abs: 0, max_rel: 0, sum_abs: 0, elements: 0, ok: true }]));
+    const stats = new Map(outputNames.map((n) => [n, {
+      name: n, shape: null, max_abs: 0, max_rel: 0, sum_abs: 0, elements: 0, nonfinite_expected: 0, nonfinite_got: 0, ok: true,
+    }]));
+    const tolerance = { rtol: opts.rtol, atol: opts.atol, allowNonfiniteExpected: opts['allow-nonfinite-expected'] };
     const rng = tp.makeRng(opts.seed);
     const run = async (sess, label, feeds, fetches) => {
       try {
@@ -230,12 +234,14 @@ async function main() {
           continue;
         }
         // The reference is the ground truth; between two models, A (the original) is.
-        const c = reference ? compareTensors(b, a, opts) : compareTensors(a, b, opts);
+        const c = reference ? compareTensors(b, a, tolerance) : compareTensors(a, b, tolerance);
         if (c.max_abs !== undefined) {
           st.max_abs = Math.max(st.max_abs, Number(c.max_abs));
           st.max_rel = Math.max(st.max_rel, Number(c.max_rel));
           st.sum_abs += c.sum_abs;
           st.elements += a.data.length;
+          st.nonfinite_expected += c.nonfinite_expected;
+          st.nonfinite_got += c.nonfinite_got;
         }
         if (!c.ok && st.ok) Object.assign(st, { ok: false, message: `trial ${trial}: ${c.message}` });
       }
@@ -249,7 +255,8 @@ async function main() {
     } else {
       for (const o of outputs) {
         process.stdout.write(`${o.ok ? 'ok  ' : 'FAIL'} ${o.name} shape [${o.shape}] max_abs ${formatNumber(o.max_abs)} ` +
-          `max_rel ${formatNumber(o.max_rel)}${o.message ? ` (${o.message})` : ''}\n`);
+          `max_rel ${formatNumber(o.max_rel)} nonfinite expected ${o.nonfinite_expected} got ${o.nonfinite_got}` +
+          `${o.message ? ` (${o.message})` : ''}\n`);
       }
       process.stdout.write(`${ok ? 'same' : 'DIFFERENT'}: ${outputs.length} output(s), ${opts.trials} trial(s), ` +
         `rtol ${opts.rtol}, atol ${opts.atol}\n`);

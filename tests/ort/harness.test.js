@@ -121,6 +121,25 @@ test('compareTensors: tolerance, NaN, infinities, exact ints and strings', () =>
   assert.match(compareTensors(f(1), { type: 'float64', dims: [1], data: Float64Array.of(1) }).message, /dtype/);
 });
 
+test('compareTensors: a NaN or infinity where the expected value is finite fails; non-finite counts', () => {
+  const f = (...v) => ({ type: 'float32', dims: [v.length], data: Float32Array.from(v) });
+  for (const bad of [NaN, Infinity, -Infinity]) {
+    const c = compareTensors(f(1, 2, 3), f(1, bad, 3), { rtol: 1e9, atol: 1e9 });
+    assert.strictEqual(c.ok, false, String(bad));
+    assert.deepStrictEqual([c.index, c.nonfinite_expected, c.nonfinite_got], [1, 0, 1]);
+  }
+  const same = compareTensors(f(NaN, 1, -Infinity), f(NaN, 1, -Infinity));
+  assert.deepStrictEqual([same.ok, same.nonfinite_expected, same.nonfinite_got], [true, 2, 2]);
+  const f16 = { type: 'float16', dims: [2], data: Uint16Array.of(0x3c00, 0x3c00) };
+  assert.strictEqual(compareTensors(f16, { ...f16, data: Uint16Array.of(0x3c00, 0x7e00) }).ok, false);
+  // An expected output with no finite element proves nothing: it fails unless allowed.
+  const broken = compareTensors(f(NaN, Infinity), f(NaN, Infinity));
+  assert.strictEqual(broken.ok, false);
+  assert.match(broken.message, /no finite element/);
+  assert.ok(compareTensors(f(NaN, Infinity), f(NaN, Infinity), { allowNonfiniteExpected: true }).ok);
+  assert.ok(compareTensors(f(), f()).ok, 'an empty tensor is not "entirely non-finite"');
+});
+
 // ---- scripts ---------------------------------------------------------------------------------
 
 test('load.js: 0 when ORT loads, 1 with its message when not, 2 on usage errors', () => {
@@ -163,6 +182,18 @@ test('compare.js --reference: naive registry name or module file', () => {
   const sub = path.join(tmp, 'sub_ref.js');
   fs.writeFileSync(sub, `module.exports = (i) => ({ C: { dims: i.A.dims, data: i.A.data.map((v, k) => v - i.B.data[k % 3]) } });\n`);
   assert.strictEqual(run('compare.js', [A, '--reference', sub, '--dim', 'N=2']).code, 1);
+  // A reference that gives NaN everywhere: the candidate matching it proves nothing.
+  const nan = path.join(tmp, 'nan_ref.js');
+  fs.writeFileSync(nan, `module.exports = (i) => ({ C: { dims: i.A.dims, data: i.A.data.map(() => NaN) } });\n`);
+  const broken = run('compare.js', [A, '--reference', nan, '--dim', 'N=2', '--json']);
+  assert.strictEqual(broken.code, 1);
+  assert.match(JSON.parse(broken.stdout).outputs[0].message, /no finite element/);
+  // A finite reference and a candidate with one NaN: counted, and a failure.
+  const oneNan = path.join(tmp, 'one_nan_ref.js');
+  fs.writeFileSync(oneNan, `module.exports = (i) => ({ C: { dims: i.A.dims, data: i.A.data.map((v, k) => (k ? v + i.B.data[k % 3] : NaN)) } });\n`);
+  const text = run('compare.js', [A, '--reference', oneNan, '--dim', 'N=2', '--trials', '1']);
+  assert.strictEqual(text.code, 1);
+  assert.match(text.stdout, /nonfinite expected 1 got 0/);
 });
 
 test('optimize.js: extended level fuses a spelled-out GELU into com.microsoft Gelu', () => {
@@ -277,4 +308,37 @@ test('opset_matrix.js --check: below the committed figures, a WRONG case, a page
   const wrong = run('opset_matrix.js', ['--bin', liar, '--corpus', path.join(dir, 'corpus'), '--check', doc]);
   assert.strictEqual(wrong.code, 1);
   assert.match(wrong.stdout, /11: 1 WRONG \(node\/test_add\)/);
+});
+
+// ---- quantized references (rules/qlinear-to-qdq, rules/dynamic-quant-matmul) ----------------
+
+test('quantized references: round half to even, saturation, broadcasting, QGemm and MatMulIntegerToFloat by hand', () => {
+  const qm = require('../../rules/qlinear-to-qdq/quant_math');
+  const q = require('../../rules/qlinear-to-qdq/qlinear_reference');
+  const mm = require('../../rules/dynamic-quant-matmul/quant_matmul_reference');
+  assert.deepStrictEqual([0.5, 1.5, 2.5, -0.5, -1.5, 2.4999, 2.5001].map(qm.rne), [0, 2, 2, 0, -2, 2, 3]);
+  assert.deepStrictEqual([qm.saturate(300, 'uint8'), qm.saturate(-129, 'int8'), qm.saturate(-5, 'uint8')], [255, -128, 0]);
+  const t = (type, dims, values) => qm.tensor(type, dims, values);
+  const s = (v) => t('float32', [], [v]);
+  // QLinearAdd with all scales 1: a + b - zero points, broadcast [2, 2] + [2], saturated.
+  const [add] = q.QLinearAdd({ attrs: {} }, [t('uint8', [2, 2], [1, 2, 250, 3]), s(1), t('uint8', [], [0]),
+    t('uint8', [2], [10, 20]), s(1), t('uint8', [], [0]), s(1), t('uint8', [], [0])]);
+  assert.deepStrictEqual([Array.from(add.data), add.dims], [[11, 22, 255, 23], [2, 2]]);
+  // QGemm, per-column b scale and zero point, C, quantized output: by hand.
+  // A = [[1, 2]] (zp 0), B = [[1, 2], [3, 4]] with b_zp [1, 0], b_scale [1, 0.5], C = [10, 0], y_scale 1, y_zp 0:
+  // acc = [1·0 + 2·2 + 10, 1·2 + 2·4] = [14, 10]; y = [14·1, 10·0.5] = [14, 5].
+  const [y] = q.QGemm({ attrs: {} }, [t('uint8', [1, 2], [1, 2]), s(1), t('uint8', [], [0]), t('int8', [2, 2], [1, 2, 3, 4]),
+    t('float32', [2], [1, 0.5]), t('int8', [2], [1, 0]), t('int32', [2], [10, 0]), s(1), t('uint8', [], [0])]);
+  assert.deepStrictEqual(Array.from(y.data), [14, 5]);
+  // A one-step tie: acc 5 with scale 0.5 -> 2.5 rounds to 2 (even), 7 · 0.5 = 3.5 -> 4.
+  const [tie] = q.QGemm({ attrs: {} }, [t('uint8', [2, 1], [5, 7]), s(0.5), t('uint8', [], [0]), t('int8', [1, 1], [1]),
+    s(1), t('int8', [], [0]), null, s(1), t('uint8', [], [0])]);
+  assert.deepStrictEqual(Array.from(tie.data), [2, 4]);
+  // MatMulIntegerToFloat: f32(acc · a_scale · b_scale) + bias.
+  const [f] = mm.MatMulIntegerToFloat({ attrs: {} }, [t('uint8', [1, 2], [3, 4]), t('int8', [2, 1], [-1, 2]), s(0.5), s(2), null, null,
+    t('float32', [1], [0.25])]);
+  assert.deepStrictEqual(Array.from(f.data), [5.25]);
+  // DynamicQuantizeLinear: [-1, 0, 3] -> scale 4/255, zp round(255/4) = 64.
+  const [dq, scale, zp] = mm.DynamicQuantizeLinear({ attrs: {} }, [t('float32', [3], [-1, 0, 3])]);
+  assert.deepStrictEqual([Array.from(dq.data), zp.data[0], scale.data[0]], [[0, 64, 255], 64, Math.fround(4 / 255)]);
 });

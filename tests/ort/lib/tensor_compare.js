@@ -1,7 +1,11 @@
 'use strict';
 // Element-wise comparison of two harness tensors ({type, dims, data}).
 // Floats: |got - exp| <= atol + rtol * |exp|, NaN equals NaN, infinities must match exactly
-// (numpy.testing.assert_allclose semantics). Integers, bools and strings: exact.
+// (numpy.testing.assert_allclose semantics): a NaN or infinity where the expected value is finite
+// always fails. An expected float tensor with no finite element at all (a reference that broke
+// down, against which every candidate that breaks the same way would pass) fails too, unless
+// allowNonfiniteExpected. Integers, bools and strings: exact. The result counts the non-finite
+// elements of each side (nonfinite_expected, nonfinite_got).
 
 const { float16Bits, halfToFloat } = require('../../../tools/ort-driver/lib/tensor_proto');
 
@@ -27,10 +31,11 @@ function floatValues(t) {
   return t.type === 'float16' ? Float64Array.from(float16Bits(t.data), halfToFloat) : t.data;
 }
 
-// Returns {ok, message?, index?, at?, expected?, got?, max_abs, max_rel, sum_abs}.
+// Returns {ok, message?, index?, at?, expected?, got?, max_abs, max_rel, sum_abs,
+// nonfinite_expected, nonfinite_got}.
 // max_rel is over elements whose expected value is non-zero (|diff| / |exp|); sum_abs adds the
 // float elements' absolute differences (for a mean error: how often a model rounds the wrong way).
-function compareTensors(exp, got, { rtol = 1e-3, atol = 1e-7 } = {}) {
+function compareTensors(exp, got, { rtol = 1e-3, atol = 1e-7, allowNonfiniteExpected = false } = {}) {
   if (exp.type !== got.type) {
     return { ok: false, message: `dtype ${got.type}, expected ${exp.type}` };
   }
@@ -42,10 +47,16 @@ function compareTensors(exp, got, { rtol = 1e-3, atol = 1e-7 } = {}) {
   let maxAbs = 0;
   let maxRel = 0;
   let sumAbs = 0;
+  let nonfiniteExp = 0;
+  let nonfiniteGot = 0;
 
   if (FLOAT_TYPES.has(exp.type)) {
     const e = floatValues(exp);
     const g = floatValues(got);
+    for (let i = 0; i < n; i++) {
+      if (!Number.isFinite(e[i])) nonfiniteExp++;
+      if (!Number.isFinite(g[i])) nonfiniteGot++;
+    }
     for (let i = 0; i < n; i++) {
       const a = e[i];
       const b = g[i];
@@ -76,7 +87,17 @@ function compareTensors(exp, got, { rtol = 1e-3, atol = 1e-7 } = {}) {
     }
   }
 
-  const result = { ok: firstBad < 0, max_abs: jsonValue(maxAbs), max_rel: jsonValue(maxRel), sum_abs: sumAbs };
+  const result = {
+    ok: firstBad < 0, max_abs: jsonValue(maxAbs), max_rel: jsonValue(maxRel), sum_abs: sumAbs,
+    nonfinite_expected: nonfiniteExp, nonfinite_got: nonfiniteGot,
+  };
+  if (n > 0 && nonfiniteExp === n && !allowNonfiniteExpected) {
+    return Object.assign(result, {
+      ok: false,
+      message: `the expected output has no finite element (${n} NaN/Inf): nothing is proven against it ` +
+        '(allow it explicitly if that is what the model computes)',
+    });
+  }
   if (firstBad >= 0) {
     const ev = exp.type === 'float16' ? halfToFloat(exp.data[firstBad]) : exp.data[firstBad];
     const gv = got.type === 'float16' ? halfToFloat(got.data[firstBad]) : got.data[firstBad];
