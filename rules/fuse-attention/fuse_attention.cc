@@ -167,6 +167,50 @@ std::optional<double> scalar_of(const BuildContext& match, const Value& value) {
   return values->numbers[0];
 }
 
+// A one-element value computed from constants the way GPT-2's export writes its √H:
+// Add (ConstantOfShape (<empty shape>), c) — zeros of rank 0 plus the constant.
+std::optional<double> folded_scalar(const BuildContext& match, const Value& value, int depth = 0) {
+  if (auto c = scalar_of(match, value)) return c;
+  auto node = match.producer(value);
+  if (!node || depth > 3) return std::nullopt;
+  if (node->op_type() == "ConstantOfShape") {
+    auto shape = match.constant_of(node->input(0));
+    if (!shape || !shape->ints().empty()) return std::nullopt;
+    const auto* attribute = node->attribute("value");
+    if (!attribute) return 0.0;
+    auto values = decode_tensor(attribute->t());
+    if (!values || values->numbers.size() != 1) return std::nullopt;
+    return values->numbers[0];
+  }
+  if (node->op_type() == "Add" || node->op_type() == "Mul") {
+    auto a = folded_scalar(match, node->input(0), depth + 1);
+    auto b = folded_scalar(match, node->input(1), depth + 1);
+    if (!a || !b) return std::nullopt;
+    return node->op_type() == "Add" ? *a + *b : *a * *b;
+  }
+  return std::nullopt;
+}
+
+// Whether the constant is a lower-triangular [1, 1, M, M] (or [M, M]) of ones: key t visible to
+// query s iff t <= s.
+std::optional<std::string> lower_triangular(const BuildContext& match, const Value& buffer) {
+  auto values = match.constant_of(buffer, size_t{1} << 24);
+  if (!values) return fmt::format("the causal mask '{}' is not a constant (of at most 2^24 elements)", buffer.name);
+  const auto& dims = values->dims;
+  const size_t rank = dims.size();
+  if (rank < 2 || dims[rank - 1] != dims[rank - 2] || (rank == 4 && (dims[0] != 1 || dims[1] != 1)) || (rank != 2 && rank != 4)) {
+    return fmt::format("the causal mask '{}' is not [1, 1, M, M]", buffer.name);
+  }
+  const int64_t m = dims[rank - 1];
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < m; ++j) {
+      const bool visible = values->numbers[static_cast<size_t>(i * m + j)] != 0;
+      if (visible != (j <= i)) return fmt::format("the causal mask '{}' is not lower-triangular ones", buffer.name);
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<PaddingMask> padding_mask(const BuildContext& match, const Value& bias, std::string& why) {
   why = fmt::format("the additive mask '{}' is not (1 - mask[:, None, None, :]) · c of a [batch, keys] padding mask", bias.name);
   auto mul = match.producer(bias);
@@ -286,7 +330,7 @@ BuildResult build_attention_mha(const BuildContext& match, GraphBuilder& b) {
     trans_b = fused->attribute_int("transB", 0);
     scale = fused->attribute_float("alpha", 1.f);
   } else if (match.has("k_scale")) {
-    auto c = match.scalar("k_scale");
+    auto c = folded_scalar(match, match.value("k_scale"));
     if (!c) return decline(fmt::format("the divisor '{}' of the scores is not a one-element constant", match.value("k_scale")));
     scale = 1.0 / *c;
   } else if (match.has("k_mul")) {
@@ -304,12 +348,22 @@ BuildResult build_attention_mha(const BuildContext& match, GraphBuilder& b) {
     return decline(fmt::format("the scale {} is not a finite non-zero number (MultiHeadAttention reads 0 as 1/sqrt(H))", scale));
   }
   for (const char* name : {"k_scale", "k_mul"}) {
-    if (match.has(name)) {
+    if (match.has(name) && match.is_constant(name)) {
       const auto rank = match.facts(name).rank();
       if (!rank || *rank > 4) return decline(fmt::format("the scale '{}' could broadcast the scores to a higher rank", match.value(name)));
     }
   }
   Attributes attributes = {attr("num_heads", q->heads), attr("scale", static_cast<float>(scale))};
+  if (match.has("buffer")) {
+    // GPT-2's causal mask: ORT's unidirectional (keys t <= s; the later ones get the lowest
+    // float, as the Where's fill hides them).
+    if (auto why_not = lower_triangular(match, match.value("buffer"))) return decline(*why_not);
+    auto fill = scalar_of(match, match.value("fill"));
+    if (!fill || !std::isfinite(*fill) || *fill > -10000.0) {
+      return decline(fmt::format("the causal fill '{}' is not a finite constant of at most -10000", match.value("fill")));
+    }
+    attributes.push_back(attr("unidirectional", int64_t{1}));
+  }
   std::vector<Value> inputs = {match.value("q"), match.value("k"), match.value("v")};
   if (match.has("mask_bias")) {
     auto mask = padding_mask(match, match.value("mask_bias"), why);
@@ -331,6 +385,13 @@ BuildResult build_attention_mha(const BuildContext& match, GraphBuilder& b) {
     inputs.push_back(Value{});
     inputs.push_back(mask_index);
     attributes.push_back(attr("mask_filter_value", static_cast<float>(mask->fill)));
+  }
+  if (match.has("present_k")) {
+    const auto outputs = b.op_outputs("MultiHeadAttention", inputs, 3, attributes, kMicrosoft);
+    b.output(match.value("y"), outputs[0]);
+    b.output(match.value("present_k"), outputs[1]);
+    b.output(match.value("present_v"), outputs[2]);
+    return built();
   }
   b.output(match.value("y"), b.op("MultiHeadAttention", inputs, attributes, kMicrosoft));
   return built();
@@ -401,6 +462,14 @@ BuildResult build_attention_qkv(const BuildContext& match, GraphBuilder& b) {
 BuildResult build_reshape_copied_dims(const BuildContext& match, GraphBuilder& b) {
   if (match.anchor().attribute_int("allowzero", 0) != 0) return decline("the Reshape has allowzero = 1: a 0 is a 0, not a copy");
   if (match.is_constant("shape")) return decline("the shape is already a constant");
+  // Only torch's Concat of x's own dims: a shape the facts know as numbers is canonicalize-fold-
+  // known-shape's, and a shape of another value's dims (a LayerNormalization body's Shape (x)) is
+  // what the fusions of that pattern read.
+  const auto concat = match.producer(match.value("shape"));
+  if (!concat || concat->op_type() != "Concat") return decline("the shape is not a Concat");
+  bool copies = false;
+  for (const Value& piece : concat->inputs()) copies = copies || copied_axis(match, piece, match.value("x")) >= 0;
+  if (!copies) return decline("no element of the shape is a dim of the Reshape's own input");
   std::string why;
   auto entries = reshape_entries(match, match.value("x"), match.value("shape"), why);
   if (!entries) return decline(why);
@@ -422,7 +491,7 @@ BuildResult build_reshape_copied_dims(const BuildContext& match, GraphBuilder& b
 void register_fuse_attention_builders(BuilderRegistry& registry) {
   registry.add("fuse_attention_mha",
                {.values = {"q", "k", "v", "shape_q", "shape_k", "shape_v", "shape_o", "y"},
-                .optional_values = {"k_scale", "k_mul", "mask_bias"},
+                .optional_values = {"k_scale", "k_mul", "mask_bias", "buffer", "fill", "present_k", "present_v"},
                 .attributes = {"perm_k"},
                 .node_attributes = {"alpha", "transA", "transB", "transBatchA", "transBatchB", "allowzero"}},
                build_attention_mha);
