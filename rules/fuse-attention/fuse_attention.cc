@@ -486,6 +486,58 @@ BuildResult build_reshape_copied_dims(const BuildContext& match, GraphBuilder& b
   return built();
 }
 
+// GPT-2: MultiHeadAttention <unidirectional> (Split (Reshape (Gemm (Reshape (x, [-1, D]), W, b),
+// [B, S, 3D]))) whose present key and value are stacked on a new axis 0 -> Attention (x, W, b,
+// mask) with its present output.
+BuildResult build_attention_packed_qkv(const BuildContext& match, GraphBuilder& b) {
+  const NodeView mha = match.anchor().op_type() == "MultiHeadAttention" ? match.anchor() : *match.node("MultiHeadAttention");
+  if (mha.attribute_int("unidirectional", 0) != 1) return decline("the MultiHeadAttention is not unidirectional (the present stack comes from GPT-2's causal attention)");
+  for (size_t i = 5; i < mha.inputs().size(); ++i) {
+    if (!mha.input(i).absent()) return decline("the MultiHeadAttention has past, attention_bias or other inputs");
+  }
+  const NodeView gemm = *match.node("Gemm");
+  if (gemm.attribute_float("alpha", 1.f) != 1.f || gemm.attribute_float("beta", 1.f) != 1.f || gemm.attribute_int("transA", 0) != 0 ||
+      gemm.attribute_int("transB", 0) != 0) {
+    return decline("the Gemm scales or transposes its operands");
+  }
+  const ShapeFacts& x = match.facts("x");
+  if (x.elem_type != onnx::TensorProto::FLOAT) return decline(fmt::format("'{}' is not known to be float", match.value("x")));
+  if (x.rank() != 3u || x.dim(2) <= 0) return decline(fmt::format("'{}' is not known to be [batch, sequence, D] with D static", match.value("x")));
+  const int64_t d = x.dim(2);
+  auto w = match.is_constant("w") ? match.constant("w", size_t{1} << 26) : std::nullopt;
+  auto bias = match.is_constant("b") ? match.constant("b", size_t{1} << 26) : std::nullopt;
+  if (!w || w->dims.size() != 2 || w->dims[0] != d || w->dims[1] % 3 != 0) return decline("the Gemm's weights are not a [D, 3·D'] constant");
+  const int64_t width = w->dims[1];
+  if (!bias || bias->dims != std::vector<int64_t>{width}) return decline("the Gemm's bias is not a constant of the projection's width");
+  auto flat = match.constant("shape_2d");
+  if (!flat || flat->ints() != std::vector<int64_t>{-1, d}) return decline(fmt::format("the first Reshape is not to [-1, {}]", d));
+  std::string why;
+  auto packed = reshape_entries(match, match.value("x"), match.value("shape_3d"), why);
+  if (!packed) return decline(why);
+  const auto& e = *packed;
+  const auto keeps = [&](const Entry& entry, size_t axis) { return entry.copy == static_cast<int>(axis) || (entry.number > 0 && x.dim(axis) == entry.number); };
+  if (e.size() != 3 || !keeps(e[0], 0) || !keeps(e[1], 1) || e[2].number != width) {
+    return decline(fmt::format("the second Reshape does not give back [batch, sequence, {}] of '{}'", width, match.value("x")));
+  }
+  if (match.has("split")) {
+    auto sizes = match.constant("split");
+    const int64_t third = width / 3;
+    if (!sizes || sizes->ints() != std::vector<int64_t>{third, third, third}) return decline("the Split is not into three equal parts");
+  }
+  const int64_t heads = mha.attribute_int("num_heads", 0);
+  if (heads <= 0 || (width / 3) % heads != 0) return decline("num_heads does not divide the projections' width");
+  Attributes attributes = {attr("num_heads", heads)};
+  if (mha.has_attribute("scale")) attributes.push_back(attr("scale", mha.attribute_float("scale", 0.f)));
+  attributes.push_back(attr("unidirectional", int64_t{1}));
+  if (mha.has_attribute("mask_filter_value")) attributes.push_back(attr("mask_filter_value", mha.attribute_float("mask_filter_value", 0.f)));
+  std::vector<Value> inputs = {match.value("x"), match.value("w"), match.value("b")};
+  if (match.has("mask")) inputs.push_back(match.value("mask"));
+  const auto outputs = b.op_outputs("Attention", inputs, 2, attributes, kMicrosoft);
+  b.output(match.value("y"), outputs[0]);
+  b.output(match.value("present"), outputs[1]);
+  return built();
+}
+
 }  // namespace
 
 void register_fuse_attention_builders(BuilderRegistry& registry) {
@@ -500,6 +552,11 @@ void register_fuse_attention_builders(BuilderRegistry& registry) {
                 .optional_values = {"mask"},
                 .node_attributes = {"num_heads", "scale", "mask_filter_value", "unidirectional"}},
                build_attention_qkv);
+  registry.add("fuse_attention_packed_qkv",
+               {.values = {"x", "shape_2d", "w", "b", "shape_3d", "y", "present"},
+                .optional_values = {"split", "mask"},
+                .node_attributes = {"alpha", "beta", "transA", "transB", "num_heads", "scale", "mask_filter_value", "unidirectional"}},
+               build_attention_packed_qkv);
   registry.add("reshape_copied_dims", {.values = {"x", "shape", "y"}, .node_attributes = {"allowzero"}}, build_reshape_copied_dims);
 }
 
