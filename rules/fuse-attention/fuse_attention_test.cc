@@ -254,5 +254,156 @@ TEST(AttentionNearMiss, SoftmaxOverTheQueries) {
   expect_declined(LayerCase{.name = "axis", .softmax_axis = "2"}, "fuse-attention-mha");
 }
 
+// ---- GPT-2 -------------------------------------------------------------------------------------
+
+struct Gpt2Case {
+  std::string name;
+  int opset = 17;
+  bool mask = false;         // a padding mask; key 0 always visible (Max with [1, 0, 0, 0, 0])
+  bool static_dims = false;  // [2, 5, 8]
+  bool stacked = true;       // present = Concat (Unsqueeze (K), Unsqueeze (V)), else K and V as outputs
+  std::string buffer;        // the causal buffer's 64 values (default lower-triangular ones)
+};
+
+std::string gpt2_model(const Gpt2Case& c) {
+  const std::string batch = c.static_dims ? "2" : "B", seq = c.static_dims ? "5" : "S";
+  std::string inputs = fmt::format("float[{}, {}, 8] x", batch, seq);
+  if (c.mask) inputs += fmt::format(", int64[{}, {}] mask", batch, seq);
+  std::string outputs = fmt::format("float[{}, {}, 8] y", batch, seq);
+  outputs += c.stacked ? fmt::format(", float[2, {}, 2, {}, 4] present", batch, seq)
+                       : fmt::format(", float[{0}, 2, {1}, 4] present_k, float[{0}, 2, {1}, 4] present_v", batch, seq);
+  std::string buffer = c.buffer;
+  if (buffer.empty()) {
+    std::vector<std::string> values;
+    for (int i = 0; i < 8; ++i)
+      for (int j = 0; j < 8; ++j) values.push_back(j <= i ? "1" : "0");
+    buffer = fmt::format("{}", fmt::join(values, ", "));
+  }
+  std::string body = R"(
+      c0 = Constant <value = int64 {0}> ()
+      c1 = Constant <value = int64 {1}> ()
+      ax0 = Constant <value = int64[1] {0}> ()
+      n = Constant <value = int64[1] {2}> ()
+      h = Constant <value = int64[1] {4}> ()
+      flat = Constant <value = int64[2] {-1, 8}> ()
+      x2 = Reshape (x, flat)
+      g = Gemm (x2, w, b)
+      s_x = Shape (x)
+      g0_x = Gather <axis = 0> (s_x, c0)
+      g1_x = Gather <axis = 0> (s_x, c1)
+      u0_x = Unsqueeze (g0_x, ax0)
+      u1_x = Unsqueeze (g1_x, ax0)
+      width = Constant <value = int64[1] {24}> ()
+      sh_x = Concat <axis = 0> (u0_x, u1_x, width)
+      r3 = Reshape (g, sh_x)
+      sizes = Constant <value = int64[3] {8, 8, 8}> ()
+      q, k, v = Split <axis = 2> (r3, sizes))";
+  body += head_split("q") + "\n      qt = Transpose <perm = [0, 2, 1, 3]> (r_q)";
+  body += head_split("k") + "\n      present_k = Transpose <perm = [0, 2, 1, 3]> (r_k)\n      kt = Transpose <perm = [0, 2, 3, 1]> (r_k)";
+  body += head_split("v") + "\n      present_v = Transpose <perm = [0, 2, 1, 3]> (r_v)";
+  body += R"(
+      m = MatMul (qt, kt)
+      empty = Constant <value = int64[0] {}> ()
+      zeros = ConstantOfShape (empty)
+      sqrt_h = Constant <value = float {2.0}> ()
+      den = Add (zeros, sqrt_h)
+      s = Div (m, den)
+      m2 = Constant <value = int64[1] {-2}> ()
+      m1 = Constant <value = int64[1] {-1}> ()
+      ax2 = Constant <value = int64[1] {2}> ()
+      ax3 = Constant <value = int64[1] {3}> ()
+      one1 = Constant <value = int64[1] {1}> ()
+      q_shape = Shape (qt)
+      q_len_1 = Slice (q_shape, m2, m1, ax0)
+      q_len = Squeeze (q_len_1, ax0)
+      k_shape = Shape (present_k)
+      k_len_1 = Slice (k_shape, m2, m1, ax0)
+      k_len = Squeeze (k_len_1, ax0)
+      start = Sub (k_len, q_len)
+      start_1 = Unsqueeze (start, ax0)
+      end_1 = Unsqueeze (k_len, ax0)
+      rows = Slice (buffer, start_1, end_1, ax2, one1)
+      end_2 = Unsqueeze (k_len, ax0)
+      causal = Slice (rows, ax0, end_2, ax3, one1)
+      sf = Cast <to = 1> (s)
+      fill = Constant <value = float {-3.4028234663852886e+38}> ()
+      w_ = Where (causal, sf, fill))";
+  std::string logits = "w_";
+  if (c.mask) {
+    body += R"(
+      first = Constant <value = int64[1, 5] {1, 0, 0, 0, 0}> ()
+      kept = Max (mask, first)
+      ax1 = Constant <value = int64[1] {1}> ()
+      mu1 = Unsqueeze (kept, ax1)
+      mu2 = Unsqueeze (mu1, ax2)
+      mf = Cast <to = 1> (mu2)
+      one = Constant <value = float {1.0}> ()
+      inv = Sub (one, mf)
+      mb = Mul (inv, fill)
+      a = Add (w_, mb))";
+    logits = "a";
+  }
+  body += fmt::format(R"(
+      p = Softmax <axis = -1> ({})
+      pf = Cast <to = 1> (p)
+      o = MatMul (pf, present_v)
+      ot = Transpose <perm = [0, 2, 1, 3]> (o)
+      s_o = Shape (ot)
+      g0_o = Gather <axis = 0> (s_o, c0)
+      g1_o = Gather <axis = 0> (s_o, c1)
+      uo0 = Unsqueeze (g0_o, ax0)
+      uo1 = Unsqueeze (g1_o, ax0)
+      d = Constant <value = int64[1] {{8}}> ()
+      sh_o = Concat <axis = 0> (uo0, uo1, d)
+      y = Reshape (ot, sh_o))",
+                      logits);
+  if (c.stacked) {
+    body += R"(
+      uk = Unsqueeze (present_k, ax0)
+      uv = Unsqueeze (present_v, ax0)
+      present = Concat <axis = 0> (uk, uv))";
+  }
+  return fmt::format("<ir_version: {}, opset_import: [\"\": {}]>\nattn ({}) => ({})\n<float[8, 24] w = {}, float[24] b = {}, bool[1, 1, 8, 8] buffer = {{{}}}> {{{}\n}}",
+                     ir_version_for(c.opset), c.opset, inputs, outputs, numbers(192, 0.8, 41), numbers(24, 0.3, 43), buffer, body);
+}
+
+class Gpt2Attention : public ::testing::TestWithParam<Gpt2Case> {};
+
+TEST_P(Gpt2Attention, FusesIntoAttentionAndComputesTheSame) {
+  const auto& c = GetParam();
+  const std::string text = gpt2_model(c);
+  const auto fused = fuse(text);
+  const auto& out = fused.model;
+  const std::string nodes = canonical_nodes(out, interface_names(out));
+  const char* fused_op = c.stacked ? "Attention" : "MultiHeadAttention";
+  EXPECT_EQ(count(out, "com.microsoft", fused_op), 1) << nodes;
+  for (const char* gone : {"Softmax", "Where", "Transpose", "Slice", "Split"}) {
+    if (c.stacked || std::string(gone) != "Split") EXPECT_EQ(count(out, "", gone), 0) << gone << "\n" << nodes;
+  }
+  const auto* attention = find_node(out, fused_op);
+  ASSERT_NE(attention, nullptr);
+  bool unidirectional = false;
+  for (const auto& a : attention->attribute()) unidirectional = unidirectional || (a.name() == "unidirectional" && a.i() == 1);
+  EXPECT_TRUE(unidirectional) << nodes;
+  expect_same_in_ort(text, fused, c.static_dims ? std::vector<std::string>{} : std::vector<std::string>{"--dim", "B=3", "--dim", "S=6"});
+}
+
+INSTANTIATE_TEST_SUITE_P(Exported, Gpt2Attention,
+                         ::testing::Values(Gpt2Case{.name = "Opset17Causal"}, Gpt2Case{.name = "Opset13Causal", .opset = 13},
+                                           Gpt2Case{.name = "Opset17PaddingMask", .mask = true, .static_dims = true},
+                                           Gpt2Case{.name = "Opset13PaddingMask", .opset = 13, .mask = true, .static_dims = true},
+                                           Gpt2Case{.name = "PresentKeyAndValueAsOutputs", .stacked = false}),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(AttentionNearMiss, CausalBufferThatIsNotLowerTriangular) {
+  std::vector<std::string> values;
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 8; ++j) values.push_back(j >= i ? "1" : "0");  // upper: keys at or after the query
+  const auto fused = fuse(gpt2_model(Gpt2Case{.name = "upper", .buffer = fmt::format("{}", fmt::join(values, ", "))}), "Reshape");
+  EXPECT_EQ(count(fused.model, "com.microsoft", "MultiHeadAttention"), 0);
+  EXPECT_EQ(count(fused.model, "com.microsoft", "Attention"), 0);
+  EXPECT_NE(fused.explain.find("the causal mask 'buffer' is not lower-triangular ones"), std::string::npos) << fused.explain;
+}
+
 }  // namespace
 }  // namespace onnx_rewrite
