@@ -191,14 +191,14 @@ std::optional<double> folded_scalar(const BuildContext& match, const Value& valu
   return std::nullopt;
 }
 
-// Whether the constant is a lower-triangular [1, 1, M, M] (or [M, M]) of ones: key t visible to
+// Whether the constant is a lower-triangular [1, 1, M, M] of ones: key t visible to
 // query s iff t <= s.
 std::optional<std::string> lower_triangular(const BuildContext& match, const Value& buffer) {
   auto values = match.constant_of(buffer, size_t{1} << 24);
   if (!values) return fmt::format("the causal mask '{}' is not a constant (of at most 2^24 elements)", buffer.name);
   const auto& dims = values->dims;
   const size_t rank = dims.size();
-  if (rank < 2 || dims[rank - 1] != dims[rank - 2] || (rank == 4 && (dims[0] != 1 || dims[1] != 1)) || (rank != 2 && rank != 4)) {
+  if (rank != 4 || dims[2] != dims[3] || dims[0] != 1 || dims[1] != 1) {
     return fmt::format("the causal mask '{}' is not [1, 1, M, M]", buffer.name);
   }
   const int64_t m = dims[rank - 1];
@@ -354,15 +354,26 @@ BuildResult build_attention_mha(const BuildContext& match, GraphBuilder& b) {
     }
   }
   Attributes attributes = {attr("num_heads", q->heads), attr("scale", static_cast<float>(scale))};
-  if (match.has("buffer")) {
-    // GPT-2's causal mask: ORT's unidirectional (keys t <= s; the later ones get the lowest
-    // float, as the Where's fill hides them).
+  const bool causal = match.has("buffer");
+  std::optional<double> causal_fill;
+  if (causal) {
+    // GPT-2's causal mask, rows [T - S, T) of the buffer: with S = T (provably), key t is seen by
+    // query s iff t <= s, ORT's unidirectional (the later keys get the lowest float, as the
+    // Where's fill hides them).
     if (auto why_not = lower_triangular(match, match.value("buffer"))) return decline(*why_not);
-    auto fill = scalar_of(match, match.value("fill"));
-    if (!fill || !std::isfinite(*fill) || *fill > -10000.0) {
+    causal_fill = scalar_of(match, match.value("fill"));
+    if (!causal_fill || !std::isfinite(*causal_fill) || *causal_fill > -10000.0) {
       return decline(fmt::format("the causal fill '{}' is not a finite constant of at most -10000", match.value("fill")));
     }
-    attributes.push_back(attr("unidirectional", int64_t{1}));
+    const auto q_producer = match.producer(match.value("q"));
+    const auto k_producer = match.producer(match.value("k"));
+    const bool same_split = q_producer && k_producer && *q_producer == *k_producer;
+    const Dim& s_dim = (*q_facts.shape)[1];
+    const Dim& t_dim = (*match.facts("k").shape)[1];
+    if (!same_split && !(s_dim == t_dim)) {
+      return decline(fmt::format("the query length {} is not provably the key length {} (the causal rows start at T - S)", s_dim.text(),
+                                 t_dim.text()));
+    }
   }
   std::vector<Value> inputs = {match.value("q"), match.value("k"), match.value("v")};
   if (match.has("mask_bias")) {
@@ -385,6 +396,21 @@ BuildResult build_attention_mha(const BuildContext& match, GraphBuilder& b) {
     inputs.push_back(Value{});
     inputs.push_back(mask_index);
     attributes.push_back(attr("mask_filter_value", static_cast<float>(mask->fill)));
+    if (causal) {
+      // With a padding mask, ORT's unidirectional differs from the original where every key a
+      // query may see is padded (left padding): the original gives the causally hidden keys
+      // fill + mask fill (-inf), ORT the lowest float only. The causal window as an additive
+      // attention_bias [1, 1, T, T] (0 or the fill), added with the mask as the original adds
+      // them, is exact there too; T is the padding mask's width.
+      const Value width = b.Gather(b.op("Shape", {mask->mask}), b.ints({1}));
+      const Value ends = b.Concat({width, width}, 0);
+      const Value window = b.op("Slice", {match.value("buffer"), b.ints({0, 0}), ends, b.ints({2, 3})});
+      const Value seen = match.facts("buffer").elem_type == onnx::TensorProto::BOOL ? window : b.Cast(window, onnx::TensorProto::BOOL);
+      const Value bias = b.op("Where", {seen, b.scalar(0.0), b.scalar(*causal_fill)});
+      inputs.push_back(bias);
+    }
+  } else if (causal) {
+    attributes.push_back(attr("unidirectional", int64_t{1}));
   }
   if (match.has("present_k")) {
     const auto outputs = b.op_outputs("MultiHeadAttention", inputs, 3, attributes, kMicrosoft);
@@ -491,8 +517,7 @@ BuildResult build_reshape_copied_dims(const BuildContext& match, GraphBuilder& b
 // mask) with its present output.
 BuildResult build_attention_packed_qkv(const BuildContext& match, GraphBuilder& b) {
   const NodeView mha = match.anchor().op_type() == "MultiHeadAttention" ? match.anchor() : *match.node("MultiHeadAttention");
-  if (mha.attribute_int("unidirectional", 0) != 1) return decline("the MultiHeadAttention is not unidirectional (the present stack comes from GPT-2's causal attention)");
-  for (size_t i = 5; i < mha.inputs().size(); ++i) {
+  for (size_t i = 6; i < mha.inputs().size(); ++i) {
     if (!mha.input(i).absent()) return decline("the MultiHeadAttention has past, attention_bias or other inputs");
   }
   const NodeView gemm = *match.node("Gemm");
@@ -528,10 +553,14 @@ BuildResult build_attention_packed_qkv(const BuildContext& match, GraphBuilder& 
   if (heads <= 0 || (width / 3) % heads != 0) return decline("num_heads does not divide the projections' width");
   Attributes attributes = {attr("num_heads", heads)};
   if (mha.has_attribute("scale")) attributes.push_back(attr("scale", mha.attribute_float("scale", 0.f)));
-  attributes.push_back(attr("unidirectional", int64_t{1}));
+  if (mha.attribute_int("unidirectional", 0) != 0) attributes.push_back(attr("unidirectional", int64_t{1}));
   if (mha.has_attribute("mask_filter_value")) attributes.push_back(attr("mask_filter_value", mha.attribute_float("mask_filter_value", 0.f)));
   std::vector<Value> inputs = {match.value("x"), match.value("w"), match.value("b")};
-  if (match.has("mask")) inputs.push_back(match.value("mask"));
+  if (match.has("mask") || match.has("attention_bias")) inputs.push_back(match.value("mask"));
+  if (match.has("attention_bias")) {
+    inputs.push_back(Value{});  // no past
+    inputs.push_back(match.value("attention_bias"));
+  }
   const auto outputs = b.op_outputs("Attention", inputs, 2, attributes, kMicrosoft);
   b.output(match.value("y"), outputs[0]);
   b.output(match.value("present"), outputs[1]);
@@ -554,7 +583,7 @@ void register_fuse_attention_builders(BuilderRegistry& registry) {
                build_attention_qkv);
   registry.add("fuse_attention_packed_qkv",
                {.values = {"x", "shape_2d", "w", "b", "shape_3d", "y", "present"},
-                .optional_values = {"split", "mask"},
+                .optional_values = {"split", "mask", "attention_bias"},
                 .node_attributes = {"alpha", "beta", "transA", "transB", "num_heads", "scale", "mask_filter_value", "unidirectional"}},
                build_attention_packed_qkv);
   registry.add("reshape_copied_dims", {.values = {"x", "shape", "y"}, .node_attributes = {"allowzero"}}, build_reshape_copied_dims);
