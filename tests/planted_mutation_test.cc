@@ -602,8 +602,8 @@ g (float[2, 5, 8] q, float[2, 5, 8] k, float[2, 5, 8] v, int64[2, 5] mask) => (f
   y = Reshape (ot, joined)
 })", dir / "attention.onnx");
   const auto real = real_rule("fuse-attention", "fuse-attention.rules", "fuse-attention-mha");
-  std::string planted = plant(real, "kr = Reshape (k, shape_k)", "kr = Reshape (v, shape_k)", 6);
-  planted = plant(planted, "vr = Reshape (v, shape_v)", "vr = Reshape (k, shape_v)", 6);
+  std::string planted = plant(real, "kr = Reshape (k, shape_k)", "kr = Reshape (v, shape_k)", 8);
+  planted = plant(planted, "vr = Reshape (v, shape_v)", "vr = Reshape (k, shape_v)", 8);
   RewriteOptions options;
   options.target = "ort";
   expect_caught("fuse-attention-mha", real, planted, input, against_original(input, {"--int-range", "0,1", "--float-range", "-2,2"}), options);

@@ -376,9 +376,31 @@ BuildResult build_attention_mha(const BuildContext& match, GraphBuilder& b) {
     }
   }
   std::vector<Value> inputs = {match.value("q"), match.value("k"), match.value("v")};
-  if (match.has("mask_bias")) {
-    auto mask = padding_mask(match, match.value("mask_bias"), why);
-    if (!mask) return decline(why);
+  std::optional<PaddingMask> mask;
+  if (match.has("mask_bias")) mask = padding_mask(match, match.value("mask_bias"), why);
+  if (match.has("mask_bias") && !mask) {
+    // Any other additive bias of the scores (T5's position bias with its mask folded in) is
+    // MultiHeadAttention's attention_bias, which ORT adds to the scores as they are: of shape
+    // [B or 1, N or 1, S, T], S and T exact (ORT broadcasts the first two axes only).
+    const Value& bias = match.value("mask_bias");
+    const ShapeFacts& f = match.facts_of(bias);
+    const ShapeFacts& k_facts = match.facts("k");
+    // ORT's kernel refuses (an error, never other numbers) an attention_bias whose last two
+    // dims are not S and T; one known to be 1 or to differ (a bias broadcast over the queries
+    // or keys) is declined here, an unknown one taken as S and T (T5's come from a Range).
+    const auto maybe = [](const Dim& dim, const Dim& want) { return dim.known() ? (*dim.number != 1 || (want.known() && *want.number == 1)) && (!want.known() || dim == want) : true; };
+    const bool shaped = f.rank() == 4u && f.elem_type == onnx::TensorProto::FLOAT && (f.dim(1) == 1 || f.dim(1) == q->heads) &&
+                        (f.dim(0) == 1 || (*f.shape)[0] == (*q_facts.shape)[0]) && maybe((*f.shape)[2], (*q_facts.shape)[1]) &&
+                        maybe((*f.shape)[3], (*k_facts.shape)[1]);
+    if (match.has("buffer") || !shaped) {
+      return decline(fmt::format("{}; nor is it an attention bias [B or 1, {} or 1, S, T] (its shape: {})", why, q->heads,
+                                 dims_text(f.shape)));
+    }
+    inputs.push_back(Value{});
+    inputs.push_back(Value{});
+    inputs.push_back(bias);
+  }
+  if (mask) {
     const ShapeFacts& m = match.facts_of(mask->mask);
     const ShapeFacts& k_facts = match.facts("k");
     // ORT's fusion takes the mask's shape on trust; a width known to be 1 (a row ORT would read

@@ -44,6 +44,7 @@ struct LayerCase {
   std::string join_shape = "uo0, uo1, d";  // the last Reshape's shape
   std::string softmax_axis = "-1";
   bool scale_input = false;         // the divisor a graph input
+  bool position_bias = false;       // T5: no scale, + a float [1, 2, S, S] input, Cast to float before the Softmax
 };
 
 // The Shape/Gather/Unsqueeze/Concat torch writes for Reshape (value, [dim 0, dim 1, N, H]).
@@ -66,6 +67,7 @@ std::string layer_model(const LayerCase& c) {
   if (c.cross) inputs += fmt::format(", float[{}, T, 8] mem", batch);
   if (c.mask) inputs += fmt::format(", int64[{}, {}] mask", batch, keys);
   if (c.scale_input) inputs += ", float scale";
+  if (c.position_bias) inputs += fmt::format(", float[1, 2, {0}, {0}] pos", seq);
   std::string body = fmt::format(R"(
       c0 = Constant <value = int64 {{0}}> ()
       c1 = Constant <value = int64 {{1}}> ()
@@ -109,7 +111,11 @@ std::string layer_model(const LayerCase& c) {
       a = Add ({}, mb))",
                         c.fill, scores);
   }
-  const std::string logits = c.mask ? "a" : scores;
+  std::string logits = c.mask ? "a" : scores;
+  if (c.position_bias) {
+    body += fmt::format("\n      a = Add ({}, pos)\n      af = Cast <to = 1> (a)", scores);
+    logits = "af";
+  }
   body += fmt::format(R"(
       p = Softmax <axis = {}> ({})
       o = MatMul (p, vt)
@@ -219,6 +225,24 @@ TEST(CrossAttention, StaysMultiHeadAttentionWithItsOwnKeyLength) {
   EXPECT_EQ(count(fused.model, "com.microsoft", "MultiHeadAttention"), 1) << nodes;
   EXPECT_EQ(count(fused.model, "", "Softmax"), 0) << nodes;
   expect_same_in_ort(text, fused, {"--dim", "B=2", "--dim", "S=3", "--dim", "T=6"});
+}
+
+// T5: no scale (folded into the weights), the relative position bias (its mask folded in) added
+// to the scores, softmax(scores.float()): MultiHeadAttention with attention_bias, which ORT adds
+// to the scores as they are. (No Attention: its projections have no bias, ORT's CPU Attention
+// wants one.)
+TEST(PositionBias, IsMultiHeadAttentionsAttentionBias) {
+  const LayerCase c{.name = "t5", .mask = false, .scale = "none", .position_bias = true};
+  const std::string text = layer_model(c);
+  const auto fused = fuse(text);
+  const std::string nodes = canonical_nodes(fused.model, interface_names(fused.model));
+  EXPECT_EQ(count(fused.model, "com.microsoft", "MultiHeadAttention"), 1) << nodes;
+  EXPECT_EQ(count(fused.model, "", "Softmax"), 0) << nodes;
+  const auto* mha = find_node(fused.model, "MultiHeadAttention");
+  ASSERT_NE(mha, nullptr);
+  ASSERT_EQ(mha->input_size(), 6) << nodes;
+  EXPECT_EQ(mha->input(5), "pos");
+  expect_same_in_ort(text, fused, {"--dim", "B=2", "--dim", "S=5", "--float-range", "-3,3"});
 }
 
 // The reason the fusion declines, for one near miss: nothing of the attention is fused.
