@@ -202,9 +202,13 @@ std::optional<std::string> lower_triangular(const BuildContext& match, const Val
     return fmt::format("the causal mask '{}' is not [1, 1, M, M]", buffer.name);
   }
   const int64_t m = dims[rank - 1];
+  const bool as_numbers = values->numbers.size() == static_cast<size_t>(m * m);
+  const std::vector<int64_t> as_ints = as_numbers ? std::vector<int64_t>{} : values->ints();
+  if (!as_numbers && as_ints.size() != static_cast<size_t>(m * m)) return fmt::format("the causal mask '{}' could not be read", buffer.name);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < m; ++j) {
-      const bool visible = values->numbers[static_cast<size_t>(i * m + j)] != 0;
+      const size_t at = static_cast<size_t>(i * m + j);
+      const bool visible = as_numbers ? values->numbers[at] != 0 : as_ints[at] != 0;
       if (visible != (j <= i)) return fmt::format("the causal mask '{}' is not lower-triangular ones", buffer.name);
     }
   }
