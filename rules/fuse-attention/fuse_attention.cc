@@ -428,7 +428,9 @@ BuildResult build_attention_mha(const BuildContext& match, GraphBuilder& b) {
       // fill + mask fill (-inf), ORT the lowest float only. The causal window as an additive
       // attention_bias [1, 1, T, T] (0 or the fill), added with the mask as the original adds
       // them, is exact there too; T is the padding mask's width.
-      const Value width = b.Gather(b.op("Shape", {mask->mask}), b.ints({1}));
+      const Value mask_shape = b.op("Shape", {mask->mask});
+      const Value second = b.ints({1});
+      const Value width = b.Gather(mask_shape, second);
       const Value ends = b.Concat({width, width}, 0);
       const Value window = b.op("Slice", {match.value("buffer"), b.ints({0, 0}), ends, b.ints({2, 3})});
       const Value seen = match.facts("buffer").elem_type == onnx::TensorProto::BOOL ? window : b.Cast(window, onnx::TensorProto::BOOL);
