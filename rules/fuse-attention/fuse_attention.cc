@@ -572,10 +572,14 @@ BuildResult build_attention_packed_qkv(const BuildContext& match, GraphBuilder& 
   if (e.size() != 3 || !keeps(e[0], 0) || !keeps(e[1], 1) || e[2].number != width) {
     return decline(fmt::format("the second Reshape does not give back [batch, sequence, {}] of '{}'", width, match.value("x")));
   }
+  const int64_t third = width / 3;
+  const std::vector<int64_t> thirds = {third, third, third};
   if (match.has("split")) {
     auto sizes = match.constant("split");
-    const int64_t third = width / 3;
-    if (!sizes || sizes->ints() != std::vector<int64_t>{third, third, third}) return decline("the Split is not into three equal parts");
+    if (!sizes || sizes->ints() != thirds) return decline("the Split is not into three equal parts");
+  }
+  if (const NodeView split = *match.node("Split"); split.has_attribute("split") && split.attribute_ints("split") != thirds) {
+    return decline("the Split is not into three equal parts");  // the attribute form, below opset 13
   }
   const int64_t heads = mha.attribute_int("num_heads", 0);
   if (heads <= 0 || (width / 3) % heads != 0) return decline("num_heads does not divide the projections' width");
@@ -612,7 +616,7 @@ void register_fuse_attention_builders(BuilderRegistry& registry) {
   registry.add("fuse_attention_packed_qkv",
                {.values = {"x", "shape_2d", "w", "b", "shape_3d", "y", "present"},
                 .optional_values = {"split", "mask", "attention_bias"},
-                .node_attributes = {"alpha", "beta", "transA", "transB", "num_heads", "scale", "mask_filter_value", "unidirectional"}},
+                .node_attributes = {"alpha", "beta", "transA", "transB", "num_heads", "scale", "mask_filter_value", "unidirectional", "split"}},
                build_attention_packed_qkv);
   registry.add("reshape_copied_dims", {.values = {"x", "shape", "y"}, .node_attributes = {"allowzero"}}, build_reshape_copied_dims);
 }
