@@ -47,17 +47,20 @@ struct LayerCase {
   bool position_bias = false;       // T5: no scale, + a float [1, 2, S, S] input, Cast to float before the Softmax
 };
 
-// The Shape/Gather/Unsqueeze/Concat torch writes for Reshape (value, [dim 0, dim 1, N, H]).
-std::string head_split(const std::string& v) {
+// The Shape/Gather/Unsqueeze/Concat torch writes for Reshape (value, [dim 0, dim 1, N, H])
+// (Unsqueeze's axes an attribute below opset 13).
+std::string head_split(const std::string& v, int opset = 17) {
+  const std::string u0 = opset < 13 ? fmt::format("Unsqueeze <axes = [0]> (g0_{})", v) : fmt::format("Unsqueeze (g0_{}, ax0)", v);
+  const std::string u1 = opset < 13 ? fmt::format("Unsqueeze <axes = [0]> (g1_{})", v) : fmt::format("Unsqueeze (g1_{}, ax0)", v);
   return fmt::format(R"(
       s_{0} = Shape ({0})
       g0_{0} = Gather <axis = 0> (s_{0}, c0)
       g1_{0} = Gather <axis = 0> (s_{0}, c1)
-      u0_{0} = Unsqueeze (g0_{0}, ax0)
-      u1_{0} = Unsqueeze (g1_{0}, ax0)
+      u0_{0} = {1}
+      u1_{0} = {2}
       sh_{0} = Concat <axis = 0> (u0_{0}, u1_{0}, n, h)
       r_{0} = Reshape ({0}, sh_{0}))",
-                     v);
+                     v, u0, u1);
 }
 
 std::string layer_model(const LayerCase& c) {
@@ -315,16 +318,15 @@ std::string gpt2_model(const Gpt2Case& c) {
       s_x = Shape (x)
       g0_x = Gather <axis = 0> (s_x, c0)
       g1_x = Gather <axis = 0> (s_x, c1)
-      u0_x = Unsqueeze (g0_x, ax0)
-      u1_x = Unsqueeze (g1_x, ax0)
+      u0_x = UNSQ(g0_x)
+      u1_x = UNSQ(g1_x)
       width = Constant <value = int64[1] {24}> ()
       sh_x = Concat <axis = 0> (u0_x, u1_x, width)
       r3 = Reshape (g, sh_x)
-      sizes = Constant <value = int64[3] {8, 8, 8}> ()
-      q, k, v = Split <axis = 2> (r3, sizes))";
-  body += head_split("q") + "\n      qt = Transpose <perm = [0, 2, 1, 3]> (r_q)";
-  body += head_split("k") + "\n      present_k = Transpose <perm = [0, 2, 1, 3]> (r_k)\n      kt = Transpose <perm = [0, 2, 3, 1]> (r_k)";
-  body += head_split("v") + "\n      present_v = Transpose <perm = [0, 2, 1, 3]> (r_v)";
+      SPLIT)";
+  body += head_split("q", c.opset) + "\n      qt = Transpose <perm = [0, 2, 1, 3]> (r_q)";
+  body += head_split("k", c.opset) + "\n      present_k = Transpose <perm = [0, 2, 1, 3]> (r_k)\n      kt = Transpose <perm = [0, 2, 3, 1]> (r_k)";
+  body += head_split("v", c.opset) + "\n      present_v = Transpose <perm = [0, 2, 1, 3]> (r_v)";
   body += R"(
       m = MatMul (qt, kt)
       empty = Constant <value = int64[0] {}> ()
@@ -339,15 +341,15 @@ std::string gpt2_model(const Gpt2Case& c) {
       one1 = Constant <value = int64[1] {1}> ()
       q_shape = Shape (qt)
       q_len_1 = Slice (q_shape, m2, m1, ax0)
-      q_len = Squeeze (q_len_1, ax0)
+      q_len = SQ(q_len_1)
       k_shape = Shape (present_k)
       k_len_1 = Slice (k_shape, m2, m1, ax0)
-      k_len = Squeeze (k_len_1, ax0)
+      k_len = SQ(k_len_1)
       start = Sub (k_len, q_len)
-      start_1 = Unsqueeze (start, ax0)
-      end_1 = Unsqueeze (k_len, ax0)
+      start_1 = UNSQ(start)
+      end_1 = UNSQ(k_len)
       rows = Slice (buffer, start_1, end_1, ax2, one1)
-      end_2 = Unsqueeze (k_len, ax0)
+      end_2 = UNSQ(k_len)
       causal = Slice (rows, ax0, end_2, ax3, one1)
       sf = Cast <to = 1> (s)
       fill = Constant <value = float {-3.4028234663852886e+38}> ()
@@ -356,8 +358,8 @@ std::string gpt2_model(const Gpt2Case& c) {
   if (c.mask) {
     body += R"(
       ax1 = Constant <value = int64[1] {1}> ()
-      mu1 = Unsqueeze (mask, ax1)
-      mu2 = Unsqueeze (mu1, ax2)
+      mu1 = UNSQ1(mask)
+      mu2 = UNSQ2(mu1)
       mf = Cast <to = 1> (mu2)
       one = Constant <value = float {1.0}> ()
       inv = Sub (one, mf)
@@ -373,18 +375,34 @@ std::string gpt2_model(const Gpt2Case& c) {
       s_o = Shape (ot)
       g0_o = Gather <axis = 0> (s_o, c0)
       g1_o = Gather <axis = 0> (s_o, c1)
-      uo0 = Unsqueeze (g0_o, ax0)
-      uo1 = Unsqueeze (g1_o, ax0)
+      uo0 = UNSQ(g0_o)
+      uo1 = UNSQ(g1_o)
       d = Constant <value = int64[1] {{8}}> ()
       sh_o = Concat <axis = 0> (uo0, uo1, d)
       y = Reshape (ot, sh_o))",
                       logits);
   if (c.stacked) {
     body += R"(
-      uk = Unsqueeze (present_k, ax0)
-      uv = Unsqueeze (present_v, ax0)
+      uk = UNSQ(present_k)
+      uv = UNSQ(present_v)
       present = Concat <axis = 0> (uk, uv))";
   }
+  // Below opset 13, Squeeze/Unsqueeze axes and Split sizes are attributes.
+  const bool attributes = c.opset < 13;
+  const auto spell = [&](const std::string& marker, const std::string& as_attribute, const std::string& as_input) {
+    for (size_t at; (at = body.find(marker)) != std::string::npos;) {
+      const size_t open = at + marker.size(), close = body.find(')', open);
+      const std::string operand = body.substr(open, close - open);
+      body.replace(at, close + 1 - at, fmt::format(fmt::runtime(attributes ? as_attribute : as_input), operand));
+    }
+  };
+  spell("UNSQ1(", "Unsqueeze <axes = [1]> ({})", "Unsqueeze ({}, ax1)");
+  spell("UNSQ2(", "Unsqueeze <axes = [2]> ({})", "Unsqueeze ({}, ax2)");
+  spell("UNSQ(", "Unsqueeze <axes = [0]> ({})", "Unsqueeze ({}, ax0)");
+  spell("SQ(", "Squeeze <axes = [0]> ({})", "Squeeze ({}, ax0)");
+  const std::string split = attributes ? "q, k, v = Split <axis = 2, split = [8, 8, 8]> (r3)"
+                                       : "sizes = Constant <value = int64[3] {8, 8, 8}> ()\n      q, k, v = Split <axis = 2> (r3, sizes)";
+  body.replace(body.find("SPLIT"), 5, split);
   return fmt::format("<ir_version: {}, opset_import: [\"\": {}]>\nattn ({}) => ({})\n<float[8, 24] w = {}, float[24] b = {}, bool[1, 1, 8, 8] buffer = {{{}}}> {{{}\n}}",
                      ir_version_for(c.opset), c.opset, inputs, outputs, numbers(192, 0.8, 41), numbers(24, 0.3, 43), buffer, body);
 }
@@ -424,6 +442,8 @@ INSTANTIATE_TEST_SUITE_P(Exported, Gpt2Attention,
                          ::testing::Values(Gpt2Case{.name = "Opset17Causal"}, Gpt2Case{.name = "Opset13Causal", .opset = 13},
                                            Gpt2Case{.name = "Opset17PaddingMask", .mask = true},
                                            Gpt2Case{.name = "Opset13PaddingMask", .opset = 13, .mask = true, .static_dims = true},
+                                           Gpt2Case{.name = "Opset11PaddingMask", .opset = 11, .mask = true},
+                                           Gpt2Case{.name = "Opset12Causal", .opset = 12},
                                            Gpt2Case{.name = "PresentKeyAndValueAsOutputs", .stacked = false}),
                          [](const auto& info) { return info.param.name; });
 
