@@ -549,6 +549,25 @@ g (uint8[2, 3, 8] a, uint8[2, 3, 8] b) => (uint8[2, 3, 8] c)
   expect_caught("qlinear-add-to-qdq", real, planted, input, against_quantized_reference(input, {}, {1, 48}));
 }
 
+// ---- simplify: a Cast taken for a no-op without looking at the types -----------------------------
+// The decision is the builder's; the planted bug replaces it with the Identity it builds, so
+// that every Cast goes: a float -> int32 -> float round trip then keeps its fractions.
+
+TEST(PlantedMutation, Simplify) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2, 3] x) => (float[2, 3] y) {
+  same = Cast <to = 1> (x)
+  whole = Cast <to = 6> (same)
+  y = Cast <to = 1> (whole)
+})", dir / "casts.onnx");
+  const auto real = real_rule("simplify", "no-ops.rules", "simplify-no-op-cast");
+  const auto planted = plant(real, "  replace with simplify_no_op_cast\n", "  replace (x) => (y) {\n    y = Identity (x)\n  }\n");
+  RewriteOptions options;
+  options.simplify = true;  // the rules of rules/simplify run in --simplify's run only
+  expect_caught("simplify-no-op-cast", real, planted, input, against_original(input, {"--float-range", "-5,5"}), options);
+}
+
 // ---- Every family has its planted bug ----------------------------------------------------------
 
 // The families the tests above plant a bug in; a new folder of rules/ needs a test here.
@@ -557,7 +576,7 @@ TEST(PlantedMutation, EveryFamilyHasOne) {
       "aten", "canonicalize", "contrib-grid-sample", "deform-conv", "defuse-attention", "defuse-contrib", "defuse-gqa",
       "defuse-matmul-nbits", "defuse-mha", "defuse-nchwc", "defuse-rotary", "dynamic-quant-matmul", "fuse-attention", "fuse-contrib", "fuse-onnx",
       "group-norm", "lower-attention", "lower-losses", "mmcv-roi-align", "mmdeploy-grid-sampler", "opset-down", "opset-up",
-      "qlinear-to-qdq", "registry-tutorial", "trt-instance-norm", "trt-nms"};
+      "qlinear-to-qdq", "registry-tutorial", "simplify", "trt-instance-norm", "trt-nms"};
   std::set<std::string> families;
   for (const auto& entry : fs::directory_iterator(source_dir() / "rules")) {
     if (entry.is_directory()) families.insert(entry.path().filename().string());

@@ -465,7 +465,7 @@ def rewrite(model: ModelLike, target: PathLike = "onnx", *, opset: Optional[int]
             to_opset: Optional[int] = None, rules: Optional[RulesLike] = (), fuse: bool = False,
             output: Optional[PathLike] = None, builtin_rules: bool = True, only: Iterable[str] = (),
             skip: Iterable[str] = (), inline_functions: Optional[bool] = None, canonicalize: bool = True,
-            max_rounds: int = 16, ir_version: Optional[int] = None, provenance: bool = True,
+            simplify: Optional[bool] = None, max_rounds: int = 16, ir_version: Optional[int] = None, provenance: bool = True,
             explain: Optional[str] = None, input_shapes: Optional[InputShapes] = None,
             verify: bool = False, seed: int = 1) -> RewriteResult:
     """Rewrites a model for a target, checks the result, and writes it if ``output`` is given:
@@ -494,6 +494,9 @@ def rewrite(model: ModelLike, target: PathLike = "onnx", *, opset: Optional[int]
         inline_functions: inline calls to model-local functions first; by default only for
             targets that don't run them (``--inline-functions``).
         canonicalize: ``False`` leaves out the ``canonicalize-*`` rules (``--no-canonicalize``).
+        simplify: after the rules, fold what the model already decides and drop what computes
+            nothing (``--simplify`` / ``--no-simplify``); by default as the target says (on for
+            ``"ort"``).
         max_rounds: rounds before rules that keep firing are an error (``--max-rounds``).
         ir_version: write this IR version, if the model allows (``--ir-version``).
         provenance: record what was done in the output's ``metadata_props``; ``False`` is
@@ -540,7 +543,7 @@ def rewrite(model: ModelLike, target: PathLike = "onnx", *, opset: Optional[int]
     # Verified before anything is written: the output goes in place only once it matched.
     held, info = _core.rewrite(
         source, is_path, name, rule_set._held, target, max_opset, to_opset is not None, only_ids, skip_ids,
-        inline_functions, bool(fuse), bool(canonicalize), max_rounds, ir_version, explain or "", bool(provenance),
+        inline_functions, bool(fuse), bool(canonicalize), None if simplify is None else bool(simplify), max_rounds, ir_version, explain or "", bool(provenance),
         shapes, None if output_path is None or verify else os.fsencode(output_path))
     result = RewriteResult(held, info, target_name, max_opset, output_path)
     if verify:

@@ -40,6 +40,7 @@ def rewrite(
     inline_functions: Optional[bool],
     fuse: bool,
     canonicalize: bool,
+    simplify: Optional[bool],
     max_rounds: int,
     ir_version: Optional[int],
     explain: str,

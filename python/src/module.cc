@@ -297,7 +297,7 @@ void require_output_directory(const std::string& path) {
 py::tuple rewrite(const py::bytes& data, bool is_path, const std::string& name, const HeldRules& rules,
                   const std::string& target_name, std::optional<int> max_opset, bool exact_opset,
                   const std::set<std::string>& only, const std::set<std::string>& skip, std::optional<bool> inline_functions,
-                  bool fuse, bool canonicalize, int max_rounds, std::optional<int64_t> ir_version, const std::string& explain,
+                  bool fuse, bool canonicalize, std::optional<bool> simplify, int max_rounds, std::optional<int64_t> ir_version, const std::string& explain,
                   bool provenance, const InputShapes& input_shapes, std::optional<std::string> output) {
   const Source source = source_of(data, is_path, name);
   RewriteOptions options;
@@ -321,6 +321,7 @@ py::tuple rewrite(const py::bytes& data, bool is_path, const std::string& name, 
     py::gil_scoped_release release;
     const Target& target = find_target(options.target);
     options.inline_functions = inline_functions.value_or(!target.local_functions);
+    options.simplify = simplify.value_or(target.simplify);
     if (auto cap = target.max_onnx_opset()) options.max_opset = std::min(options.max_opset.value_or(*cap), *cap);
     active_rules(*rules.rules, options);  // unknown only/skip ids are usage errors, before any work
     if (output) require_output_directory(*output);
@@ -424,7 +425,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("exact"), "What the target can't load.");
   m.def("rewrite", &rewrite, py::arg("source"), py::arg("is_path"), py::arg("name"), py::arg("rules"), py::arg("target"),
         py::arg("max_opset"), py::arg("exact_opset"), py::arg("only"), py::arg("skip"), py::arg("inline_functions"),
-        py::arg("fuse"), py::arg("canonicalize"), py::arg("max_rounds"), py::arg("ir_version"), py::arg("explain"),
+        py::arg("fuse"), py::arg("canonicalize"), py::arg("simplify"), py::arg("max_rounds"), py::arg("ir_version"), py::arg("explain"),
         py::arg("provenance"), py::arg("input_shapes"), py::arg("output"), "Rewrite for the target, check, and write if asked.");
   m.def("verify", &verify, py::arg("original"), py::arg("rewritten"), py::arg("input_shapes"), py::arg("seed"), py::arg("rtol"),
         py::arg("atol"), py::arg("runtime"), py::arg("inputs"), "Run both models in ONNX Runtime and compare: (JSON report, failure).");

@@ -601,3 +601,26 @@ def test_writing_leaves_pythons_ctrl_c_alone(tmp_path):
 
 def test_the_version_is_the_tools(onnx_rewrite):
     assert run_cli("--version").stdout.strip() == f"onnx-rewrite {onnx_rewrite.__version__}"
+
+
+SIMPLIFIABLE = """<ir_version: 8, opset_import: ["": 17]>
+g (float[3] x) => (float[3] y) {
+  k = Constant <value = float[3] {1.0, 2.0, 3.0}> ()
+  a = Identity (x)
+  y = Mul (a, k)
+}"""
+
+
+def test_simplify_is_the_clis_with_the_targets_default(onnx_rewrite, tmp_path):
+    require("onnx", "python3-onnx")
+    from onnx import parser  # a submodule onnx does not import itself
+    model = tmp_path / "simplifiable.onnx"
+    model.write_bytes(parser.parse_model(SIMPLIFIABLE).SerializeToString())
+    for target, simplify, cli_options, ops in [("onnx", None, (), ["Constant", "Identity", "Mul"]),
+                                               ("onnx", True, ("--simplify",), ["Mul"]),
+                                               ("ort", None, (), ["Mul"]),
+                                               ("ort", False, ("--no-simplify",), ["Constant", "Identity", "Mul"])]:
+        output = tmp_path / f"{target}-{simplify}.onnx"
+        result = onnx_rewrite.rewrite(model, target=target, simplify=simplify, output=output)
+        assert [node.op_type for node in result.model.graph.node] == ops, (target, simplify)
+        assert_same_as_cli(result, output, model, "--target", target, *cli_options)

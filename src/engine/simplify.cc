@@ -63,6 +63,17 @@ std::optional<onnx::TensorProto> constant_tensor(const onnx::NodeProto& node) {
   return tensor;
 }
 
+// Deletes the nodes `removed` marks, keeping the order of the others.
+void erase_marked(NodeList& nodes, const std::vector<char>& removed) {
+  int kept = 0;
+  for (int i = 0; i < nodes.size(); ++i) {
+    if (removed[static_cast<size_t>(i)]) continue;
+    if (kept != i) nodes.SwapElements(kept, i);
+    ++kept;
+  }
+  nodes.DeleteSubrange(kept, nodes.size() - kept);
+}
+
 class MainGraphSimplifier {
  public:
   MainGraphSimplifier(Model& model, RewriteResult& result) : model_(model), graph_(*model.proto.mutable_graph()), result_(result) {
@@ -78,14 +89,18 @@ class MainGraphSimplifier {
     if (training_) return;
     merge_duplicate_initializers();
     merge_common_subexpressions();
+    name_outputs_at_their_producers();
     remove_unused_initializers();
     remove_stale_value_info();
   }
 
  private:
-  void count(const char* what, int how_many) {
+  // What a clean-up did, as a rule's statistics: `how_many` changes, of which `nodes` removed a node.
+  void count(const char* what, int how_many, bool nodes = false) {
     if (how_many == 0) return;
-    result_.rules[what].matches += how_many;
+    RuleStats& stats = result_.rules[what];
+    stats.matches += how_many;
+    if (nodes) stats.nodes_removed += how_many;
   }
 
   // Every name a node of the main graph or of a graph nested in it reads.
@@ -99,23 +114,19 @@ class MainGraphSimplifier {
 
   void constants_to_initializers() {
     auto& nodes = *graph_.mutable_node();
-    int moved = 0;
-    int kept = 0;
+    std::vector<char> moved(static_cast<size_t>(nodes.size()), 0);
+    int count_moved = 0;
     for (int i = 0; i < nodes.size(); ++i) {
-      auto& node = nodes[i];
-      std::optional<onnx::TensorProto> tensor;
-      if (!fixed_.contains(node.output_size() == 1 ? node.output(0) : std::string())) tensor = constant_tensor(node);
-      if (!tensor) {
-        if (kept != i) nodes.SwapElements(kept, i);
-        ++kept;
-        continue;
-      }
+      const auto& node = nodes[i];
+      if (node.output_size() != 1 || fixed_.contains(node.output(0))) continue;
+      auto tensor = constant_tensor(node);
+      if (!tensor) continue;
       *graph_.add_initializer() = std::move(*tensor);
-      ++moved;
+      moved[static_cast<size_t>(i)] = 1;
+      ++count_moved;
     }
-    nodes.DeleteSubrange(kept, nodes.size() - kept);
-    count("simplify-constant-nodes", moved);
-    if (moved > 0) result_.rules["simplify-constant-nodes"].nodes_removed += moved;
+    erase_marked(nodes, moved);
+    count("simplify-constant-nodes", count_moved, /*nodes=*/true);
   }
 
   // Readers of a duplicate read the first of its kind; the duplicate then has no reader. Only
@@ -179,19 +190,9 @@ class MainGraphSimplifier {
     }
     if (replaced_by.empty()) return;
     rename_reads(replaced_by, /*main_graph_too=*/false);  // the main graph's were renamed on the way
-    int kept = 0;
-    int removed = 0;
-    for (int i = 0; i < nodes.size(); ++i) {
-      if (merged[static_cast<size_t>(i)]) {
-        ++removed;
-        continue;
-      }
-      if (kept != i) nodes.SwapElements(kept, i);
-      ++kept;
-    }
-    nodes.DeleteSubrange(kept, nodes.size() - kept);
-    count("simplify-common-subexpressions", removed);
-    result_.rules["simplify-common-subexpressions"].nodes_removed += removed;
+    erase_marked(nodes, merged);
+    const int removed = static_cast<int>(std::count(merged.begin(), merged.end(), 1));
+    count("simplify-common-subexpressions", removed, /*nodes=*/true);
   }
 
   // What makes two nodes compute the same, or nothing for a node that may not be merged: one with
@@ -218,6 +219,41 @@ class MainGraphSimplifier {
       key += attribute->SerializeAsString();
     }
     return key;
+  }
+
+  // `y = Identity (x)` writing a graph output, x computed by a node of the main graph and no
+  // graph input, output or initializer: that node computes y itself, and x's readers read y (a
+  // graph output's name is the interface; x's is nobody's).
+  void name_outputs_at_their_producers() {
+    auto& nodes = *graph_.mutable_node();
+    std::unordered_map<std::string, onnx::NodeProto*> producers;
+    for (auto& node : nodes) {
+      for (const auto& output : node.output()) {
+        if (!output.empty()) producers.emplace(output, &node);
+      }
+    }
+    std::unordered_set<std::string> not_renamed;  // the interface's names
+    for (const auto& name : fixed_) not_renamed.insert(name);
+    for (const auto& initializer : graph_.initializer()) not_renamed.insert(initializer.name());
+    std::unordered_map<std::string, std::string> renamed;  // x -> y
+    std::vector<char> removed(static_cast<size_t>(nodes.size()), 0);
+    for (int i = 0; i < nodes.size(); ++i) {
+      const auto& node = nodes[i];
+      if (node.op_type() != "Identity" || !is_standard_domain(node.domain()) || node.input_size() != 1 || node.output_size() != 1) continue;
+      const std::string& x = node.input(0);
+      const std::string& y = node.output(0);
+      auto producer = producers.find(x);
+      if (!fixed_.contains(y) || not_renamed.contains(x) || renamed.contains(x) || producer == producers.end()) continue;
+      for (auto& output : *producer->second->mutable_output()) {
+        if (output == x) output = y;
+      }
+      renamed.emplace(x, y);
+      removed[static_cast<size_t>(i)] = 1;
+    }
+    if (renamed.empty()) return;
+    rename_reads(renamed, /*main_graph_too=*/true);
+    erase_marked(nodes, removed);
+    count("simplify-graph-output-identities", static_cast<int>(renamed.size()), /*nodes=*/true);
   }
 
   // Nodes reading a value of `replaced_by` read its replacement: in the graphs nested in the main

@@ -17,6 +17,7 @@
 #include <map>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -161,6 +162,50 @@ RuleSet rules_from_text(const std::string& text, bool with_builtin) {
   return rules;
 }
 
+namespace {
+
+std::set<std::string> dead_in(const onnx::ModelProto& model) {
+  std::set<std::string> read;
+  std::vector<const onnx::GraphProto*> graphs{&model.graph()};
+  for (size_t g = 0; g < graphs.size(); ++g) {
+    for (const auto& node : graphs[g]->node()) {
+      read.insert(node.input().begin(), node.input().end());
+      for (const auto& attribute : node.attribute()) {
+        if (attribute.has_g()) graphs.push_back(&attribute.g());
+        for (const auto& graph : attribute.graphs()) graphs.push_back(&graph);
+      }
+    }
+  }
+  for (const auto& output : model.graph().output()) read.insert(output.name());
+  for (const auto& input : model.graph().input()) read.insert(input.name());
+  for (const auto& info : model.training_info()) {  // a training graph may read anything
+    for (const auto& part : {&info.initialization(), &info.algorithm()}) {
+      for (const auto& node : part->node()) read.insert(node.input().begin(), node.input().end());
+    }
+  }
+  std::set<std::string> dead;
+  for (const auto& node : model.graph().node()) {
+    const bool standard = node.domain().empty() || node.domain() == "ai.onnx" || node.domain() == "ai.onnx.ml";
+    if (!standard || std::any_of(node.output().begin(), node.output().end(), [&](const std::string& o) { return read.count(o); })) continue;
+    dead.insert(fmt::format("node {} -> {}", node.op_type(), node.output_size() ? node.output(0) : ""));
+  }
+  for (const auto& initializer : model.graph().initializer()) {
+    if (!read.count(initializer.name())) dead.insert("initializer " + initializer.name());
+  }
+  return dead;
+}
+
+}  // namespace
+
+std::vector<std::string> dead_code_left(const onnx::ModelProto& before, const onnx::ModelProto& after) {
+  const auto was = dead_in(before);
+  std::vector<std::string> left;
+  for (const auto& item : dead_in(after)) {
+    if (!was.count(item)) left.push_back(item);
+  }
+  return left;
+}
+
 Rewritten rewrite_proto(const onnx::ModelProto& proto, const RuleSet& rules, RewriteOptions options) {
   std::ostringstream explain;
   options.explain_out = &explain;
@@ -170,6 +215,7 @@ Rewritten rewrite_proto(const onnx::ModelProto& proto, const RuleSet& rules, Rew
   rewritten.model = model.proto;
   rewritten.bytes = serialize_model(model);
   rewritten.explain = explain.str();
+  EXPECT_EQ(dead_code_left(proto, rewritten.model), std::vector<std::string>{}) << "the rewrite left dead code behind";
   return rewritten;
 }
 
@@ -242,6 +288,7 @@ std::optional<CheckedRewrite> rewrite_and_check(const fs::path& input, const fs:
   EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
   CheckedRewrite result{output, read_model(output), {}};
   result.ops = count_ops(result.model);
+  EXPECT_EQ(dead_code_left(read_model(input), result.model), std::vector<std::string>{}) << "the rewrite left dead code behind";
   return result;
 }
 

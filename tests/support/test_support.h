@@ -153,6 +153,12 @@ struct Rewritten {
   std::string explain;
 };
 Rewritten rewrite_proto(const onnx::ModelProto& proto, const RuleSet& rules, RewriteOptions options = {});
+// What in `after`'s main graph nothing reads (a node none of whose outputs is read by a node at
+// any depth or is a graph output; an initializer no node reads that is no graph input) and was
+// not already so in `before`: dead code a rewrite left behind ("node OP -> NAME", "initializer
+// NAME"). Custom-domain nodes may act unseen: not counted. rewrite_proto and rewrite_and_check
+// expect none.
+std::vector<std::string> dead_code_left(const onnx::ModelProto& before, const onnx::ModelProto& after);
 Rewritten rewrite_text(const std::string& model_text, const RuleSet& rules, RewriteOptions options = {});
 
 // The rules compiled into the binary (loaded once).
