@@ -145,9 +145,12 @@ std::string layer_model(const LayerCase& c) {
                      inputs, out_dims, weights, body);
 }
 
+// As `rewrite --target ort` does: the target's default --simplify included (it takes the
+// Constant nodes canonicalize-fold-known-shape leaves once their readers are fused away).
 Rewritten fuse(const std::string& text, const std::string& explain_op = "") {
   RewriteOptions options;
   options.target = "ort";
+  options.simplify = true;
   options.explain = explain_op;
   return rewrite_proto(parse_model_text(text), builtin_rules(), options);
 }
