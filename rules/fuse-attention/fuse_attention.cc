@@ -599,6 +599,111 @@ BuildResult build_attention_packed_qkv(const BuildContext& match, GraphBuilder& 
   return built();
 }
 
+// The cache behind cos_b = Unsqueeze (Gather (cache[0:end] (Cast to float), position_ids), [1]):
+// the [M, H] constant and the positions.
+struct GatheredCache {
+  TensorValues cache;
+  Value positions;
+};
+
+std::optional<GatheredCache> gathered_cache(const BuildContext& match, const Value& value, std::string& why) {
+  why = fmt::format("'{}' is not Unsqueeze (Gather (a constant cache, position_ids), 1)", value.name);
+  auto unsqueeze = match.producer(value);
+  if (!unsqueeze || unsqueeze->op_type() != "Unsqueeze") return std::nullopt;
+  std::vector<int64_t> axes = unsqueeze->has_attribute("axes") ? unsqueeze->attribute_ints("axes") : std::vector<int64_t>{};
+  if (!unsqueeze->has_attribute("axes")) {
+    auto given = match.constant_of(unsqueeze->input(1));
+    if (!given) return std::nullopt;
+    axes = given->ints();
+  }
+  if (axes != std::vector<int64_t>{1}) return std::nullopt;
+  auto gather = match.producer(unsqueeze->input(0));
+  if (!gather || gather->op_type() != "Gather" || gather->attribute_int("axis", 0) != 0) return std::nullopt;
+  Value cache = gather->input(0);
+  // Casts to float and a Slice of the first rows (the cache up to the sequence length).
+  for (int depth = 0; depth < 3 && !match.is_constant(cache); ++depth) {
+    auto node = match.producer(cache);
+    if (!node) return std::nullopt;
+    if (node->op_type() == "Cast" && node->attribute_int("to", 0) == onnx::TensorProto::FLOAT) {
+      cache = node->input(0);
+    } else if (node->op_type() == "Slice") {
+      auto starts = match.constant_of(node->input(1));
+      auto axes_in = node->input(3).absent() ? std::nullopt : match.constant_of(node->input(3));
+      auto steps = node->input(4).absent() ? std::nullopt : match.constant_of(node->input(4));
+      if (!starts || starts->ints() != std::vector<int64_t>{0}) return std::nullopt;
+      if (!node->input(3).absent() && (!axes_in || axes_in->ints() != std::vector<int64_t>{0})) return std::nullopt;
+      if (!node->input(4).absent() && (!steps || steps->ints() != std::vector<int64_t>{1})) return std::nullopt;
+      cache = node->input(0);
+    } else {
+      return std::nullopt;
+    }
+  }
+  auto values = match.constant_of(cache, size_t{1} << 24);
+  if (!values || values->dims.size() != 2 || !is_float_type(values->data_type)) return std::nullopt;
+  return GatheredCache{std::move(*values), gather->input(1)};
+}
+
+// Hugging Face's rotate_half rotary embedding -> RotaryEmbedding (x, position_ids, cos, sin) with
+// the caches' first halves (the two halves are equal: emb = cat(freqs, freqs)).
+BuildResult build_rotary(const BuildContext& match, GraphBuilder& b) {
+  const ShapeFacts& x = match.facts("x");
+  if (x.elem_type != onnx::TensorProto::FLOAT) return decline(fmt::format("'{}' is not known to be float", match.value("x")));
+  if (x.rank() != 4u || x.dim(3) <= 0 || x.dim(3) % 2 != 0) {
+    return decline(fmt::format("'{}' is not known to be [B, N, S, H] heads with an even static H", match.value("x")));
+  }
+  const int64_t h = x.dim(3), half = h / 2;
+  const int64_t cat_axis = match.attribute_int("cat_axis", 0);
+  if (cat_axis != -1 && cat_axis != 3) return decline("the Concat is not on the last axis");
+  const auto slice_is = [&](const char* prefix, int64_t start, bool to_end) {
+    const auto value = [&](const char* what) { return match.constant(fmt::format("{}_{}", prefix, what)); };
+    auto starts = value("starts");
+    auto ends = value("ends");
+    auto axes = value("axes");
+    if (!starts || !ends || !axes || starts->ints() != std::vector<int64_t>{start}) return false;
+    if (axes->ints() != std::vector<int64_t>{-1} && axes->ints() != std::vector<int64_t>{3}) return false;
+    if (ends->ints().size() != 1 || (to_end ? ends->ints()[0] < h : ends->ints()[0] != half)) return false;
+    if (match.has(fmt::format("{}_steps", prefix))) {
+      auto steps = value("steps");
+      if (!steps || steps->ints() != std::vector<int64_t>{1}) return false;
+    }
+    return true;
+  };
+  if (!slice_is("lo", 0, false) || !slice_is("hi", half, true)) {
+    return decline(fmt::format("the Slices are not the halves [0, {}) and [{}, {}) of the last axis", half, half, h));
+  }
+  std::string why;
+  auto cos = gathered_cache(match, match.value("cos_b"), why);
+  if (!cos) return decline(why);
+  auto sin = gathered_cache(match, match.value("sin_b"), why);
+  if (!sin) return decline(why);
+  if (cos->positions.name != sin->positions.name) return decline("cos and sin are gathered at different positions");
+  const ShapeFacts& positions = match.facts_of(cos->positions);
+  if (positions.elem_type != onnx::TensorProto::INT64 || positions.rank() != 2u) {
+    return decline(fmt::format("the positions '{}' are not known to be int64 [batch, sequence]", cos->positions.name));
+  }
+  std::vector<double> halves[2];
+  const TensorValues* caches[2] = {&cos->cache, &sin->cache};
+  for (int c = 0; c < 2; ++c) {
+    const auto& cache = *caches[c];
+    if (cache.dims[1] != h) return decline(fmt::format("a cache has rows of {}, the heads {}", cache.dims[1], h));
+    for (int64_t row = 0; row < cache.dims[0]; ++row) {
+      for (int64_t i = 0; i < half; ++i) {
+        const double first = cache.numbers[static_cast<size_t>(row * h + i)];
+        if (first != cache.numbers[static_cast<size_t>(row * h + i + half)]) {
+          return decline("a cache's two halves differ (not cat(freqs, freqs)): not the rotation RotaryEmbedding computes");
+        }
+        halves[c].push_back(first);
+      }
+    }
+  }
+  const Value cos_half = b.constant(make_tensor(onnx::TensorProto::FLOAT, {cos->cache.dims[0], half}, halves[0]));
+  const Value sin_half = b.constant(make_tensor(onnx::TensorProto::FLOAT, {sin->cache.dims[0], half}, halves[1]));
+  Attributes attributes;
+  if (x.dim(1) > 0) attributes.push_back(attr("num_heads", x.dim(1)));
+  b.output(match.value("y"), b.op("RotaryEmbedding", {match.value("x"), cos->positions, cos_half, sin_half}, attributes, kMicrosoft));
+  return built();
+}
+
 }  // namespace
 
 void register_fuse_attention_builders(BuilderRegistry& registry) {
@@ -618,6 +723,11 @@ void register_fuse_attention_builders(BuilderRegistry& registry) {
                 .optional_values = {"split", "mask", "attention_bias"},
                 .node_attributes = {"alpha", "beta", "transA", "transB", "num_heads", "scale", "mask_filter_value", "unidirectional", "split"}},
                build_attention_packed_qkv);
+  registry.add("fuse_rotary",
+               {.values = {"x", "cos_b", "sin_b", "lo_starts", "lo_ends", "lo_axes", "hi_starts", "hi_ends", "hi_axes", "y"},
+                .optional_values = {"lo_steps", "hi_steps"},
+                .attributes = {"cat_axis"}},
+               build_rotary);
   registry.add("reshape_copied_dims", {.values = {"x", "shape", "y"}, .node_attributes = {"allowzero"}}, build_reshape_copied_dims);
 }
 
