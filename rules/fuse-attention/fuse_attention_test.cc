@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -458,6 +459,68 @@ TEST(AttentionNearMiss, CausalBufferThatIsNotLowerTriangular) {
   EXPECT_EQ(count(fused.model, "com.microsoft", "MultiHeadAttention"), 0);
   EXPECT_EQ(count(fused.model, "com.microsoft", "Attention"), 0);
   EXPECT_NE(fused.explain.find("the causal mask 'buffer' is not lower-triangular ones"), std::string::npos) << fused.explain;
+}
+
+// ---- LLaMA's rotary embedding ------------------------------------------------------------------
+
+// Hugging Face's rotate_half RoPE on q [B, 2, S, 4], cos/sin from [8, 4] caches (halves equal
+// unless `halves_differ`), sliced to the sequence and gathered at position_ids, as torch exports it.
+std::string rope_model(bool halves_differ) {
+  std::vector<std::string> cos, sin;
+  for (int p = 0; p < 8; ++p) {
+    for (int half = 0; half < 2; ++half) {
+      for (int i = 0; i < 2; ++i) {
+        const double angle = p / std::pow(10000.0, i / 2.0);
+        cos.push_back(fmt::format("{:.6f}", std::cos(angle) + (halves_differ && half == 1 && p == 3 ? 0.25 : 0.0)));
+        sin.push_back(fmt::format("{:.6f}", std::sin(angle)));
+      }
+    }
+  }
+  return fmt::format(R"(<ir_version: 8, opset_import: ["": 17]>
+rope (float[B, 2, S, 4] x, int64[B, S] position_ids) => (float[B, 2, S, 4] y)
+<float[8, 4] cos_cached = {{{}}}, float[8, 4] sin_cached = {{{}}}> {{
+  s_x = Shape (x)
+  two = Constant <value = int64 {{2}}> ()
+  seq = Gather <axis = 0> (s_x, two)
+  zero = Constant <value = int64[1] {{0}}> ()
+  seq1 = Unsqueeze (seq, zero)
+  cos_s = Slice (cos_cached, zero, seq1, zero)
+  sin_s = Slice (sin_cached, zero, seq1, zero)
+  cos_f = Cast <to = 1> (cos_s)
+  sin_f = Cast <to = 1> (sin_s)
+  cos_g = Gather <axis = 0> (cos_f, position_ids)
+  sin_g = Gather <axis = 0> (sin_f, position_ids)
+  one = Constant <value = int64[1] {{1}}> ()
+  cos_b = Unsqueeze (cos_g, one)
+  sin_b = Unsqueeze (sin_g, one)
+  m1 = Mul (x, cos_b)
+  half = Constant <value = int64[1] {{2}}> ()
+  end = Constant <value = int64[1] {{9223372036854775807}}> ()
+  last = Constant <value = int64[1] {{3}}> ()
+  lo = Slice (x, zero, half, last, one)
+  hi = Slice (x, half, end, last, one)
+  n = Neg (hi)
+  r = Concat <axis = -1> (n, lo)
+  m2 = Mul (r, sin_b)
+  y = Add (m1, m2)
+}})",
+                     fmt::join(cos, ", "), fmt::join(sin, ", "));
+}
+
+TEST(Rotary, RotateHalfIsRotaryEmbeddingAndComputesTheSame) {
+  const std::string text = rope_model(false);
+  const auto fused = fuse(text);
+  const std::string nodes = canonical_nodes(fused.model, interface_names(fused.model));
+  EXPECT_EQ(count(fused.model, "com.microsoft", "RotaryEmbedding"), 1) << nodes;
+  for (const char* gone : {"Neg", "Concat", "Mul", "Add", "Gather"}) EXPECT_EQ(count(fused.model, "", gone), 0) << gone << "\n" << nodes;
+  // Positions anywhere the sliced cache has rows (S = 8: any of 0..7, in any order).
+  expect_same_in_ort(text, fused, {"--dim", "B=3", "--dim", "S=8", "--range", "position_ids=0,7"});
+}
+
+TEST(AttentionNearMiss, RotaryCacheWhoseHalvesDiffer) {
+  const auto fused = fuse(rope_model(true), "Add");
+  EXPECT_EQ(count(fused.model, "com.microsoft", "RotaryEmbedding"), 0);
+  EXPECT_NE(fused.explain.find("a cache's two halves differ"), std::string::npos) << fused.explain;
 }
 
 }  // namespace
