@@ -574,7 +574,7 @@ g (float[2, 3] x) => (float[2, 3] y) {
 TEST(PlantedMutation, EveryFamilyHasOne) {
   const std::set<std::string> planted = {
       "aten", "canonicalize", "contrib-grid-sample", "deform-conv", "defuse-attention", "defuse-contrib", "defuse-gqa",
-      "defuse-matmul-nbits", "defuse-mha", "defuse-nchwc", "defuse-rotary", "dynamic-quant-matmul", "fuse-contrib", "fuse-onnx",
+      "defuse-matmul-nbits", "defuse-mha", "defuse-nchwc", "defuse-rotary", "dynamic-quant-matmul", "fuse-attention", "fuse-contrib", "fuse-onnx",
       "group-norm", "lower-attention", "lower-losses", "mmcv-roi-align", "mmdeploy-grid-sampler", "opset-down", "opset-up",
       "qlinear-to-qdq", "registry-tutorial", "simplify", "trt-instance-norm", "trt-nms"};
   std::set<std::string> families;
@@ -583,6 +583,49 @@ TEST(PlantedMutation, EveryFamilyHasOne) {
   }
   for (const auto& family : families) EXPECT_TRUE(planted.count(family)) << "rules/" << family << " has no planted-mutation test";
   for (const auto& family : planted) EXPECT_TRUE(families.count(family)) << "no family rules/" << family << " (renamed?)";
+}
+
+// ---- fuse-attention: the key and the value swapped in the head split --------------------------
+// The builder takes q, k, v by the names the pattern binds; a pattern that reads the key's
+// Reshape from v and the value's from k hands MultiHeadAttention the value as the key. K and V of
+// one shape, so the swapped node runs and computes other numbers.
+
+TEST(PlantedMutation, FuseAttention) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2, 5, 8] q, float[2, 5, 8] k, float[2, 5, 8] v, int64[2, 5] mask) => (float[2, 5, 8] y) {
+  heads = Constant <value = int64[4] {0, 0, 2, 4}> ()
+  qr = Reshape (q, heads)
+  qt = Transpose <perm = [0, 2, 1, 3]> (qr)
+  kr = Reshape (k, heads)
+  kt = Transpose <perm = [0, 2, 3, 1]> (kr)
+  vr = Reshape (v, heads)
+  vt = Transpose <perm = [0, 2, 1, 3]> (vr)
+  m = MatMul (qt, kt)
+  sqrt_h = Constant <value = float {2.0}> ()
+  s = Div (m, sqrt_h)
+  one_axis = Constant <value = int64[1] {1}> ()
+  two_axis = Constant <value = int64[1] {2}> ()
+  m1 = Unsqueeze (mask, one_axis)
+  m2 = Unsqueeze (m1, two_axis)
+  mf = Cast <to = 1> (m2)
+  one = Constant <value = float {1.0}> ()
+  inv = Sub (one, mf)
+  fill = Constant <value = float {-10000.0}> ()
+  mask_bias = Mul (inv, fill)
+  a = Add (s, mask_bias)
+  p = Softmax <axis = -1> (a)
+  o = MatMul (p, vt)
+  ot = Transpose <perm = [0, 2, 1, 3]> (o)
+  joined = Constant <value = int64[3] {0, 0, 8}> ()
+  y = Reshape (ot, joined)
+})", dir / "attention.onnx");
+  const auto real = real_rule("fuse-attention", "fuse-attention.rules", "fuse-attention-mha");
+  std::string planted = plant(real, "kr = Reshape (k, shape_k)", "kr = Reshape (v, shape_k)", 8);
+  planted = plant(planted, "vr = Reshape (v, shape_v)", "vr = Reshape (k, shape_v)", 8);
+  RewriteOptions options;
+  options.target = "ort";
+  expect_caught("fuse-attention-mha", real, planted, input, against_original(input, {"--int-range", "0,1", "--float-range", "-2,2"}), options);
 }
 
 }  // namespace
