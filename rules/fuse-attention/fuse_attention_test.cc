@@ -202,9 +202,13 @@ TEST_P(SelfAttention, FusesIntoOneAttentionAndComputesTheSame) {
   const auto* attention = find_node(out, "Attention");
   ASSERT_NE(attention, nullptr);
   for (const auto& a : attention->attribute()) {
-    if (a.name() == "num_heads") EXPECT_EQ(a.i(), 2);
-    if (a.name() == "scale") EXPECT_FLOAT_EQ(a.f(), 0.5f);
-    if (a.name() == "mask_filter_value") EXPECT_FLOAT_EQ(a.f(), std::stof(c.fill));
+    if (a.name() == "num_heads") {
+      EXPECT_EQ(a.i(), 2);
+    } else if (a.name() == "scale") {
+      EXPECT_FLOAT_EQ(a.f(), 0.5f);
+    } else if (a.name() == "mask_filter_value") {
+      EXPECT_FLOAT_EQ(a.f(), std::stof(c.fill));
+    }
   }
   EXPECT_EQ(attention->input_size(), c.mask ? 4 : 3);
   expect_same_in_ort(text, fused, c.static_dims ? std::vector<std::string>{} : std::vector<std::string>{"--dim", "B=3", "--dim", "S=7"});
@@ -293,7 +297,7 @@ struct Gpt2Case {
   bool mask = false;         // a padding mask (random 0/1: rows whose every visible key is padded too)
   bool static_dims = false;  // [2, 5, 8]
   bool stacked = true;       // present = Concat (Unsqueeze (K), Unsqueeze (V)), else K and V as outputs
-  std::string buffer;        // the causal buffer's 64 values (default lower-triangular ones)
+  std::string buffer = "";   // the causal buffer's 64 values (default lower-triangular ones)
 };
 
 std::string gpt2_model(const Gpt2Case& c) {
@@ -422,7 +426,9 @@ TEST_P(Gpt2Attention, FusesIntoAttentionAndComputesTheSame) {
   const char* fused_op = c.stacked ? "Attention" : "MultiHeadAttention";
   EXPECT_EQ(count(out, "com.microsoft", fused_op), 1) << nodes;
   for (const char* gone : {"Softmax", "Transpose", "Split"}) {
-    if (c.stacked || std::string(gone) != "Split") EXPECT_EQ(count(out, "", gone), 0) << gone << "\n" << nodes;
+    if (c.stacked || std::string(gone) != "Split") {
+      EXPECT_EQ(count(out, "", gone), 0) << gone << "\n" << nodes;
+    }
   }
   const auto* attention = find_node(out, fused_op);
   ASSERT_NE(attention, nullptr);

@@ -1374,7 +1374,8 @@ TEST_P(BertEncoder, EveryBlockFusesAndOrtComputesTheSame) {
   EXPECT_EQ(count(proto, "com.microsoft", "SkipLayerNormalization"), 2 * e.layers);
   EXPECT_EQ(count(proto, "ai.onnx", "LayerNormalization"), 1);  // the embeddings': its Add broadcasts positions
   EXPECT_EQ(count(proto, "com.microsoft", e.gelu == "erf" ? "BiasGelu" : "FastGelu"), e.layers);
-  EXPECT_EQ(count(proto, "com.microsoft", "FusedMatMul"), e.layers);  // Q·Kᵀ / √head_dim
+  EXPECT_EQ(count(proto, "com.microsoft", "Attention"), e.layers);  // Q, K, V, Q·Kᵀ / √head_dim, Softmax, ·V (rules/fuse-attention)
+  EXPECT_EQ(count(proto, "com.microsoft", "FusedMatMul"), 0);
   for (const char* spelled : {"Erf", "Tanh", "Pow", "ReduceMean", "Sqrt"}) EXPECT_EQ(count(proto, "ai.onnx", spelled), 0) << spelled;
   EXPECT_EQ(opset_import(proto, ""), e.opset);  // ORT's LayerNormalization-1 below 17: no raise
 
