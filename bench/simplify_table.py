@@ -29,9 +29,10 @@ def models_in(paths):
     for path in map(Path, paths):
         if path.is_file():
             yield path.parent.name if path.name == "model.onnx" else path.stem, path
-        else:
-            for found in sorted(path.rglob("model.onnx")):
-                yield str(found.parent.relative_to(path)), found
+        else:  # corpus directories may be symbolic links
+            found = [Path(top) / "model.onnx" for top, _, files in os.walk(path, followlinks=True) if "model.onnx" in files]
+            for model in sorted(found):
+                yield str(model.parent.relative_to(path)), model
 
 
 def ort_optimized(model, level, out):
