@@ -119,17 +119,7 @@ TensorProto random_tensor(int32_t type, const std::vector<int64_t>& dims, int64_
   return make_tensor(type, dims, numbers);
 }
 
-bool fed_at_random(int32_t type) {
-  switch (type) {
-    case TensorProto::FLOAT: case TensorProto::DOUBLE: case TensorProto::FLOAT16: case TensorProto::BFLOAT16:
-    case TensorProto::INT8: case TensorProto::INT16: case TensorProto::INT32: case TensorProto::INT64:
-    case TensorProto::UINT8: case TensorProto::UINT16: case TensorProto::UINT32: case TensorProto::UINT64:
-    case TensorProto::BOOL:
-      return true;
-    default:
-      return false;
-  }
-}
+bool fed_at_random(int32_t type) { return is_float_type(type) || is_integer_type(type); }
 
 
 using Constants = std::map<std::string, const TensorProto*>;

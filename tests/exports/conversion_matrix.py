@@ -560,7 +560,10 @@ def normalise_reason(reason):
 
 
 def md(text):
-    return str(text).replace('|', '\\|').replace('\n', ' ')
+    # A runtime's message names the files it read: the page names them relative to the corpus
+    # (CACHE/case/model.onnx), never as a path of the machine that measured.
+    text = re.sub(r'(?:/[^\s/:|]+)+/([^\s/:|]+/[^\s/:|]+\.onnx)', r'CACHE/\1', str(text))
+    return text.replace('|', '\\|').replace('\n', ' ')
 
 
 def pct(a, b):
