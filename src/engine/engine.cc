@@ -48,6 +48,11 @@ bool is_simplification(const Rule& rule) { return rule.id.starts_with("simplify-
 constexpr const char* kUnusedNodes = "canonicalize-unused-nodes";
 constexpr const char* kIdentities = "canonicalize-identities";
 
+// Whether --only and --skip leave the rule in.
+static bool chosen(const Rule& rule, const RewriteOptions& options) {
+  return (options.only.empty() || options.only.count(rule.id)) && !options.skip.count(rule.id);
+}
+
 std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions& options) {
   for (const auto& id : options.only) {
     if (!rules.find(id)) throw UsageError("--only " + id + ": no rule has that id");
@@ -59,10 +64,8 @@ std::vector<const Rule*> active_rules(const RuleSet& rules, const RewriteOptions
   std::vector<const Rule*> active;
   for (const auto& rule : rules.rules) {
     if (!rule->serves(target, options.fuse) || is_simplification(*rule)) continue;
-    if (!options.only.empty() && !options.only.count(rule->id)) continue;
-    if (options.skip.count(rule->id)) continue;
     if (!options.canonicalize && is_canonicalization(*rule)) continue;
-    active.push_back(rule.get());
+    if (chosen(*rule, options)) active.push_back(rule.get());
   }
   return active;
 }
@@ -71,8 +74,7 @@ std::vector<const Rule*> simplification_rules(const RuleSet& rules, const Rewrit
   std::vector<const Rule*> active;
   for (const auto& rule : rules.rules) {
     if (!is_simplification(*rule) && !(options.canonicalize && is_canonicalization(*rule))) continue;
-    if (!options.only.empty() && !options.only.count(rule->id)) continue;
-    if (!options.skip.count(rule->id)) active.push_back(rule.get());
+    if (chosen(*rule, options)) active.push_back(rule.get());
   }
   return active;
 }
@@ -811,9 +813,7 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
     Run run(model, simplifying, options, /*lower=*/false, domains_before, result, std::nullopt);
     run.execute();  // an opset it can't reach was reported by the run above (an Identity needs none)
     nodes_checked = nodes_checked && run.nodes_checked();
-    const auto fired = result.rules.size();
-    simplify_main_graph(model, result);
-    if (result.rules.size() != fired) model.changed = true, nodes_checked = false;
+    if (simplify_main_graph(model, result)) model.changed = true, nodes_checked = false;
   }
 
   const auto imports_after = imports(model.proto);

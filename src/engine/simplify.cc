@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "graph/walk.h"
+#include "verify/opset.h"
 
 namespace onnx_rewrite {
 namespace {
@@ -17,7 +18,7 @@ namespace {
 // what the rest of the run does, and exporters rarely store big ones twice.
 constexpr size_t kLargestDeduplicated = 1 << 20;
 
-bool is_standard_domain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
+bool is_standard_domain(const std::string& domain) { return normalize_domain(domain).empty(); }
 
 // Ops two of which with the same inputs may compute different values.
 const std::unordered_set<std::string> kNondeterministic = {
@@ -63,15 +64,16 @@ std::optional<onnx::TensorProto> constant_tensor(const onnx::NodeProto& node) {
   return tensor;
 }
 
-// Deletes the nodes `removed` marks, keeping the order of the others.
-void erase_marked(NodeList& nodes, const std::vector<char>& removed) {
+// Deletes the elements `removed` marks, keeping the order of the others.
+template <typename Element>
+void erase_marked(google::protobuf::RepeatedPtrField<Element>& elements, const std::vector<char>& removed) {
   int kept = 0;
-  for (int i = 0; i < nodes.size(); ++i) {
+  for (int i = 0; i < elements.size(); ++i) {
     if (removed[static_cast<size_t>(i)]) continue;
-    if (kept != i) nodes.SwapElements(kept, i);
+    if (kept != i) elements.SwapElements(kept, i);
     ++kept;
   }
-  nodes.DeleteSubrange(kept, nodes.size() - kept);
+  elements.DeleteSubrange(kept, elements.size() - kept);
 }
 
 class MainGraphSimplifier {
@@ -83,21 +85,25 @@ class MainGraphSimplifier {
     training_ = model.proto.training_info_size() > 0;
   }
 
-  void run() {
+  // Whether anything changed.
+  bool run() {
     // An initializer of IR below 4 must also be a graph input: a Constant stays a node there.
     if (model_.proto.ir_version() >= 4) constants_to_initializers();
-    if (training_) return;
-    merge_duplicate_initializers();
-    merge_common_subexpressions();
-    name_outputs_at_their_producers();
-    remove_unused_initializers();
-    remove_stale_value_info();
+    if (!training_) {
+      merge_duplicate_initializers();
+      merge_common_subexpressions();
+      name_outputs_at_their_producers();
+      remove_unused_initializers();
+      remove_stale_value_info();
+    }
+    return changed_;
   }
 
  private:
   // What a clean-up did, as a rule's statistics: `how_many` changes, of which `nodes` removed a node.
   void count(const char* what, int how_many, bool nodes = false) {
     if (how_many == 0) return;
+    changed_ = true;
     RuleStats& stats = result_.rules[what];
     stats.matches += how_many;
     if (nodes) stats.nodes_removed += how_many;
@@ -290,15 +296,10 @@ class MainGraphSimplifier {
     for (const auto& initializer : graph_.initializer()) defined.insert(initializer.name());
     for (const auto& input : graph_.input()) defined.insert(input.name());
     auto& value_info = *graph_.mutable_value_info();
-    const int before = value_info.size();
-    int kept = 0;
-    for (int i = 0; i < value_info.size(); ++i) {
-      if (!defined.contains(value_info[i].name())) continue;
-      if (kept != i) value_info.SwapElements(kept, i);
-      ++kept;
-    }
-    value_info.DeleteSubrange(kept, value_info.size() - kept);
-    count("simplify-unused-value-info", before - kept);
+    std::vector<char> stale;
+    for (const auto& info : value_info) stale.push_back(!defined.contains(info.name()));
+    erase_marked(value_info, stale);
+    count("simplify-unused-value-info", static_cast<int>(std::count(stale.begin(), stale.end(), 1)));
   }
 
   Model& model_;
@@ -306,10 +307,11 @@ class MainGraphSimplifier {
   RewriteResult& result_;
   std::unordered_set<std::string> fixed_;  // graph input and output names
   bool training_ = false;
+  bool changed_ = false;
 };
 
 }  // namespace
 
-void simplify_main_graph(Model& model, RewriteResult& result) { MainGraphSimplifier(model, result).run(); }
+bool simplify_main_graph(Model& model, RewriteResult& result) { return MainGraphSimplifier(model, result).run(); }
 
 }  // namespace onnx_rewrite

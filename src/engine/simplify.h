@@ -14,7 +14,7 @@ namespace onnx_rewrite {
 // value_info nobody reads go, and small initializers equal in type, shape and bytes become one
 // (the first, by position). Graph inputs, outputs and their names are never touched, nor
 // anything a training graph may read. Counts what it did in `result.rules` under
-// "simplify-*" ids.
-void simplify_main_graph(Model& model, RewriteResult& result);
+// "simplify-*" ids; returns whether it changed anything.
+bool simplify_main_graph(Model& model, RewriteResult& result);
 
 }  // namespace onnx_rewrite
