@@ -178,6 +178,66 @@ TEST(Writing, ABigGraphWrittenOnASecondThreadIsWhatProtobufWouldWrite) {
   EXPECT_EQ(serialize_model(model), bytes);
 }
 
+// Packed weights are assembled from ranges of the source file without decoding them: read back
+// (tensor_with_data), sized and written, they are the tensor a full serialization would hold,
+// and the bytes come from the file (rows of 3 KiB gathered, a 64 KiB row copied whole).
+TEST(Writing, AnAssembledTensorIsWrittenFromTheSourcesBytes) {
+  for (const int64_t width : {3, 16384}) {
+    SCOPED_TRACE(width);
+    onnx::ModelProto proto = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[2, 1] x) => (float[2, 1] y) {
+  y = Identity (x)
+})");
+    std::vector<double> a_values, b_values;
+    for (int64_t i = 0; i < 2 * width; ++i) a_values.push_back(static_cast<double>(i) + 0.5);
+    for (int64_t i = 0; i < 4; ++i) b_values.push_back(-static_cast<double>(i) - 1);
+    onnx::TensorProto a = make_tensor(onnx::TensorProto::FLOAT, {2, width}, a_values);
+    a.set_name("a");
+    onnx::TensorProto b = make_tensor(onnx::TensorProto::FLOAT, {2, 2}, b_values);
+    b.set_name("b");
+    *proto.mutable_graph()->add_initializer() = a;
+    *proto.mutable_graph()->add_initializer() = b;
+    TempDir dir;
+    write_file(dir / "m.onnx", serialize(proto));
+    Model model = load_model(dir / "m.onnx");
+    const auto& graph = model.proto.graph();
+    const auto a_raw = model.raw_data_in_source(graph.initializer(0));
+    const auto b_raw = model.raw_data_in_source(graph.initializer(1));
+    ASSERT_TRUE(a_raw && b_raw);
+    const size_t a_row = static_cast<size_t>(width) * 4;
+    ASSERT_EQ(a_raw->size(), 2 * a_row);
+    // [a b] along axis 1: a's row 0, b's row 0, a's row 1, b's row 1.
+    onnx::TensorProto& header = *model.proto.mutable_graph()->add_initializer();
+    header.set_data_type(onnx::TensorProto::FLOAT);
+    header.add_dims(2);
+    header.add_dims(width + 2);
+    header.set_name("packed");
+    model.assemble(header, {{a_raw->begin, a_raw->begin + a_row}, {b_raw->begin, b_raw->begin + 8},
+                            {a_raw->begin + a_row, a_raw->end}, {b_raw->begin + 8, b_raw->end}});
+    model.changed = true;
+    std::vector<double> expected;
+    for (int64_t row = 0; row < 2; ++row) {
+      expected.insert(expected.end(), a_values.begin() + row * width, a_values.begin() + (row + 1) * width);
+      expected.insert(expected.end(), b_values.begin() + row * 2, b_values.begin() + (row + 1) * 2);
+    }
+    onnx::TensorProto full = make_tensor(onnx::TensorProto::FLOAT, {2, width + 2}, expected);
+    full.set_name("packed");
+    EXPECT_EQ(model.tensor_with_data(header).SerializeAsString(), full.SerializeAsString());
+    EXPECT_EQ(model.tensor_size(header), full.ByteSizeLong());
+    EXPECT_TRUE(model.payload_elsewhere(header));
+
+    write_model(model, dir / "out.onnx");
+    const onnx::ModelProto written = read_model(dir / "out.onnx");
+    ASSERT_EQ(written.graph().initializer_size(), 3);
+    EXPECT_EQ(written.graph().initializer(2).SerializeAsString(), full.SerializeAsString());
+    EXPECT_EQ(written.graph().initializer(0).SerializeAsString(), a.SerializeAsString());
+    EXPECT_EQ(serialize_model(model), read_file(dir / "out.onnx")) << "in memory as on disk";
+
+    model.remove_initializers(*model.proto.mutable_graph(), [](const onnx::TensorProto& t) { return t.name() == "packed"; });
+    EXPECT_EQ(model.proto.graph().initializer_size(), 2);
+  }
+}
+
 TEST(Writing, ARewriteKeepsEverythingItDidNotMeanToTouch) {
   TempDir dir;
   const onnx::ModelProto original = rich_model();

@@ -94,6 +94,13 @@ class BuildContext {
   std::optional<onnx::TensorProto> constant_tensor(std::string_view name) const;
   // Whether a constant's payload lies in an external-data file.
   bool stored_externally(std::string_view name) const;
+  // The constants `names` side by side along `axis`, as Concat puts them, as a new constant of
+  // `b`; nullopt, with the reason in `why`, unless they share their type (whole bytes per
+  // element) and every dim but `axis`, and lie in the model (not external data). Their bytes are
+  // not decoded: those in the source file are copied from there when the model is written, so
+  // packing a model's weights costs no memory.
+  std::optional<Value> concatenated_constants(GraphBuilder& b, const std::vector<std::string_view>& names, int64_t axis,
+                                              std::string& why) const;
   // Whether something outside the match reads the value, or it is an output of the graph.
   bool used_outside(std::string_view name) const;
   // The value reshaped to `shape` (a -1 takes what the others leave). A Reshape of a constant is

@@ -14,6 +14,8 @@
 #include <onnx/defs/attr_proto_util.h>
 #include <onnx/onnx_pb.h>
 
+#include "onnx_rewrite/model.h"
+
 namespace onnx_rewrite {
 
 class BuildContext;
@@ -107,6 +109,8 @@ class GraphBuilder {
   std::vector<onnx::NodeProto>& nodes() { return nodes_; }
   const std::vector<std::pair<std::string, onnx::TensorProto>>& constants() const { return constants_; }
   std::vector<std::pair<std::string, onnx::TensorProto>>& constants() { return constants_; }
+  // The source ranges whose bytes are a constant's raw_data, for one BuildContext assembled.
+  const std::vector<FileRange>* assembled_raw_data(const std::string& constant) const;
   // Domains (and versions) the built nodes use.
   const std::map<std::string, int>& opsets() const { return opsets_; }
 
@@ -114,6 +118,10 @@ class GraphBuilder {
   onnx::NodeProto& add_node(std::string_view op_type, std::string_view domain, const std::vector<Value>& inputs,
                             Attributes attributes);
   std::string fresh_value(const std::string& hint) { return fresh_(base_ + "/" + hint); }
+  // A constant (type and dims in `header`) whose raw_data is the model source's bytes in
+  // `raw_data`: BuildContext::concatenated_constants, which alone knows they are right.
+  friend class BuildContext;
+  Value assembled_constant(onnx::TensorProto header, std::vector<FileRange> raw_data);
 
   std::string base_;
   std::string rule_id_;
@@ -121,6 +129,7 @@ class GraphBuilder {
   FreshName fresh_;
   std::vector<onnx::NodeProto> nodes_;
   std::vector<std::pair<std::string, onnx::TensorProto>> constants_;
+  std::map<std::string, std::vector<FileRange>> assembled_;  // constant -> raw_data ranges
   std::map<std::string, std::string> outputs_;  // graph name -> value
   std::map<std::string, std::string> renamed_;  // a value that took a graph name -> that name
   std::vector<std::string> notes_;

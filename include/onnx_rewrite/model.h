@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -16,6 +17,14 @@
 #include <onnx/onnx_pb.h>
 
 namespace onnx_rewrite {
+
+// Bytes [begin, end) of the source file.
+struct FileRange {
+  size_t begin = 0;
+  size_t end = 0;
+  size_t size() const { return end - begin; }
+  friend bool operator==(const FileRange&, const FileRange&) = default;
+};
 
 // The bytes a model was loaded from: a read-only memory mapping of its file, or a buffer.
 class SourceBytes {
@@ -32,6 +41,8 @@ class SourceBytes {
   // A mapped file's pages read so far leave the process's memory (the page cache keeps them, and
   // the next read maps them again): parsed, the graph's bytes are not read again. No-op for a buffer.
   void drop_pages() const;
+  // The bytes of `ranges`, one after the other; a mapped file's are read, not mapped in.
+  std::string read(const std::vector<FileRange>& ranges) const;
 
  private:
   SourceBytes() = default;
@@ -39,13 +50,6 @@ class SourceBytes {
   int fd_ = -1;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
-};
-
-// Bytes [begin, end) of the source file.
-struct FileRange {
-  size_t begin = 0;
-  size_t end = 0;
-  size_t size() const { return end - begin; }
 };
 
 class Model {
@@ -80,8 +84,23 @@ class Model {
   // The serialized initializer field (tag, length, TensorProto) a header stands for, if its
   // payload was left in the source file.
   const FileRange* deferred_field(const onnx::TensorProto& header) const;
-  // The full tensor, payload included (decoded from the source file when deferred).
+  // The full tensor, payload included (decoded from the source file when deferred or assembled).
   onnx::TensorProto tensor_with_data(const onnx::TensorProto& tensor) const;
+  // Whether a header's payload is kept out of it: deferred or assembled.
+  bool payload_elsewhere(const onnx::TensorProto& header) const;
+  // The bytes the tensor takes serialized, payload included wherever it lies (a deferred one:
+  // its initializer field in the source).
+  size_t tensor_size(const onnx::TensorProto& tensor) const;
+
+  // Where a deferred tensor's raw_data lies in the source, if it is stored that way.
+  std::optional<FileRange> raw_data_in_source(const onnx::TensorProto& header) const;
+  // A tensor made of other tensors' raw bytes without decoding them (weights packed side by
+  // side): `header`, an initializer of this model with type and dims but no payload, has as
+  // raw_data the source's bytes in `raw_data`, in order, copied when the model is written.
+  void assemble(const onnx::TensorProto& header, std::vector<FileRange> raw_data);
+  const std::vector<FileRange>* assembled_raw_data(const onnx::TensorProto& header) const;
+  // The bytes of `ranges` of the source, in order.
+  std::string source_bytes(const std::vector<FileRange>& ranges) const;
 
   // Deletes the initializers of `graph` (the main graph or any subgraph) that `doomed` picks,
   // keeping the order of the others. The only way to delete one: a header's payload is found by
@@ -94,6 +113,7 @@ class Model {
   void defer(const onnx::TensorProto& header, FileRange field) { deferred_[&header] = field; }
 
   std::unordered_map<const onnx::TensorProto*, FileRange> deferred_;
+  std::unordered_map<const onnx::TensorProto*, std::vector<FileRange>> assembled_;
 };
 
 }  // namespace onnx_rewrite

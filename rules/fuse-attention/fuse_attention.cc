@@ -464,48 +464,35 @@ BuildResult build_attention_qkv(const BuildContext& match, GraphBuilder& b) {
   if (match.facts("x").rank() != 3u) return decline(fmt::format("'{}' is not known to have rank 3", match.value("x")));
   const char* weights[3] = {"wq", "wk", "wv"};
   const char* biases[3] = {"bq", "bk", "bv"};
-  std::vector<TensorValues> w(3), bias(3);
-  constexpr size_t kMaxElements = size_t{1} << 26;
+  int64_t widths[3];
   for (int i = 0; i < 3; ++i) {
-    if (match.stored_externally(weights[i]) || match.stored_externally(biases[i])) {
-      return decline("the projection weights are stored as external data");
-    }
-    auto wi = match.is_constant(weights[i]) ? match.constant(weights[i], kMaxElements) : std::nullopt;
-    auto bi = match.is_constant(biases[i]) ? match.constant(biases[i], kMaxElements) : std::nullopt;
-    if (!wi || wi->data_type != onnx::TensorProto::FLOAT || wi->dims.size() != 2) {
+    const ShapeFacts& w = match.facts(weights[i]);
+    const ShapeFacts& bias = match.facts(biases[i]);
+    if (!match.is_constant(weights[i]) || w.elem_type != onnx::TensorProto::FLOAT || w.rank() != 2u || w.dim(1) < 0) {
       return decline(fmt::format("the weights '{}' are not a 2-D float constant", match.value(weights[i])));
     }
-    if (!bi || bi->data_type != onnx::TensorProto::FLOAT || bi->dims.size() != 1 || bi->dims[0] != wi->dims[1]) {
+    if (!match.is_constant(biases[i]) || bias.elem_type != onnx::TensorProto::FLOAT || bias.rank() != 1u || bias.dim(0) != w.dim(1)) {
       return decline(fmt::format("the bias '{}' is not a 1-D float constant of the projection's width", match.value(biases[i])));
     }
-    w[i] = std::move(*wi);
-    bias[i] = std::move(*bi);
+    widths[i] = w.dim(1);
   }
-  const int64_t rows = w[0].dims[0];
-  if (w[1].dims[0] != rows || w[2].dims[0] != rows) return decline("the three projections take inputs of different widths");
-  if (match.facts("x").dim(2) != rows) return decline(fmt::format("the last axis of '{}' is not known to be {}", match.value("x"), rows));
-  const int64_t widths[3] = {w[0].dims[1], w[1].dims[1], w[2].dims[1]};
+  const int64_t rows = match.facts("wq").dim(0);
+  if (match.facts("wk").dim(0) != rows || match.facts("wv").dim(0) != rows) return decline("the three projections take inputs of different widths");
+  if (rows <= 0 || match.facts("x").dim(2) != rows) return decline(fmt::format("the last axis of '{}' is not known to be {}", match.value("x"), rows));
   if (widths[0] != widths[1]) return decline("the query and key projections have different widths");
-  const int64_t total = widths[0] + widths[1] + widths[2];
-  std::vector<double> packed;
-  packed.reserve(static_cast<size_t>(rows * total));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int i = 0; i < 3; ++i) {
-      const auto begin = w[i].numbers.begin() + r * widths[i];
-      packed.insert(packed.end(), begin, begin + widths[i]);
-    }
-  }
-  std::vector<double> packed_bias;
-  for (int i = 0; i < 3; ++i) packed_bias.insert(packed_bias.end(), bias[i].numbers.begin(), bias[i].numbers.end());
   const int64_t heads = mha.attribute_int("num_heads", 0);
   if (heads <= 0 || widths[0] % heads != 0 || widths[2] % heads != 0) return decline("num_heads does not divide the projections' widths");
   Attributes attributes = {attr("num_heads", heads)};
   if (mha.has_attribute("scale")) attributes.push_back(attr("scale", mha.attribute_float("scale", 0.f)));
   if (mha.has_attribute("mask_filter_value")) attributes.push_back(attr("mask_filter_value", mha.attribute_float("mask_filter_value", 0.f)));
   if (widths[2] != widths[0]) attributes.push_back(attr("qkv_hidden_sizes", std::vector<int64_t>{widths[0], widths[1], widths[2]}));
-  const Value packed_w = b.constant(make_tensor(onnx::TensorProto::FLOAT, {rows, total}, packed));
-  const Value packed_b = b.constant(make_tensor(onnx::TensorProto::FLOAT, {total}, packed_bias));
-  std::vector<Value> inputs = {match.value("x"), packed_w, packed_b};
+  // [Wq Wk Wv] and [bq bk bv], their bytes copied as they are (BERT-base's weights stay unread).
+  std::string why;
+  const auto packed_w = match.concatenated_constants(b, {"wq", "wk", "wv"}, 1, why);
+  if (!packed_w) return decline(why);
+  const auto packed_b = match.concatenated_constants(b, {"bq", "bk", "bv"}, 0, why);
+  if (!packed_b) return decline(why);
+  std::vector<Value> inputs = {match.value("x"), *packed_w, *packed_b};
   if (match.has("mask")) inputs.push_back(match.value("mask"));
   b.output(match.value("y"), b.op("Attention", inputs, attributes, kMicrosoft));
   return built();

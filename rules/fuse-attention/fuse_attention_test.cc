@@ -46,6 +46,7 @@ struct LayerCase {
   std::string softmax_axis = "-1";
   bool scale_input = false;         // the divisor a graph input
   bool position_bias = false;       // T5: no scale, + a float [1, 2, S, S] input, Cast to float before the Softmax
+  bool raw_weights = false;         // initializers in raw_data, as exporters write them (the text parser writes float_data)
 };
 
 // The Shape/Gather/Unsqueeze/Concat torch writes for Reshape (value, [dim 0, dim 1, N, H])
@@ -148,12 +149,25 @@ std::string layer_model(const LayerCase& c) {
 
 // As `rewrite --target ort` does: the target's default --simplify included (it takes the
 // Constant nodes canonicalize-fold-known-shape leaves once their readers are fused away).
-Rewritten fuse(const std::string& text, const std::string& explain_op = "") {
+Rewritten fuse(const onnx::ModelProto& model, const std::string& explain_op = "") {
   RewriteOptions options;
   options.target = "ort";
   options.simplify = true;
   options.explain = explain_op;
-  return rewrite_proto(parse_model_text(text), builtin_rules(), options);
+  return rewrite_proto(model, builtin_rules(), options);
+}
+Rewritten fuse(const std::string& text, const std::string& explain_op = "") { return fuse(parse_model_text(text), explain_op); }
+
+// The model with its initializers' numbers in raw_data: the packed weights are then assembled
+// from the file's bytes, not decoded.
+onnx::ModelProto with_raw_weights(onnx::ModelProto model) {
+  for (auto& tensor : *model.mutable_graph()->mutable_initializer()) {
+    const std::vector<int64_t> dims(tensor.dims().begin(), tensor.dims().end());
+    onnx::TensorProto raw = make_tensor(tensor.data_type(), dims, decode_tensor(tensor)->numbers);
+    raw.set_name(tensor.name());
+    tensor = raw;
+  }
+  return model;
 }
 
 int count(const onnx::ModelProto& model, const std::string& domain, const std::string& op_type) {
@@ -188,7 +202,7 @@ class SelfAttention : public ::testing::TestWithParam<LayerCase> {};
 TEST_P(SelfAttention, FusesIntoOneAttentionAndComputesTheSame) {
   const auto& c = GetParam();
   const std::string text = layer_model(c);
-  const auto fused = fuse(text);
+  const auto fused = c.raw_weights ? fuse(with_raw_weights(parse_model_text(text))) : fuse(text);
   const auto& out = fused.model;
   const std::string nodes = canonical_nodes(out, interface_names(out));
   EXPECT_EQ(count(out, "com.microsoft", "Attention"), 1) << nodes;
@@ -211,6 +225,12 @@ TEST_P(SelfAttention, FusesIntoOneAttentionAndComputesTheSame) {
     }
   }
   EXPECT_EQ(attention->input_size(), c.mask ? 4 : 3);
+  // Weights the source holds as raw bytes are packed from there when written, not decoded here.
+  for (const auto& tensor : out.graph().initializer()) {
+    if (tensor.name() == attention->input(1)) {
+      EXPECT_EQ(tensor.has_raw_data(), !c.raw_weights) << tensor.name();
+    }
+  }
   expect_same_in_ort(text, fused, c.static_dims ? std::vector<std::string>{} : std::vector<std::string>{"--dim", "B=3", "--dim", "S=7"});
 }
 
@@ -223,7 +243,9 @@ INSTANTIATE_TEST_SUITE_P(
                       LayerCase{.name = "Minus10000Mask", .opset = 13, .fill = "-10000.0"},
                       LayerCase{.name = "StaticShapes", .static_dims = true},
                       LayerCase{.name = "StaticShapesNoMask", .opset = 13, .mask = false, .static_dims = true},
-                      LayerCase{.name = "SoftmaxAxis3", .softmax_axis = "3"}),
+                      LayerCase{.name = "SoftmaxAxis3", .softmax_axis = "3"},
+                      LayerCase{.name = "RawWeights", .raw_weights = true},
+                      LayerCase{.name = "RawWeightsStaticShapes", .opset = 13, .static_dims = true, .raw_weights = true}),
     [](const auto& info) { return info.param.name; });
 
 // K and V from another sequence (encoder-decoder cross-attention): MultiHeadAttention, whose

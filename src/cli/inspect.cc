@@ -43,10 +43,8 @@ InitializerStats initializer_stats(const Model& model) {
         stats.external_files[location] = ec ? std::nullopt : std::optional<uint64_t>(size);
       }
       stats.external_bytes += length;
-    } else if (const FileRange* range = model.deferred_field(tensor)) {
-      stats.inline_bytes += range->size();
     } else {
-      stats.inline_bytes += tensor.ByteSizeLong();
+      stats.inline_bytes += model.tensor_size(tensor);
     }
   }
   return stats;

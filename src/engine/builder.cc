@@ -72,6 +72,19 @@ Value GraphBuilder::constant(onnx::TensorProto tensor) {
   return value;
 }
 
+Value GraphBuilder::assembled_constant(onnx::TensorProto header, std::vector<FileRange> raw_data) {
+  Value value{fresh_value("const")};
+  header.set_name(value.name);
+  constants_.emplace_back(value.name, std::move(header));
+  assembled_.emplace(value.name, std::move(raw_data));
+  return value;
+}
+
+const std::vector<FileRange>* GraphBuilder::assembled_raw_data(const std::string& constant) const {
+  auto it = assembled_.find(constant);
+  return it == assembled_.end() ? nullptr : &it->second;
+}
+
 Value GraphBuilder::scalar(double number, int32_t data_type) { return constant(make_tensor(data_type, {}, {number})); }
 
 Value GraphBuilder::ints(const std::vector<int64_t>& numbers) {

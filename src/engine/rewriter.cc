@@ -246,19 +246,24 @@ void Rewriter::replace(const Match& match, GraphBuilder&& builder) {
   // a graph input (an overridable one), so there, as in subgraphs and functions, Constant nodes.
   const bool as_initializers = scope.kind() == Scope::Kind::kMainGraph && model_.proto.ir_version() >= 4;
   for (auto& [name, tensor] : builder.constants()) {
+    // An assembled constant's payload stays in the source until written: the same header from
+    // the same ranges is the same tensor.
+    const auto* assembled = builder.assembled_raw_data(name);
+    std::vector<FileRange> ranges = assembled ? *assembled : std::vector<FileRange>{};
     if (as_initializers) {
       const std::string bytes = serialized_without_name(tensor);
       const size_t hash = std::hash<std::string>{}(bytes);
       const onnx::TensorProto* same = nullptr;
       for (auto [it, end] = pending.initializers_by_hash.equal_range(hash); it != end && !same; ++it) {
         onnx::TensorProto& made = pending.initializers[it->second];
-        if (serialized_without_name(made) == bytes) same = &made;
+        if (serialized_without_name(made) == bytes && pending.raw_data_ranges[it->second] == ranges) same = &made;
       }
       if (same) {
         renamed[name] = same->name();
       } else {
         pending.initializers_by_hash.emplace(hash, pending.initializers.size());
         pending.initializers.push_back(std::move(tensor));
+        pending.raw_data_ranges.push_back(std::move(ranges));
       }
     } else {
       onnx::NodeProto& constant = constant_nodes.emplace_back();
@@ -267,6 +272,7 @@ void Rewriter::replace(const Match& match, GraphBuilder&& builder) {
       constant.add_output(name);
       onnx::TensorProto value = tensor;
       value.clear_name();
+      if (assembled) value.set_raw_data(model_.source_bytes(ranges));
       *constant.add_attribute() = onnx::MakeAttribute("value", value);
     }
   }
@@ -429,7 +435,11 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
       });
     }
     auto& initializers = *scope.graph()->mutable_initializer();
-    for (auto& tensor : pending.initializers) *initializers.Add() = std::move(tensor);
+    for (size_t i = 0; i < pending.initializers.size(); ++i) {
+      onnx::TensorProto& added = *initializers.Add();
+      added = std::move(pending.initializers[i]);
+      if (!pending.raw_data_ranges[i].empty()) model_.assemble(added, std::move(pending.raw_data_ranges[i]));
+    }
   }
   if (reorder) repair_order(scope.nodes(), scope.where());
 }

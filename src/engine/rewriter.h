@@ -126,6 +126,7 @@ class Rewriter {
     NodeSet removed;  // every change removes a node: empty, nothing was recorded
     std::vector<Insertion> inserted;  // sorted by `before` at commit
     std::vector<onnx::TensorProto> initializers;
+    std::vector<std::vector<FileRange>> raw_data_ranges;  // per initializer: assembled from these, or empty
     // Indexes into `initializers` by the hash of each one's serialization without its name: a
     // constant equal to one made earlier is not made again.
     std::unordered_multimap<size_t, size_t> initializers_by_hash;

@@ -141,7 +141,7 @@ class MainGraphSimplifier {
     std::unordered_map<std::string, std::vector<const onnx::TensorProto*>> by_header;  // type and dims -> tensors
     for (const auto& initializer : graph_.initializer()) {
       if (fixed_.contains(initializer.name()) || initializer.data_location() == onnx::TensorProto::EXTERNAL) continue;
-      if (payload_size(initializer) > kLargestDeduplicated) continue;
+      if (model_.tensor_size(initializer) > kLargestDeduplicated) continue;
       std::string header = std::to_string(initializer.data_type());
       for (int64_t dim : initializer.dims()) header += ',' + std::to_string(dim);
       by_header[header].push_back(&initializer);  // in order: the first of its kind stays
@@ -164,11 +164,6 @@ class MainGraphSimplifier {
     count("simplify-duplicate-initializers", static_cast<int>(replaced_by.size()));
   }
 
-  // The bytes a tensor's payload takes, whether loaded or left in the source file.
-  size_t payload_size(const onnx::TensorProto& tensor) const {
-    if (const FileRange* field = model_.deferred_field(tensor)) return field->size();
-    return tensor.ByteSizeLong();
-  }
 
   // A node computing what an earlier one computes (same op, inputs and attributes) goes; its
   // readers read the earlier node's outputs. In node order, which is topological, so that a chain

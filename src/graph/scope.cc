@@ -474,7 +474,7 @@ std::optional<TensorValues> Scope::constant_values(std::string_view value, size_
   if (elements > max_elements) return std::nullopt;
   constexpr size_t kKeptElements = 64;  // what is kept decoded: scalars and short vectors
   // A tensor held whole (a Constant's, a new initializer) is decoded where it is, not copied.
-  auto decode = [&] { return model_.deferred_field(*tensor) ? decode_tensor(model_.tensor_with_data(*tensor)) : decode_tensor(*tensor); };
+  auto decode = [&] { return model_.payload_elsewhere(*tensor) ? decode_tensor(model_.tensor_with_data(*tensor)) : decode_tensor(*tensor); };
   if (elements > kKeptElements) return decode();
   auto& decoded = index_->decoded[static_cast<size_t>(reader)];
   auto& kept = decoded.at(decoded.index_of(tensor));

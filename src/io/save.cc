@@ -37,16 +37,43 @@ namespace {
 // Serialized nodes go out in chunks of this size; for a big graph, on a second thread.
 constexpr size_t kChunk = size_t{4} << 20;
 
-// The output as pieces: bytes of our own, or a range of the source to copy verbatim.
+// The output as pieces: bytes of our own, a range of the source to copy verbatim, or small
+// ranges of the source gathered into one write (an assembled tensor's rows: a copy each would
+// cost a system call per row).
 struct Piece {
   std::string bytes;
   FileRange source_range;
   bool from_source = false;
+  std::vector<FileRange> gathered;
 
-  static Piece own(std::string bytes) { return Piece{std::move(bytes), {}, false}; }
-  static Piece copy_of(FileRange range) { return Piece{{}, range, true}; }
-  size_t size() const { return from_source ? source_range.size() : bytes.size(); }
+  static Piece own(std::string bytes) { return Piece{std::move(bytes), {}, false, {}}; }
+  static Piece copy_of(FileRange range) { return Piece{{}, range, true, {}}; }
+  static Piece gather(std::vector<FileRange> ranges) { return Piece{{}, {}, false, std::move(ranges)}; }
 };
+
+// An assembled tensor's raw bytes as pieces: ranges of 64 KiB or more copied as they are, smaller
+// ones gathered a MiB at a time.
+void add_assembled(std::vector<Piece>& pieces, const std::vector<FileRange>& raw_data) {
+  constexpr size_t kCopiedWhole = size_t{64} << 10;
+  constexpr size_t kGathered = size_t{1} << 20;
+  size_t gathered = 0;  // bytes in the last piece, when it gathers
+  for (const FileRange& range : raw_data) {
+    Piece& last = pieces.back();
+    if (range.size() >= kCopiedWhole) {
+      if (last.from_source && last.source_range.end == range.begin) last.source_range.end = range.end;
+      else pieces.push_back(Piece::copy_of(range));
+      continue;
+    }
+    if (last.gathered.empty() || gathered >= kGathered) {
+      pieces.push_back(Piece::gather({}));
+      gathered = 0;
+    }
+    auto& ranges = pieces.back().gathered;
+    if (!ranges.empty() && ranges.back().end == range.begin) ranges.back().end = range.end;
+    else ranges.push_back(range);
+    gathered += range.size();
+  }
+}
 
 // Protobuf writes fields in field-number order, so serializing the model without its graph and
 // the graph without its nodes and initializers, then putting the missing pieces where their
@@ -68,10 +95,18 @@ void serialize_pieces(const Model& model, size_t chunk, Emit&& emit) {
       if (last && last->from_source && last->source_range.end == range->begin) last->source_range.end = range->end;
       else initializers.push_back(Piece::copy_of(*range));
       initializers_size += range->size();
+    } else if (const auto* pieces = model.assembled_raw_data(tensor)) {
+      // The header's own fields, then raw_data (field 9, after every field a header made so has).
+      size_t raw = 0;
+      for (const FileRange& piece : *pieces) raw += piece.size();
+      std::string bytes = tensor.SerializeAsString() + wire::len_header(wire::kTensorRawData, raw);
+      initializers.push_back(Piece::own(wire::len_header(wire::kGraphInitializer, bytes.size() + raw) + bytes));
+      initializers_size += initializers.back().bytes.size() + raw;
+      add_assembled(initializers, *pieces);
     } else {
       std::string bytes = tensor.SerializeAsString();
       initializers.push_back(Piece::own(wire::len_header(wire::kGraphInitializer, bytes.size()) + bytes));
-      initializers_size += initializers.back().size();
+      initializers_size += initializers.back().bytes.size();
     }
   }
   std::string graph_rest;
@@ -186,8 +221,14 @@ class PieceWriter {
   static constexpr size_t kQueued = 4;  // pieces waiting: a few chunks of memory at most
 
   void write(const Piece& piece) {
-    if (piece.from_source) file_.copy_from(source_.fd(), source_.data(), piece.source_range);
-    else file_.write(piece.bytes.data(), piece.bytes.size());
+    if (piece.from_source) {
+      file_.copy_from(source_.fd(), source_.data(), piece.source_range);
+    } else if (!piece.gathered.empty()) {
+      const std::string bytes = source_.read(piece.gathered);
+      file_.write(bytes.data(), bytes.size());
+    } else {
+      file_.write(piece.bytes.data(), piece.bytes.size());
+    }
   }
 
   void drain() {
@@ -343,6 +384,8 @@ std::string serialize_model(const Model& model) {
   serialize_pieces(model, kChunk, [&](const Piece& piece) {
     if (piece.from_source) {
       out.append(reinterpret_cast<const char*>(model.source->data()) + piece.source_range.begin, piece.source_range.size());
+    } else if (!piece.gathered.empty()) {
+      out += model.source->read(piece.gathered);
     } else {
       out += piece.bytes;
     }

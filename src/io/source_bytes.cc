@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <utility>
 
 #include "onnx_rewrite/error.h"
@@ -36,6 +37,20 @@ std::shared_ptr<const SourceBytes> SourceBytes::map_file(const fs::path& path) {
 
 void SourceBytes::drop_pages() const {
   if (fd_ >= 0) ::madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);  // a hint: failing changes nothing
+}
+
+std::string SourceBytes::read(const std::vector<FileRange>& ranges) const {
+  size_t size = 0;
+  for (const FileRange& range : ranges) size += range.size();
+  std::string bytes(size, '\0');
+  char* at = bytes.data();
+  for (const FileRange& range : ranges) {
+    // Read rather than copied from the mapping, whose pages would stay in the process's memory.
+    const bool read = fd_ >= 0 && ::pread(fd_, at, range.size(), static_cast<off_t>(range.begin)) == static_cast<ssize_t>(range.size());
+    if (!read) std::memcpy(at, data_ + range.begin, range.size());
+    at += range.size();
+  }
+  return bytes;
 }
 
 std::shared_ptr<const SourceBytes> SourceBytes::hold(std::string bytes) {

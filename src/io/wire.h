@@ -10,10 +10,12 @@
 
 namespace onnx_rewrite::wire {
 
-// The two levels of an ONNX model the loader splits and the writer splices back.
+// The two levels of an ONNX model the loader splits and the writer splices back, and a tensor's
+// raw bytes.
 constexpr uint32_t kModelGraph = 7;        // ModelProto.graph
 constexpr uint32_t kGraphNode = 1;         // GraphProto.node
 constexpr uint32_t kGraphInitializer = 5;  // GraphProto.initializer
+constexpr uint32_t kTensorRawData = 9;     // TensorProto.raw_data (packed weights are assembled from it)
 
 enum class WireType : uint8_t { kVarint = 0, kFixed64 = 1, kLen = 2, kFixed32 = 5 };
 

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "onnx_rewrite/tensor.h"
+
 #include "graph/node_attributes.h"
 #include "graph/scope.h"
 #include "rules/matcher.h"
@@ -152,6 +154,91 @@ bool BuildContext::stored_externally(std::string_view name) const {
   if (!has(name)) return false;
   const onnx::TensorProto* tensor = match_.scope->constant_tensor(graph_name(name));
   return tensor && tensor->data_location() == onnx::TensorProto::EXTERNAL;
+}
+
+namespace {
+
+// A constant's raw bytes: where they lie in the source file, or a copy.
+struct ConstantBytes {
+  std::optional<FileRange> in_source;
+  std::string copy;
+};
+
+std::optional<ConstantBytes> constant_bytes(const Model& model, const onnx::TensorProto& header) {
+  if (auto range = model.raw_data_in_source(header)) return ConstantBytes{range, {}};
+  onnx::TensorProto tensor = model.tensor_with_data(header);
+  if (tensor.has_raw_data()) return ConstantBytes{std::nullopt, std::move(*tensor.mutable_raw_data())};
+  if (!is_float_type(tensor.data_type())) return std::nullopt;  // typed fields: floats go through doubles exactly
+  auto values = decode_tensor(tensor);
+  if (!values) return std::nullopt;
+  const std::vector<int64_t> dims(tensor.dims().begin(), tensor.dims().end());
+  return ConstantBytes{std::nullopt, std::move(*make_tensor(tensor.data_type(), dims, values->numbers).mutable_raw_data())};
+}
+
+}  // namespace
+
+std::optional<Value> BuildContext::concatenated_constants(GraphBuilder& b, const std::vector<std::string_view>& names, int64_t axis,
+                                                          std::string& why) const {
+  const Model& model = match_.scope->model();
+  std::vector<const onnx::TensorProto*> headers;
+  for (std::string_view name : names) {
+    const onnx::TensorProto* header = has(name) ? match_.scope->constant_tensor(graph_name(name)) : nullptr;
+    if (!header) why = fmt::format("'{}' is not a constant", has(name) ? graph_name(name) : std::string(name));
+    else if (header->data_location() == onnx::TensorProto::EXTERNAL) why = fmt::format("'{}' is stored as external data", header->name());
+    if (!header || header->data_location() == onnx::TensorProto::EXTERNAL) return std::nullopt;
+    headers.push_back(header);
+  }
+  const onnx::TensorProto& first = *headers.front();
+  const int bits = element_bits(first.data_type());
+  if (bits <= 0 || bits % 8 != 0) {
+    why = fmt::format("'{}' is not of a type of whole bytes per element", first.name());
+    return std::nullopt;
+  }
+  if (axis < 0 || axis >= first.dims_size()) {
+    why = fmt::format("'{}' has no axis {}", first.name(), axis);
+    return std::nullopt;
+  }
+  onnx::TensorProto packed;
+  packed.set_data_type(first.data_type());
+  *packed.mutable_dims() = first.dims();
+  packed.set_dims(static_cast<int>(axis), 0);
+  int64_t outer = 1;  // the number of slices each constant adds to, one after the other
+  for (int k = 0; k < axis; ++k) outer *= first.dims(k);
+  std::vector<int64_t> slice_bytes;
+  std::vector<ConstantBytes> bytes;
+  for (const onnx::TensorProto* header : headers) {
+    bool fits = header->data_type() == first.data_type() && header->dims_size() == first.dims_size();
+    int64_t slice = bits / 8;
+    for (int k = 0; fits && k < first.dims_size(); ++k) {
+      fits = header->dims(k) >= 0 && (k == axis || header->dims(k) == first.dims(k));
+      if (k >= axis) slice *= header->dims(k);
+    }
+    auto found = fits ? constant_bytes(model, *header) : std::nullopt;
+    const size_t size = found ? (found->in_source ? found->in_source->size() : found->copy.size()) : 0;
+    if (!found || size != static_cast<size_t>(outer * slice)) {
+      why = fmt::format("'{}' does not fit beside '{}' on axis {}, or its bytes do not match its dims", header->name(), first.name(), axis);
+      return std::nullopt;
+    }
+    packed.set_dims(static_cast<int>(axis), packed.dims(static_cast<int>(axis)) + header->dims(static_cast<int>(axis)));
+    slice_bytes.push_back(slice);
+    bytes.push_back(std::move(*found));
+  }
+  const bool all_in_source = std::all_of(bytes.begin(), bytes.end(), [](const ConstantBytes& c) { return c.in_source.has_value(); });
+  std::vector<FileRange> pieces;
+  std::string copy;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      const size_t size = static_cast<size_t>(slice_bytes[i]);
+      const size_t offset = static_cast<size_t>(o) * size;
+      if (size == 0) continue;
+      if (all_in_source) pieces.push_back({bytes[i].in_source->begin + offset, bytes[i].in_source->begin + offset + size});
+      else if (bytes[i].in_source) copy += model.source_bytes({{bytes[i].in_source->begin + offset, bytes[i].in_source->begin + offset + size}});
+      else copy.append(bytes[i].copy, offset, size);
+    }
+  }
+  if (all_in_source) return b.assembled_constant(std::move(packed), std::move(pieces));
+  packed.set_raw_data(std::move(copy));
+  return b.constant(std::move(packed));
 }
 
 static bool read_outside(const Match& match, const std::string& value) {
