@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Nodes left by `--simplify` and `--target ort` next to ONNX Runtime's basic and extended levels.
+"""Nodes left by `--simplify` (exact, and with --fuse) and `--target ort` next to ONNX Runtime's basic and extended levels.
 
 For each model given (a .onnx file, or a directory searched for model.onnx files: the real
 models of scripts/fetch-test-data.sh, a corpus of tests/exports/export_corpus.py), writes:
 the original's main-graph nodes; what ONNX Runtime's optimizer saves at level basic (standard
-ops only) and extended; `onnx-rewrite rewrite --simplify` (--target onnx) and `--target ort`;
+ops only) and extended; `onnx-rewrite rewrite --simplify` (--target onnx), `--simplify --fuse`
+(adding the folds that are not bit for bit: BatchNormalization into Conv, MatMul + Add into
+Gemm, as ORT's basic level does) and `--target ort`;
 and whether each of ours computes what the original does (`onnx-rewrite verify`). A Markdown
 table on stdout (or --markdown FILE); exit 1 when any of ours fails its verification.
 
@@ -64,10 +66,10 @@ def main():
         if sys.executable != "/usr/bin/python3" and os.path.exists("/usr/bin/python3"):
             os.execv("/usr/bin/python3", ["/usr/bin/python3", *sys.argv])
         sys.exit("simplify_table.py: needs python3-onnx (apt-get install python3-onnx)")
-    rows = ["| model | original | ORT basic | `--simplify` | verified | ORT extended | `--target ort` | verified |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = ["| model | original | ORT basic | `--simplify` | verified | `--simplify --fuse` | verified | ORT extended | `--target ort` | verified |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     failed = False
-    totals = [0] * 5
+    totals = [0] * 6
     with tempfile.TemporaryDirectory(prefix="simplify-table-") as work:
         for index, (name, model) in enumerate(models_in(args.paths)):
             out = Path(work) / str(index)
@@ -75,15 +77,16 @@ def main():
             figures = [main_graph_nodes(model), ort_optimized(model, "basic", out / "basic.onnx"),
                        ort_optimized(model, "extended", out / "extended.onnx")]
             simplified, simplified_verdict = ours(args.tool, model, out / "simplify.onnx", ["--simplify"])
+            fused, fused_verdict = ours(args.tool, model, out / "fuse.onnx", ["--simplify", "--fuse"])
             for_ort, ort_verdict = ours(args.tool, model, out / "ort.onnx", ["--target", "ort"])
-            failed |= "MISMATCH" in (simplified_verdict, ort_verdict) or None in (simplified, for_ort)
-            cells = [figures[0], figures[1], simplified, simplified_verdict, figures[2], for_ort, ort_verdict]
+            failed |= "MISMATCH" in (simplified_verdict, fused_verdict, ort_verdict) or None in (simplified, fused, for_ort)
+            cells = [figures[0], figures[1], simplified, simplified_verdict, fused, fused_verdict, figures[2], for_ort, ort_verdict]
             rows.append("| " + " | ".join([name] + ["–" if c is None else str(c) for c in cells]) + " |")
-            if None not in figures and None not in (simplified, for_ort):
-                for i, value in enumerate([figures[0], figures[1], simplified, figures[2], for_ort]):
+            if None not in figures and None not in (simplified, fused, for_ort):
+                for i, value in enumerate([figures[0], figures[1], simplified, fused, figures[2], for_ort]):
                     totals[i] += value
             print(rows[-1], file=sys.stderr, flush=True)
-    rows.append(f"| **total** | {totals[0]} | {totals[1]} | {totals[2]} | | {totals[3]} | {totals[4]} | |")
+    rows.append(f"| **total** | {totals[0]} | {totals[1]} | {totals[2]} | | {totals[3]} | | {totals[4]} | {totals[5]} | |")
     text = "\n".join(rows) + "\n"
     if args.markdown:
         Path(args.markdown).write_text(text)

@@ -2,6 +2,7 @@
 // an Identity (which the engine then removes), where the types, shapes and constants prove it;
 // anything else declines with the reason.
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 #include <string_view>
@@ -88,6 +89,83 @@ BuildResult pad_into_conv(const BuildContext& match, GraphBuilder& b) {
   return built();
 }
 
+// Pad (x, pads) with every pad 0, of any mode and value: x.
+BuildResult no_op_pad(const BuildContext& match, GraphBuilder& b) {
+  const auto pads = match.constant("pads");
+  if (!pads) return decline("the pads are not a constant");
+  const std::vector<int64_t> padding = pads->ints();
+  if (std::any_of(padding.begin(), padding.end(), [](int64_t pad) { return pad != 0; })) return decline("the Pad pads or crops");
+  b.output(match.value("y"), b.Identity(match.value("x")));
+  return built();
+}
+
+// Transpose <perm = [0, 1, ..., r-1]> (x), or without perm (reversed) at rank 0 or 1: x.
+BuildResult no_op_transpose(const BuildContext& match, GraphBuilder& b) {
+  const NodeView node = match.anchor();
+  if (node.has_attribute("perm")) {
+    const std::vector<int64_t> perm = node.attribute_ints("perm", {});
+    for (size_t axis = 0; axis < perm.size(); ++axis) {
+      if (perm[axis] != static_cast<int64_t>(axis)) return decline("the perm moves an axis");
+    }
+  } else if (!match.facts("x").rank() || *match.facts("x").rank() > 1) {
+    return decline("without perm the axes are reversed, and the rank is not known to be at most 1");
+  }
+  b.output(match.value("y"), b.Identity(match.value("x")));
+  return built();
+}
+
+// Reshape (x, shape) or Expand (x, shape) whose output has x's own dims: x. For Reshape the
+// shape facts tell (x's dims and y's are provably the same); Expand takes a constant shape whose
+// every element, aligned to the last axis, is 1 or x's dim there.
+BuildResult no_op_reshape(const BuildContext& match, GraphBuilder& b) {
+  const ShapeFacts& x = match.facts("x");
+  if (!x.shape) return decline("the input's rank is unknown");
+  if (match.anchor().op_type() == "Expand") {
+    const auto shape = match.constant("shape");
+    if (!shape) return decline("the shape is not a constant");
+    const std::vector<int64_t> dims = shape->ints();
+    if (dims.size() > x.shape->size()) return decline("the Expand adds axes");
+    const size_t skipped = x.shape->size() - dims.size();
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (dims[i] != 1 && x.dim(skipped + i) != dims[i]) return decline(fmt::format("the Expand may widen axis {}", skipped + i));
+    }
+  } else {
+    const ShapeFacts& y = match.facts("y");
+    if (!y.shape || !(*y.shape == *x.shape)) return decline("the output's dims are not known to be the input's");
+  }
+  b.output(match.value("y"), b.Identity(match.value("x")));
+  return built();
+}
+
+// Slice (x, starts, ends, axes, steps) taking every element of each axis it slices: step 1,
+// start 0 (or a negative start reaching back past the first element), end past the last element
+// (or INT64_MAX, torch's `x[:, :]`): x.
+BuildResult no_op_slice(const BuildContext& match, GraphBuilder& b) {
+  const ShapeFacts& x = match.facts("x");
+  const auto starts = match.constant("starts");
+  const auto ends = match.constant("ends");
+  const auto axes = match.has("axes") ? match.constant("axes") : std::nullopt;
+  const auto steps = match.has("steps") ? match.constant("steps") : std::nullopt;
+  if (!starts || !ends || (match.has("axes") && !axes) || (match.has("steps") && !steps)) return decline("the slice is not made of constants");
+  const std::vector<int64_t> from = starts->ints(), to = ends->ints();
+  const std::vector<int64_t> on = axes ? axes->ints() : std::vector<int64_t>{}, by = steps ? steps->ints() : std::vector<int64_t>{};
+  if (to.size() != from.size() || (axes && on.size() != from.size()) || (steps && by.size() != from.size())) {
+    return decline("starts, ends, axes and steps differ in length");
+  }
+  for (size_t i = 0; i < from.size(); ++i) {
+    int64_t axis = axes ? on[i] : static_cast<int64_t>(i);
+    if (axis < 0 && x.rank()) axis += static_cast<int64_t>(*x.rank());
+    const int64_t dim = axis >= 0 ? x.dim(static_cast<size_t>(axis)) : -1;
+    const bool whole_start = from[i] == 0 || (dim >= 0 && from[i] <= -dim);
+    const bool whole_end = to[i] == std::numeric_limits<int64_t>::max() || (dim >= 0 && to[i] >= dim);
+    if (axis < 0 || (steps && by[i] != 1) || !whole_start || !whole_end) {
+      return decline(fmt::format("element {} of the slice may leave out elements", i));
+    }
+  }
+  b.output(match.value("y"), b.Identity(match.value("x")));
+  return built();
+}
+
 }  // namespace
 
 void register_simplify_builders(BuilderRegistry& registry) {
@@ -97,6 +175,10 @@ void register_simplify_builders(BuilderRegistry& registry) {
   registry.add("simplify_neutral_operand", {.values = {"x", "k", "y"}}, neutral_operand);
   registry.add("simplify_pad_into_conv",
                {.values = {"x", "pads", "p", "w", "y"}, .optional_values = {"value", "b"}, .attributes = {"mode"}, .node_attributes = {"auto_pad", "pads"}}, pad_into_conv);
+  registry.add("simplify_no_op_pad", {.values = {"x", "pads", "y"}, .optional_values = {"value", "axes"}}, no_op_pad);
+  registry.add("simplify_no_op_transpose", {.values = {"x", "y"}, .node_attributes = {"perm"}}, no_op_transpose);
+  registry.add("simplify_no_op_reshape", {.values = {"x", "shape", "y"}}, no_op_reshape);
+  registry.add("simplify_no_op_slice", {.values = {"x", "starts", "ends", "y"}, .optional_values = {"axes", "steps"}}, no_op_slice);
 }
 
 }  // namespace onnx_rewrite

@@ -34,7 +34,8 @@ TEST_P(NoOp, GoesAndTheNumbersStayBitForBit) {
   const auto original = parse_model_text(model_text(c));
   const auto rewritten = rewrite_proto(original, builtin_rules(), options);
   if (c.rule.empty()) {
-    for (const char* id : {"simplify-no-op-cast", "simplify-inference-dropout", "simplify-neutral-operand"}) {
+    for (const char* id : {"simplify-no-op-cast", "simplify-inference-dropout", "simplify-neutral-operand", "simplify-no-op-pad",
+                           "simplify-no-op-transpose", "simplify-no-op-reshape", "simplify-no-op-slice"}) {
       EXPECT_FALSE(rewritten.result.rules.count(id)) << id << " fired on a near miss";
     }
     const size_t op_at = c.body.find("y_op = ") + 7;
@@ -82,7 +83,36 @@ INSTANTIATE_TEST_SUITE_P(
                  "pads = Constant <value = int64[8] {0, 0, 2, 0, 0, 0, 1, 1}> ()\n z = Constant <value = float {0.0}> ()\n "
                  "p = Pad <mode = \"constant\"> (x, pads, z)\n y = Conv <kernel_shape = [3, 3], pads = [0, 1, 0, 0]> (p, w, b)",
                  "simplify-pad-into-conv", ""},
+        NoOpCase{"pad_of_nothing", "(float[1, 2, 4, 4] x) => (float[1, 2, 2, 2] y)",
+                 "pads = Constant <value = int64[8] {0, 0, 0, 0, 0, 0, 0, 0}> ()\n p = Pad <mode = \"reflect\"> (x, pads)\n "
+                 "y = AveragePool <kernel_shape = [2, 2], strides = [2, 2]> (p)",
+                 "simplify-no-op-pad", ""},
+        NoOpCase{"transpose_in_place", "(float[2, 3, 4] x) => (float[2, 3, 4] y)", "t = Transpose <perm = [0, 1, 2]> (x)\n y = Relu (t)",
+                 "simplify-no-op-transpose", ""},
+        NoOpCase{"transpose_of_a_vector", "(float[5] x) => (float[5] y)", "t = Transpose (x)\n y = Relu (t)", "simplify-no-op-transpose", ""},
+        NoOpCase{"reshape_to_own_shape", "(float[2, 3] x) => (float[2, 3] y)",
+                 "s = Constant <value = int64[2] {-1, 3}> ()\n r = Reshape (x, s)\n y = Relu (r)", "simplify-no-op-reshape", ""},
+        NoOpCase{"expand_by_ones", "(float[2, 3] x) => (float[2, 3] y)",
+                 "s = Constant <value = int64[2] {1, 3}> ()\n e = Expand (x, s)\n y = Relu (e)", "simplify-no-op-reshape", ""},
+        NoOpCase{"slice_of_everything", "(float[2, 3] x) => (float[2, 3] y)",
+                 "b = Constant <value = int64[2] {-5, 0}> ()\n e = Constant <value = int64[2] {9223372036854775807, 3}> ()\n "
+                 "a = Constant <value = int64[2] {0, -1}> ()\n one = Constant <value = int64[2] {1, 1}> ()\n s = Slice (x, b, e, a, one)\n y = Relu (s)",
+                 "simplify-no-op-slice", ""},
         // Near misses: they change something.
+        NoOpCase{"pad_of_one", "(float[2, 3] x) => (float[2, 4] y)",
+                 "pads = Constant <value = int64[4] {0, 0, 0, 1}> ()\n y_op = Pad (x, pads)\n y = Relu (y_op)", "", "the Pad pads or crops"},
+        NoOpCase{"transpose_swapping", "(float[2, 2] x) => (float[2, 2] y)", "y_op = Transpose <perm = [1, 0]> (x)\n y = Relu (y_op)", "",
+                 "the perm moves an axis"},
+        NoOpCase{"reshape_to_other_shape", "(float[2, 3] x) => (float[3, 2] y)",
+                 "s = Constant <value = int64[2] {3, 2}> ()\n y_op = Reshape (x, s)\n y = Relu (y_op)", "", "not known to be the input's"},
+        NoOpCase{"expand_widening", "(float[2, 1] x) => (float[2, 3] y)",
+                 "s = Constant <value = int64[2] {1, 3}> ()\n y_op = Expand (x, s)\n y = Relu (y_op)", "", "may widen axis 1"},
+        NoOpCase{"slice_by_two", "(float[4] x) => (float[2] y)",
+                 "b = Constant <value = int64[1] {0}> ()\n e = Constant <value = int64[1] {4}> ()\n a = Constant <value = int64[1] {0}> ()\n "
+                 "two = Constant <value = int64[1] {2}> ()\n y_op = Slice (x, b, e, a, two)\n y = Relu (y_op)", "", "may leave out elements"},
+        NoOpCase{"slice_short_of_the_end", "(float[4] x) => (float[3] y)",
+                 "b = Constant <value = int64[1] {0}> ()\n e = Constant <value = int64[1] {-1}> ()\n y_op = Slice (x, b, e)\n y = Relu (y_op)", "",
+                 "may leave out elements"},
         NoOpCase{"reflect_pad", "(float[1, 2, 6, 6] x) => (float[1, 2, 3, 3] y) <float[2, 2, 3, 3] w = {1, -2, 3, 4, 5, -6, 7, 8, 9, 9, 8, 7, -6, 5, 4, 3, 2, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0.5, 0.25, 1, 2, -1, 3, 1, 2, 1}, float[2] b = {0.5, -1}>",
                  "pads = Constant <value = int64[8] {0, 0, 0, 0, 0, 0, 1, 1}> ()\n p = Pad <mode = \"reflect\"> (x, pads)\n "
                  "y_op = Conv <kernel_shape = [3, 3], strides = [2, 2]> (p, w, b)\n y = Relu (y_op)", "", "not of a constant"},
