@@ -147,19 +147,19 @@ g (float[3] x) => (float[3] y) {
 // torch writes a Shape (x) -> Gather for every x.size(i): the chains merge in one pass.
 TEST(SimplifySubexpressions, EqualChainsMergeAndTheirReadersFollow) {
   const auto original = parse_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
-g (float[N, 4] x, bool c) => (float[N, 2, 2] y, int64[1] n2) {
+g (float[N, 4] x, bool c) => (float[N, 4] y, int64[1] n2) {
   i = Constant <value = int64[1] {0}> ()
-  twos = Constant <value = int64[2] {2, 2}> ()
+  four = Constant <value = int64[1] {4}> ()
   s1 = Shape (x)
   n1 = Gather <axis = 0> (s1, i)
   s2 = Shape (x)
   n2 = Gather <axis = 0> (s2, i)
   s3 = Shape (x)
   n3 = Gather <axis = 0> (s3, i)
-  t = Concat <axis = 0> (n1, twos)
-  t3 = Concat <axis = 0> (n3, twos)
-  w = Reshape (x, t)
-  v = If (c) <then_branch = th () => (float[N, 2, 2] o) { o = Reshape (x, t3) }, else_branch = el () => (float[N, 2, 2] o) { o = Reshape (x, t3) }>
+  t = Concat <axis = 0> (n1, four)
+  t3 = Concat <axis = 0> (n3, four)
+  w = Expand (x, t)
+  v = If (c) <then_branch = th () => (float[N, 4] o) { o = Expand (x, t3) }, else_branch = el () => (float[N, 4] o) { o = Identity (x) }>
   y = Add (w, v)
 })");
   const auto rewritten = simplified(original);

@@ -1,6 +1,6 @@
-// The C++ half of rules/simplify/no-ops.rules: nodes that compute their input unchanged become
-// an Identity (which the engine then removes), where the types, shapes and constants prove it;
-// anything else declines with the reason.
+// The C++ half of rules/simplify: nodes that compute their input unchanged become an Identity
+// (which the engine then removes), and Reshape shapes the facts decide become constants, where
+// the types, shapes and constants prove it; anything else declines with the reason.
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -55,8 +55,9 @@ BuildResult neutral_operand(const BuildContext& match, GraphBuilder& b) {
   return built();
 }
 
-// Pad (x, pads) of zeros, the batch and channel dims untouched, read by the Conv alone: the Conv
-// with the spatial pads added to its own.
+// Pad (x, pads) of zeros, the batch and channel dims untouched, read by the Conv (or FusedConv,
+// whose attributes and inputs are Conv's and an activation's) alone: the Conv with the spatial
+// pads added to its own.
 BuildResult pad_into_conv(const BuildContext& match, GraphBuilder& b) {
   if (match.attribute_string("mode", "constant") != "constant") return decline("the Pad is not of a constant");
   if (match.has("value")) {
@@ -65,7 +66,7 @@ BuildResult pad_into_conv(const BuildContext& match, GraphBuilder& b) {
   }
   if (match.used_outside("p")) return decline("the padded tensor is read elsewhere");
   const auto pads = match.constant("pads");
-  const auto conv = match.node("Conv");
+  const auto conv = match.node("Conv") ? match.node("Conv") : match.node("FusedConv");
   if (!pads || !conv) return decline("the pads are not a constant");
   const std::vector<int64_t> padding = pads->ints();
   const size_t rank = padding.size() / 2;
@@ -84,8 +85,9 @@ BuildResult pad_into_conv(const BuildContext& match, GraphBuilder& b) {
   Attributes attributes = conv->attributes_except({"pads"});
   attributes.push_back(attr("pads", conv_pads));
   std::vector<Value> inputs{match.value("x"), match.value("w")};
-  if (match.has("b")) inputs.push_back(match.value("b"));
-  b.output(match.value("y"), b.op("Conv", inputs, std::move(attributes)));
+  if (match.has("b") || match.has("z")) inputs.push_back(match.has("b") ? match.value("b") : Value{});
+  if (match.has("z")) inputs.push_back(match.value("z"));
+  b.output(match.value("y"), b.op(conv->op_type(), inputs, std::move(attributes), conv->domain()));
   return built();
 }
 
@@ -166,6 +168,32 @@ BuildResult no_op_slice(const BuildContext& match, GraphBuilder& b) {
   return built();
 }
 
+// Reshape (x, shape) whose shape is computed at run time but known from the facts but for its
+// elements of run-time size: the shape as a constant, 0 where an element is x's own dim at the
+// same position (allowzero 0: copy it) and -1 for the one element left, which Reshape works out
+// from the element count the same way. paddle2onnx's Shape → Cast → Slice → Cast → Concat for
+// [batch, 200] so becomes [0, 200], as ONNX Runtime's basic level does.
+BuildResult reshape_known_shape(const BuildContext& match, GraphBuilder& b) {
+  if (match.is_constant("shape")) return decline("the shape is already a constant");
+  const ShapeFacts& shape = match.facts("shape");
+  if (!shape.values) return decline("the shape's elements are not known");
+  const bool allowzero = match.anchor().attribute_int("allowzero", 0) != 0;
+  const ShapeFacts& x = match.facts("x");
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < shape.values->size(); ++i) {
+    const Dim& element = (*shape.values)[i];
+    const bool copies = !allowzero && x.shape && i < x.shape->size() && (*x.shape)[i] == element;
+    dims.push_back(element.known() ? *element.number : copies ? 0 : -1);
+  }
+  if (std::count(dims.begin(), dims.end(), -1) > 1) return decline("more than one element of the shape is unknown or -1");
+  if (allowzero && std::count(dims.begin(), dims.end(), 0) > 0 && std::count(dims.begin(), dims.end(), -1) > 0) {
+    return decline("with allowzero = 1 a shape may not hold both 0 and -1");
+  }
+  const Value constant = b.ints(dims);
+  b.output(match.value("y"), b.op("Reshape", {match.value("x"), constant}, match.anchor().attributes_except()));
+  return built();
+}
+
 }  // namespace
 
 void register_simplify_builders(BuilderRegistry& registry) {
@@ -174,9 +202,10 @@ void register_simplify_builders(BuilderRegistry& registry) {
                inference_dropout);
   registry.add("simplify_neutral_operand", {.values = {"x", "k", "y"}}, neutral_operand);
   registry.add("simplify_pad_into_conv",
-               {.values = {"x", "pads", "p", "w", "y"}, .optional_values = {"value", "b"}, .attributes = {"mode"}, .node_attributes = {"auto_pad", "pads"}}, pad_into_conv);
+               {.values = {"x", "pads", "p", "w", "y"}, .optional_values = {"value", "b", "z"}, .attributes = {"mode"}, .node_attributes = {"auto_pad", "pads"}}, pad_into_conv);
   registry.add("simplify_no_op_pad", {.values = {"x", "pads", "y"}, .optional_values = {"value", "axes"}}, no_op_pad);
   registry.add("simplify_no_op_transpose", {.values = {"x", "y"}, .node_attributes = {"perm"}}, no_op_transpose);
+  registry.add("simplify_reshape_known_shape", {.values = {"x", "shape", "y"}, .node_attributes = {"allowzero"}}, reshape_known_shape);
   registry.add("simplify_no_op_reshape", {.values = {"x", "shape", "y"}}, no_op_reshape);
   registry.add("simplify_no_op_slice", {.values = {"x", "starts", "ends", "y"}, .optional_values = {"axes", "steps"}}, no_op_slice);
 }
