@@ -127,6 +127,27 @@ INSTANTIATE_TEST_SUITE_P(
   })"), ""}),
     [](const auto& info) { return info.param.name; });
 
+INSTANTIATE_TEST_SUITE_P(
+    DivMul, Fuse,
+    ::testing::Values(
+        FuseCase{"rms_norm_reciprocal", model(17, R"(rms (float[N, 4] x, float[N, 1] s) => (float[N, 4] y) {
+    one = Constant <value = float {1.0}> ()
+    r = Div (one, s)
+    y = Mul (r, x)
+  })"), "Div", {"--dim", "N=3", "--float-range", "0.5,8", "--trials", "3"}},
+        // Two over y is not the reciprocal, and an integer 1 / y is 0 or 1: they stay.
+        FuseCase{"two_over_y_stays", model(17, R"(rms (float[N, 4] x, float[N, 1] s) => (float[N, 4] y) {
+    two = Constant <value = float {2.0}> ()
+    r = Div (two, s)
+    y = Mul (r, x)
+  })"), ""},
+        FuseCase{"integer_reciprocal_stays", model(17, R"(rms (int64[N, 4] x, int64[N, 1] s) => (int64[N, 4] y) {
+    one = Constant <value = int64 {1}> ()
+    r = Div (one, s)
+    y = Mul (r, x)
+  })"), ""}),
+    [](const auto& info) { return info.param.name; });
+
 // The fuse-contrib fusions that write standard ops fuse for onnx too, with --fuse.
 INSTANTIATE_TEST_SUITE_P(
     StandardOps, Fuse,
