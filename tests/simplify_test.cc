@@ -242,6 +242,25 @@ g (float[3] x) => (float[3] y) {
   EXPECT_FALSE(fs::exists(dir / "x.onnx"));
 }
 
+// --only naming a simplification rule asks for the run it belongs to (it would do nothing
+// otherwise); --no-simplify still says no.
+TEST(SimplifyDefaults, OnlyNamingASimplificationRuleSimplifies) {
+  TempDir dir;
+  const auto input = write_model_text(R"(<ir_version: 8, opset_import: ["": 17]>
+g (float[3] x) => (float[3] y) {
+  c = Cast <to = 1> (x)
+  y = Relu (c)
+})", dir / "in.onnx");
+  auto casts_after = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"rewrite", input.string(), "-o", (dir / "out.onnx").string(), "--only", "simplify-no-op-cast"});
+    const auto run = run_cli(args);
+    EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+    return count_op(read_model(dir / "out.onnx"), "Cast");
+  };
+  EXPECT_EQ(casts_after({}), 0);
+  EXPECT_EQ(casts_after({"--no-simplify"}), 1);
+}
+
 // The real models users bring: simplified, they compute what they did (in ONNX Runtime), with no
 // more nodes than before, no Identity, Constant node or initializer nobody reads left behind.
 TEST(SimplifyRealModels, ComputeWhatTheyDidWithFewerNodes) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,6 +61,9 @@ struct Target {
   std::optional<int> max_onnx_opset() const;
   // What the runtime restricts in nodes of `op` it loads, if the target says.
   const Caveat* caveat(std::string_view domain, std::string_view op) const;
+  // Whether a rewrite simplifies when not told (--simplify / --no-simplify): as the target says,
+  // or when --only names a simplification rule, which runs only in the simplification run.
+  bool simplifies(const std::set<std::string>& only) const;
 };
 
 // The targets compiled in (targets/*.target) and any read from files on this run.

@@ -321,7 +321,7 @@ py::tuple rewrite(const py::bytes& data, bool is_path, const std::string& name, 
     py::gil_scoped_release release;
     const Target& target = find_target(options.target);
     options.inline_functions = inline_functions.value_or(!target.local_functions);
-    options.simplify = simplify.value_or(target.simplify);
+    options.simplify = simplify.value_or(target.simplifies(options.only));
     if (auto cap = target.max_onnx_opset()) options.max_opset = std::min(options.max_opset.value_or(*cap), *cap);
     active_rules(*rules.rules, options);  // unknown only/skip ids are usage errors, before any work
     if (output) require_output_directory(*output);

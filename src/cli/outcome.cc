@@ -446,14 +446,14 @@ Processed process(const std::string& input, const std::string& output, const Rul
 }
 
 RewriteOptions reported_options(RewriteOptions options, const TargetDefaultOverrides& overrides) {
-  options.simplify = overrides.simplify.value_or(find_target(options.target).simplify);
+  options.simplify = overrides.simplify.value_or(find_target(options.target).simplifies(options.only));
   return options;
 }
 
 RewriteOptions effective_options(RewriteOptions options, const TargetDefaultOverrides& overrides) {
   const Target& target = find_target(options.target);
   options.inline_functions = overrides.inline_functions.value_or(!target.local_functions);
-  options.simplify = overrides.simplify.value_or(target.simplify);
+  options.simplify = overrides.simplify.value_or(target.simplifies(options.only));
   if (auto cap = target.max_onnx_opset()) options.max_opset = std::min(options.max_opset.value_or(*cap), *cap);
   return options;
 }

@@ -345,6 +345,10 @@ TargetRegistry& registry() {
 
 const std::vector<const Target*>& all_targets() { return registry().ordered; }
 
+bool Target::simplifies(const std::set<std::string>& only) const {
+  return simplify || std::any_of(only.begin(), only.end(), [](const std::string& id) { return id.starts_with("simplify-"); });
+}
+
 const Target& find_target(const std::string& name_or_file) {
   TargetRegistry& targets = registry();
   std::lock_guard lock(targets.mutex);
