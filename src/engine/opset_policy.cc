@@ -201,8 +201,11 @@ std::optional<std::string> OpsetPolicy::apply(const NodeSet& created,
       const int version = effective(owner, domain);
       if (version != 0 && version != imports.Get(i).version()) imports.Mutable(i)->set_version(version);
     }
-    for (const auto& [key, version] : decided_) {
-      if (key.first != owner || present.count(key.second) || !in_use.count({owner, key.second})) continue;
+    // The owner's own entries only (keys sort by owner first): a walk over all of them per
+    // function would be quadratic in the number of functions.
+    for (auto it = decided_.lower_bound({owner, ""}); it != decided_.end() && it->first.first == owner; ++it) {
+      const auto& [key, version] = *it;
+      if (present.count(key.second) || !in_use.count({owner, key.second})) continue;
       auto* import = imports.Add();
       import->set_domain(key.second);
       import->set_version(version);
