@@ -9,6 +9,7 @@
 #include <system_error>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include <fmt/format.h>
@@ -203,7 +204,7 @@ class Run {
       std::optional<bool> ordered)
       : model_(model), options_(options), target_(find_target(options.target)), domains_before_(domains_before),
         candidates_(index_by_anchor(rules)),
-        policy_(model, options.max_opset, lower, options.exact_opset), names_(model.proto), rewriter_(model), worklist_(rules), result_(result), ordered_(ordered),
+        local_functions_(local_functions(model.proto)), policy_(model, options.max_opset, lower, options.exact_opset), names_(model.proto), rewriter_(model), worklist_(rules), result_(result), ordered_(ordered),
         progress_(options.progress_out),
         canonicalizing_(options.simplify ||
                         std::any_of(rules.begin(), rules.end(), [](const Rule* rule) { return is_canonicalization(*rule); })) {
@@ -556,11 +557,16 @@ class Run {
                        [&](const VersionRange& range) { return range.contains(policy_.built_version(scope, range.domain)); });
   }
 
-  bool calls_local_function(const onnx::NodeProto& node) const {
-    for (const auto& function : model_.proto.functions()) {
-      if (function.name() == node.op_type() && normalize_domain(function.domain()) == normalize_domain(node.domain())) return true;
+  bool calls_local_function(const onnx::NodeProto& node) const { return local_functions_.contains(OpView::of(node)); }
+
+  // (domain, name) of every model-local function: a look-up per node, not a walk over them all.
+  static std::unordered_set<OpView, OpViewHash> local_functions(const onnx::ModelProto& model) {
+    std::unordered_set<OpView, OpViewHash> functions;
+    for (const auto& function : model.functions()) {
+      const std::string_view domain = function.domain() == "ai.onnx" ? std::string_view() : std::string_view(function.domain());
+      functions.insert({domain, function.name()});
     }
-    return false;
+    return functions;
   }
 
   void add_note(const std::string& text) {
@@ -688,6 +694,7 @@ class Run {
   const std::set<std::pair<ImportOwner, std::string>>& domains_before_;
   CandidateIndex candidates_;
   std::unordered_map<const Rule*, const Target*> inherited_;  // rules serving the target through one it builds on
+  const std::unordered_set<OpView, OpViewHash> local_functions_;  // views of the functions' own strings
   std::map<std::pair<ImportOwner, const std::vector<Candidate>*>, std::vector<Candidate>> viable_;  // this round's
   OpsetPolicy policy_;
   NameRegistry names_;
