@@ -96,22 +96,25 @@ void add_import(google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>& im
   import.set_version(version);
 }
 
-// A torch-like model importing ai.onnx 17 and `domain` 1, its graph reading `input` and holding
-// GELU's constants.
+// A torch-like model importing ai.onnx 17 (and `domain` 1, if given), its graph reading `input`.
 onnx::ModelProto start_model(const Config& cfg, const std::string& domain) {
   onnx::ModelProto model;
   model.set_ir_version(8);
   model.set_producer_name("pytorch");
   model.set_producer_version("2.1.0");
   add_import(*model.mutable_opset_import(), "", 17);
-  add_import(*model.mutable_opset_import(), domain, 1);
+  if (!domain.empty()) add_import(*model.mutable_opset_import(), domain, 1);
   onnx::GraphProto& graph = *model.mutable_graph();
   graph.set_name("main_graph");
   add_tensor_info(*graph.add_input(), "input", cfg.channels);
+  return model;
+}
+
+// The constants add_gelu reads.
+void add_gelu_constants(onnx::GraphProto& graph) {
   add_float_initializer(graph, "sqrt2", {}, {1.4142135381698608f});
   add_float_initializer(graph, "one", {}, {1.0f});
   add_float_initializer(graph, "half", {}, {0.5f});
-  return model;
 }
 
 // GELU spelled out as torch exports it, on x.
@@ -126,6 +129,7 @@ std::string add_gelu(Chain& chain, const std::string& scope, const std::string& 
 onnx::ModelProto generate_chain(const Config& cfg) {
   onnx::ModelProto model = start_model(cfg, "mydomain");
   onnx::GraphProto& graph = *model.mutable_graph();
+  add_gelu_constants(graph);
   add_float_initializer(graph, "num_groups", {1}, {static_cast<float>(cfg.groups)});
   add_float_initializer(graph, "scale", {cfg.channels}, std::vector<float>(static_cast<size_t>(cfg.channels), 1.0f));
   add_float_initializer(graph, "bias", {cfg.channels}, std::vector<float>(static_cast<size_t>(cfg.channels), 0.0f));
@@ -184,8 +188,9 @@ onnx::ModelProto generate_function_chain(const Config& cfg) {
 // GELU whose Mul reads `input` too (so the value has twice as many uses). The results are
 // summed by a chain of Adds into the one output.
 onnx::ModelProto generate_fan_out(const Config& cfg) {
-  onnx::ModelProto model = start_model(cfg, "mydomain");
+  onnx::ModelProto model = start_model(cfg, "");
   onnx::GraphProto& graph = *model.mutable_graph();
+  if (cfg.consumer == Consumer::gelu) add_gelu_constants(graph);
   Chain chain(graph);
   std::string sum;
   for (int64_t consumer = 0; consumer < cfg.fan_out; ++consumer) {
