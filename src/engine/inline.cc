@@ -18,6 +18,7 @@
 #include "engine/rewriter.h"
 #include "graph/imports.h"
 #include "graph/walk.h"
+#include "graph/work_count.h"
 
 namespace onnx_rewrite {
 namespace {
@@ -213,8 +214,7 @@ class Inliner {
       frame.subgraphs_done = false;
       auto found = functions_.find(key_of(node));
       if (found == functions_.end()) {
-        *frame.out().Add() = std::move(node);
-        ++frame.next;
+        frame.place(std::move(node));
         continue;
       }
       const onnx::FunctionProto& function = *found->second;
@@ -225,8 +225,7 @@ class Inliner {
                                         function.name(), *conflict));
         }
         import_call_domain(node, owner);
-        *frame.out().Add() = std::move(node);
-        ++frame.next;
+        frame.place(std::move(node));
         continue;
       }
       if (!active_.insert(found->first).second) {
@@ -253,6 +252,12 @@ class Inliner {
     std::unique_ptr<NodeList> body;  // of the call nodes[next], while its own calls are expanded
 
     NodeList& out() { return caller_out ? *caller_out : rebuilt; }
+    // nodes[next], done: where it ends up.
+    void place(onnx::NodeProto&& node) {
+      count_work(1);
+      *out().Add() = std::move(node);
+      ++next;
+    }
   };
 
   // Pushes a frame for `nodes`, unless nothing in it (at any depth) calls a local function.
@@ -336,9 +341,11 @@ class Inliner {
   // Runtime resolves every function domain through the model's imports).
   void import_call_domain(const onnx::NodeProto& call, ImportOwner owner) {
     const std::string domain = normalize_domain(call.domain());
+    // Once the model imports the domain (below, at the first such call), no function is read.
     int version = import_of(model_.proto.opset_import(), domain);
-    for (const auto& function : model_.proto.functions()) {
-      if (!version) version = import_of(function.opset_import(), domain);
+    for (int i = 0; !version && i < model_.proto.functions_size(); ++i) {
+      count_work(1);
+      version = import_of(model_.proto.functions(i).opset_import(), domain);
     }
     for (Imports* imports : {&imports_of(model_.proto, owner), model_.proto.mutable_opset_import()}) {
       if (import_of(*imports, domain)) continue;

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "graph/work_count.h"
 #include "verify/opset.h"
 
 namespace onnx_rewrite {
@@ -204,6 +205,7 @@ std::optional<std::string> OpsetPolicy::apply(const NodeSet& created,
     // The owner's own entries only (keys sort by owner first): a walk over all of them per
     // function would be quadratic in the number of functions.
     for (auto it = decided_.lower_bound({owner, ""}); it != decided_.end() && it->first.first == owner; ++it) {
+      count_work(1);
       const auto& [key, version] = *it;
       if (present.count(key.second) || !in_use.count({owner, key.second})) continue;
       auto* import = imports.Add();

@@ -10,6 +10,7 @@
 #include "graph/shape_inference.h"
 #include "graph/two_threads.h"
 #include "graph/walk.h"
+#include "graph/work_count.h"
 #include "verify/opset.h"
 
 namespace onnx_rewrite {
@@ -192,6 +193,7 @@ void Scope::Index::build(const Scope& scope) {
   // stored flat, grouped by value: count, place, then fill in node order.
   NodeList& nodes = scope.nodes();
   const size_t count = static_cast<size_t>(nodes.size());
+  count_work(count + 1);
   // About one value per node (a model with more grows these once): tables twice as large would
   // be a fifth of the peak memory on a graph of a million nodes.
   positions.reserve(count);

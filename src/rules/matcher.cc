@@ -18,6 +18,7 @@
 
 #include "verify/opset.h"
 #include "graph/walk.h"
+#include "graph/work_count.h"
 
 namespace onnx_rewrite {
 
@@ -791,6 +792,7 @@ class Search {
       // (Scope::uses), so the last node tried is the only one to compare with: a value with
       // 100,000 readers costs 100,000 comparisons, not 5 billion.
       const std::span<const Use> uses = lookups_.uses(value);
+      count_work(uses.size());
       const onnx::NodeProto* tried = nullptr;
       for (const Use& use : uses) {
         if (use.input < 0 || use.node == tried) continue;
