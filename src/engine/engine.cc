@@ -841,7 +841,8 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
     const auto problem = nodes_checked ? model_problem(model.proto) : output_problem(model.proto, input_ordered);
     if (problem) throw std::logic_error("the rewrite left an invalid model: " + *problem);
   }
-  result.after = count_ops(model.proto);
+  // Every change to a node list marks the model changed; an unchanged one is written as a copy.
+  result.after = model.changed ? count_ops(model.proto) : result.before;
   return result;
 }
 
