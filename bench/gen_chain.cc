@@ -3,6 +3,10 @@
 // (Div by √2, Erf, Add 1, Mul x, Mul ½: fuse-gelu-erf under --target ort) and a Relu; every
 // tenth block ends in a mydomain::mygroupnorm call (the group-norm family, under every target).
 // The constants are initializers shared by all blocks, so nearly all of the file is nodes.
+//
+// Two other shapes find steps whose cost grows with something other than the node count:
+// --function-depth N, a chain of N model-local functions each calling the next (the inliner),
+// and --fan-out N, one value read by N consumers (the matcher's consumer walk).
 
 #include <onnx/onnx_pb.h>
 
@@ -16,14 +20,20 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace {
 
+enum class Consumer { erf, gelu };
+
 struct Config {
   int64_t nodes = 10000;
+  int64_t function_depth = 0;
+  int64_t fan_out = 0;
+  Consumer consumer = Consumer::erf;
   int channels = 4;
   int groups = 2;
   std::filesystem::path out;
@@ -79,22 +89,47 @@ void write_model(const onnx::ModelProto& model, const std::filesystem::path& pat
   if (::close(fd) != 0 || !written) throw std::runtime_error("writing " + path.string() + " failed");
 }
 
-void generate(const Config& cfg) {
+void add_import(google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>& imports, const std::string& domain,
+                int64_t version) {
+  auto& import = *imports.Add();
+  if (!domain.empty()) import.set_domain(domain);
+  import.set_version(version);
+}
+
+// A torch-like model importing ai.onnx 17 (and `domain` 1, if given), its graph reading `input`.
+onnx::ModelProto start_model(const Config& cfg, const std::string& domain) {
   onnx::ModelProto model;
   model.set_ir_version(8);
   model.set_producer_name("pytorch");
   model.set_producer_version("2.1.0");
-  model.add_opset_import()->set_version(17);
-  auto& custom = *model.add_opset_import();
-  custom.set_domain("mydomain");
-  custom.set_version(1);
-
+  add_import(*model.mutable_opset_import(), "", 17);
+  if (!domain.empty()) add_import(*model.mutable_opset_import(), domain, 1);
   onnx::GraphProto& graph = *model.mutable_graph();
   graph.set_name("main_graph");
   add_tensor_info(*graph.add_input(), "input", cfg.channels);
+  return model;
+}
+
+// The constants add_gelu reads.
+void add_gelu_constants(onnx::GraphProto& graph) {
   add_float_initializer(graph, "sqrt2", {}, {1.4142135381698608f});
   add_float_initializer(graph, "one", {}, {1.0f});
   add_float_initializer(graph, "half", {}, {0.5f});
+}
+
+// GELU spelled out as torch exports it, on x.
+std::string add_gelu(Chain& chain, const std::string& scope, const std::string& x) {
+  const std::string h = chain.add(scope + "/Div", "Div", {x, "sqrt2"});
+  const std::string e = chain.add(scope + "/Erf", "Erf", {h});
+  const std::string a = chain.add(scope + "/Add", "Add", {e, "one"});
+  const std::string p = chain.add(scope + "/Mul", "Mul", {x, a});
+  return chain.add(scope + "/Mul_1", "Mul", {p, "half"});
+}
+
+onnx::ModelProto generate_chain(const Config& cfg) {
+  onnx::ModelProto model = start_model(cfg, "mydomain");
+  onnx::GraphProto& graph = *model.mutable_graph();
+  add_gelu_constants(graph);
   add_float_initializer(graph, "num_groups", {1}, {static_cast<float>(cfg.groups)});
   add_float_initializer(graph, "scale", {cfg.channels}, std::vector<float>(static_cast<size_t>(cfg.channels), 1.0f));
   add_float_initializer(graph, "bias", {cfg.channels}, std::vector<float>(static_cast<size_t>(cfg.channels), 0.0f));
@@ -103,12 +138,7 @@ void generate(const Config& cfg) {
   std::string x = "input";
   for (int64_t block = 0; chain.size() < cfg.nodes; ++block) {
     const std::string scope = fmt::format("/block.{}", block);
-    const std::string h = chain.add(scope + "/Div", "Div", {x, "sqrt2"});
-    const std::string e = chain.add(scope + "/Erf", "Erf", {h});
-    const std::string a = chain.add(scope + "/Add", "Add", {e, "one"});
-    const std::string p = chain.add(scope + "/Mul", "Mul", {x, a});
-    const std::string g = chain.add(scope + "/Mul_1", "Mul", {p, "half"});
-    x = chain.add(scope + "/Relu", "Relu", {g});
+    x = chain.add(scope + "/Relu", "Relu", {add_gelu(chain, scope, x)});
     if (block % 10 == 9) {
       x = chain.add(scope + "/mygroupnorm", "mygroupnorm", {x, "num_groups", "scale", "bias"}, "mydomain");
       auto& epsilon = *chain.last().add_attribute();
@@ -118,8 +148,67 @@ void generate(const Config& cfg) {
     }
   }
   add_tensor_info(*graph.add_output(), x, cfg.channels);
+  return model;
+}
+
+// Functions local.f0 ... local.f<depth-1>, as onnxscript writes nested modules: f<i> is a Relu
+// and a call of f<i+1> (the last one: a Relu), each importing what its body uses; the main
+// graph calls f0.
+onnx::ModelProto generate_function_chain(const Config& cfg) {
+  const std::string domain = "local";
+  onnx::ModelProto model = start_model(cfg, domain);
+  onnx::GraphProto& graph = *model.mutable_graph();
+  Chain(graph).add("/f0", "f0", {"input"}, domain);
+  add_tensor_info(*graph.add_output(), graph.node(0).output(0), cfg.channels);
+  for (int64_t depth = 0; depth < cfg.function_depth; ++depth) {
+    onnx::FunctionProto& function = *model.add_functions();
+    function.set_name(fmt::format("f{}", depth));
+    function.set_domain(domain);
+    function.add_input("x");
+    function.add_output("y");
+    add_import(*function.mutable_opset_import(), "", 17);
+    onnx::NodeProto& relu = *function.add_node();
+    relu.set_name("Relu");
+    relu.set_op_type("Relu");
+    relu.add_input("x");
+    relu.add_output(depth + 1 < cfg.function_depth ? "r" : "y");
+    if (depth + 1 == cfg.function_depth) continue;
+    add_import(*function.mutable_opset_import(), domain, 1);
+    onnx::NodeProto& call = *function.add_node();
+    call.set_name(fmt::format("f{}", depth + 1));
+    call.set_op_type(call.name());
+    call.set_domain(domain);
+    call.add_input("r");
+    call.add_output("y");
+  }
+  return model;
+}
+
+// `input` read by fan_out consumers: each a lone Erf, or the first node (Div) of a spelled-out
+// GELU whose Mul reads `input` too (so the value has twice as many uses). The results are
+// summed by a chain of Adds into the one output.
+onnx::ModelProto generate_fan_out(const Config& cfg) {
+  onnx::ModelProto model = start_model(cfg, "");
+  onnx::GraphProto& graph = *model.mutable_graph();
+  if (cfg.consumer == Consumer::gelu) add_gelu_constants(graph);
+  Chain chain(graph);
+  std::string sum;
+  for (int64_t consumer = 0; consumer < cfg.fan_out; ++consumer) {
+    const std::string scope = fmt::format("/branch.{}", consumer);
+    const std::string y = cfg.consumer == Consumer::erf ? chain.add(scope + "/Erf", "Erf", {"input"})
+                                                        : add_gelu(chain, scope, "input");
+    sum = sum.empty() ? y : chain.add(scope + "/Add_sum", "Add", {sum, y});
+  }
+  add_tensor_info(*graph.add_output(), sum, cfg.channels);
+  return model;
+}
+
+void generate(const Config& cfg) {
+  const onnx::ModelProto model = cfg.function_depth > 0 ? generate_function_chain(cfg)
+                                 : cfg.fan_out > 0      ? generate_fan_out(cfg)
+                                                        : generate_chain(cfg);
   write_model(model, cfg.out);
-  fmt::print("wrote {}: {} nodes\n", cfg.out.string(), graph.node_size());
+  fmt::print("wrote {}: {} nodes, {} functions\n", cfg.out.string(), model.graph().node_size(), model.functions_size());
 }
 
 }  // namespace
@@ -127,9 +216,20 @@ void generate(const Config& cfg) {
 int main(int argc, char** argv) {
   Config cfg;
   CLI::App app{"Generate a chain of spelled-out GELU blocks with a custom group norm every tenth block."};
-  app.add_option("--nodes", cfg.nodes, "nodes to write (at least; whole blocks)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  auto* nodes = app.add_option("--nodes", cfg.nodes, "nodes to write (at least; whole blocks)")
+                    ->capture_default_str()
+                    ->check(CLI::PositiveNumber);
+  auto* depth = app.add_option("--function-depth", cfg.function_depth,
+                               "instead: a chain of this many model-local functions, each calling the next")
+                    ->check(CLI::PositiveNumber)
+                    ->excludes(nodes);
+  auto* fan_out = app.add_option("--fan-out", cfg.fan_out, "instead: one value read by this many consumers")
+                      ->check(CLI::PositiveNumber)
+                      ->excludes(nodes)
+                      ->excludes(depth);
+  app.add_option("--consumer", cfg.consumer, "what each of --fan-out's consumers is: erf, or the Div of a spelled-out gelu")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, Consumer>{{"erf", Consumer::erf}, {"gelu", Consumer::gelu}}))
+      ->needs(fan_out);
   app.add_option("--out", cfg.out, "model path")->required();
   CLI11_PARSE(app, argc, argv);
   try {

@@ -9,6 +9,7 @@
 #include <system_error>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include <fmt/format.h>
@@ -35,8 +36,13 @@ namespace onnx_rewrite {
 OpCounts count_ops(const onnx::ModelProto& model) {
   std::unordered_map<OpView, int, OpViewHash> seen;
   for_each_node(model, [&](const onnx::NodeProto& node, const Place&) { ++seen[OpView::of(node)]; });
+  // In key order, each appended at the end of the map: 100,000 functions are as many op types.
+  std::vector<std::pair<OpView, int>> sorted(seen.begin(), seen.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.first.domain, a.first.op_type) < std::pair(b.first.domain, b.first.op_type);
+  });
   OpCounts counts;
-  for (const auto& [key, count] : seen) counts[{std::string(key.domain), std::string(key.op_type)}] = count;
+  for (const auto& [key, count] : sorted) counts.emplace_hint(counts.end(), OpKey(key.domain, key.op_type), count);
   return counts;
 }
 
@@ -203,7 +209,7 @@ class Run {
       std::optional<bool> ordered)
       : model_(model), options_(options), target_(find_target(options.target)), domains_before_(domains_before),
         candidates_(index_by_anchor(rules)),
-        policy_(model, options.max_opset, lower, options.exact_opset), names_(model.proto), rewriter_(model), worklist_(rules), result_(result), ordered_(ordered),
+        local_functions_(local_functions(model.proto)), policy_(model, options.max_opset, lower, options.exact_opset), names_(model.proto), rewriter_(model), worklist_(rules), result_(result), ordered_(ordered),
         progress_(options.progress_out),
         canonicalizing_(options.simplify ||
                         std::any_of(rules.begin(), rules.end(), [](const Rule* rule) { return is_canonicalization(*rule); })) {
@@ -556,11 +562,13 @@ class Run {
                        [&](const VersionRange& range) { return range.contains(policy_.built_version(scope, range.domain)); });
   }
 
-  bool calls_local_function(const onnx::NodeProto& node) const {
-    for (const auto& function : model_.proto.functions()) {
-      if (function.name() == node.op_type() && normalize_domain(function.domain()) == normalize_domain(node.domain())) return true;
-    }
-    return false;
+  bool calls_local_function(const onnx::NodeProto& node) const { return local_functions_.contains(OpView::of(node)); }
+
+  // (domain, name) of every model-local function: a look-up per node, not a walk over them all.
+  static std::unordered_set<OpView, OpViewHash> local_functions(const onnx::ModelProto& model) {
+    std::unordered_set<OpView, OpViewHash> functions;
+    for (const auto& function : model.functions()) functions.insert(OpView::of(function));
+    return functions;
   }
 
   void add_note(const std::string& text) {
@@ -688,6 +696,7 @@ class Run {
   const std::set<std::pair<ImportOwner, std::string>>& domains_before_;
   CandidateIndex candidates_;
   std::unordered_map<const Rule*, const Target*> inherited_;  // rules serving the target through one it builds on
+  const std::unordered_set<OpView, OpViewHash> local_functions_;  // views of the functions' own strings
   std::map<std::pair<ImportOwner, const std::vector<Candidate>*>, std::vector<Candidate>> viable_;  // this round's
   OpsetPolicy policy_;
   NameRegistry names_;
@@ -832,7 +841,8 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
     const auto problem = nodes_checked ? model_problem(model.proto) : output_problem(model.proto, input_ordered);
     if (problem) throw std::logic_error("the rewrite left an invalid model: " + *problem);
   }
-  result.after = count_ops(model.proto);
+  // Every change to a node list marks the model changed; an unchanged one is written as a copy.
+  result.after = model.changed ? count_ops(model.proto) : result.before;
   return result;
 }
 

@@ -1,6 +1,7 @@
 #include "engine/inline.h"
 
 #include <algorithm>
+#include <deque>
 #include <utility>
 #include <functional>
 #include <map>
@@ -17,6 +18,7 @@
 #include "engine/rewriter.h"
 #include "graph/imports.h"
 #include "graph/walk.h"
+#include "graph/work_count.h"
 
 namespace onnx_rewrite {
 namespace {
@@ -184,19 +186,18 @@ class Inliner {
   // make, depth first in node order, with an explicit stack of frames: a chain of 100,000
   // functions or of graphs nested 100,000 deep can't exhaust the call stack.
   void inline_in(NodeList& nodes, ImportOwner owner) {
-    std::vector<Frame> stack;
+    std::deque<Frame> stack;  // a frame stays where it is while others are pushed (bodies write to it)
     open(stack, nodes, nullptr);
     while (!stack.empty()) {
       Frame& frame = stack.back();
       if (frame.next == frame.nodes->size()) {
-        frame.nodes->Swap(&frame.rebuilt);
+        if (!frame.expanding) frame.nodes->Swap(&frame.rebuilt);
         const FunctionKey* expanded = frame.expanding;
         stack.pop_back();
         if (!expanded) continue;
-        // A body is done: it stands in the caller's list where the call stood.
+        // A body is done: its nodes already stand in the caller's list where the call stood.
         Frame& caller = stack.back();
         active_.erase(*expanded);
-        for (auto& inner : *caller.body) *caller.rebuilt.Add() = std::move(inner);
         caller.body.reset();
         ++caller.next;
         ++inlined_;
@@ -213,8 +214,7 @@ class Inliner {
       frame.subgraphs_done = false;
       auto found = functions_.find(key_of(node));
       if (found == functions_.end()) {
-        *frame.rebuilt.Add() = std::move(node);
-        ++frame.next;
+        frame.place(std::move(node));
         continue;
       }
       const onnx::FunctionProto& function = *found->second;
@@ -225,8 +225,7 @@ class Inliner {
                                         function.name(), *conflict));
         }
         import_call_domain(node, owner);
-        *frame.rebuilt.Add() = std::move(node);
-        ++frame.next;
+        frame.place(std::move(node));
         continue;
       }
       if (!active_.insert(found->first).second) {
@@ -241,20 +240,31 @@ class Inliner {
   }
 
   // A node list being inlined: the nodes done so far, and the body of the call being expanded.
+  // A body's nodes go straight to the list its call is in: moved once, not once per level of a
+  // chain of calls.
   struct Frame {
     NodeList* nodes;
     const FunctionKey* expanding;  // for a body: the function it is the body of
-    NodeList rebuilt;
+    NodeList rebuilt;                // the nodes of `nodes` done so far (for a body: unused)
+    NodeList* caller_out = nullptr;  // for a body: where its caller's done nodes go
     int next = 0;
     bool subgraphs_done = false;     // of nodes[next]
     std::unique_ptr<NodeList> body;  // of the call nodes[next], while its own calls are expanded
+
+    NodeList& out() { return caller_out ? *caller_out : rebuilt; }
+    // nodes[next], done: where it ends up.
+    void place(onnx::NodeProto&& node) {
+      count_work(1);
+      *out().Add() = std::move(node);
+      ++next;
+    }
   };
 
   // Pushes a frame for `nodes`, unless nothing in it (at any depth) calls a local function.
-  void open(std::vector<Frame>& stack, NodeList& nodes, const FunctionKey* expanding) {
+  void open(std::deque<Frame>& stack, NodeList& nodes, const FunctionKey* expanding) {
     bool any = expanding != nullptr;  // a body always stands in for its call
     for_each_nested_node(nodes, [&](const onnx::NodeProto& node) { any = any || functions_.count(key_of(node)); });
-    if (any) stack.push_back(Frame{&nodes, expanding, {}, 0, false, nullptr});
+    if (any) stack.push_back(Frame{&nodes, expanding, {}, expanding ? &stack.back().out() : nullptr, 0, false, nullptr});
   }
 
   // The body of `function` as it computes the call `call`.
@@ -331,9 +341,11 @@ class Inliner {
   // Runtime resolves every function domain through the model's imports).
   void import_call_domain(const onnx::NodeProto& call, ImportOwner owner) {
     const std::string domain = normalize_domain(call.domain());
+    // Once the model imports the domain (below, at the first such call), no function is read.
     int version = import_of(model_.proto.opset_import(), domain);
-    for (const auto& function : model_.proto.functions()) {
-      if (!version) version = import_of(function.opset_import(), domain);
+    for (int i = 0; !version && i < model_.proto.functions_size(); ++i) {
+      count_work(1);
+      version = import_of(model_.proto.functions(i).opset_import(), domain);
     }
     for (Imports* imports : {&imports_of(model_.proto, owner), model_.proto.mutable_opset_import()}) {
       if (import_of(*imports, domain)) continue;

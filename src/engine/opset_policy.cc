@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "graph/work_count.h"
 #include "verify/opset.h"
 
 namespace onnx_rewrite {
@@ -38,8 +39,10 @@ OpsetPolicy::Owner OpsetPolicy::owner_of(const Scope& scope) {
   return Owner{root->function()};
 }
 
-int OpsetPolicy::effective(Owner owner, const std::string& domain) const {
-  auto it = decided_.find({owner, domain});
+int OpsetPolicy::effective(Owner owner, const std::string& domain) const { return effective({owner, domain}); }
+
+int OpsetPolicy::effective(const std::pair<Owner, std::string>& key) const {
+  auto it = decided_.find(key);
   return it == decided_.end() ? 0 : it->second;
 }
 
@@ -192,17 +195,21 @@ std::optional<std::string> OpsetPolicy::apply(const NodeSet& created,
     std::set<std::string> present;
     for (const auto& import : imports) present.insert(normalize_domain(import.domain()));
     for (int i = imports.size() - 1; i >= 0; --i) {
-      const std::string domain = normalize_domain(imports.Get(i).domain());
-      const bool was_used = domains_used_before.count({owner, domain}) != 0;
-      if (!domain.empty() && was_used && !in_use.count({owner, domain})) {
+      const std::pair<Owner, std::string> key{owner, normalize_domain(imports.Get(i).domain())};
+      const bool was_used = domains_used_before.count(key) != 0;
+      if (!key.second.empty() && was_used && !in_use.count(key)) {
         imports.DeleteSubrange(i, 1);  // a custom domain the rewrite made unused
         continue;
       }
-      const int version = effective(owner, domain);
+      const int version = effective(key);
       if (version != 0 && version != imports.Get(i).version()) imports.Mutable(i)->set_version(version);
     }
-    for (const auto& [key, version] : decided_) {
-      if (key.first != owner || present.count(key.second) || !in_use.count({owner, key.second})) continue;
+    // The owner's own entries only (keys sort by owner first): a walk over all of them per
+    // function would be quadratic in the number of functions.
+    for (auto it = decided_.lower_bound({owner, ""}); it != decided_.end() && it->first.first == owner; ++it) {
+      count_work(1);
+      const auto& [key, version] = *it;
+      if (present.count(key.second) || !in_use.count({owner, key.second})) continue;
       auto* import = imports.Add();
       import->set_domain(key.second);
       import->set_version(version);

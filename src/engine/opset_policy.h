@@ -69,6 +69,7 @@ class OpsetPolicy {
  private:
   using Owner = ImportOwner;
   int effective(Owner owner, const std::string& domain) const;
+  int effective(const std::pair<Owner, std::string>& key) const;
   std::optional<std::string> move_blocker(Owner owner, const std::string& domain, int from, int to) const;
   std::vector<Owner> owners_importing(const std::string& domain) const;
   // The version a replacement in `owner` is built for now, or why that is ambiguous.

@@ -58,6 +58,7 @@ class Scope {
     int position = 0;  // the node's
   };
   const Producer* producer(std::string_view value) const;
+  // In node order, and for one node its inputs in order, then its subgraphs' reads.
   std::span<const Use> uses(std::string_view value) const;
   // Graph or function outputs of this scope.
   bool is_output(std::string_view value) const;

@@ -79,6 +79,7 @@ std::string Place::text() const {
 void for_each_nested_node(const NodeList& nodes, const std::function<void(const onnx::NodeProto&)>& visit) {
   std::vector<const NodeList*> pending{&nodes};
   for (size_t i = 0; i < pending.size(); ++i) {
+    count_work(static_cast<uint64_t>(pending[i]->size()) + 1);
     for (const auto& node : *pending[i]) {
       visit(node);
       for (const auto* graph : graphs_of(node)) pending.push_back(&graph->node());

@@ -16,6 +16,8 @@
 
 #include <onnx/onnx_pb.h>
 
+#include "graph/work_count.h"
+
 namespace onnx_rewrite {
 
 using NodeList = google::protobuf::RepeatedPtrField<onnx::NodeProto>;
@@ -118,6 +120,7 @@ void for_each_graph(Model& model, Visit&& visit, bool with_training = true) {
   }
   for (size_t i = 0; i < pending.size(); ++i) {
     const View view = pending[i];
+    count_work(static_cast<uint64_t>(view.nodes->size()) + 1);
     visit(view);
     for (auto& node : *view.nodes) {
       for (auto& attribute : d::attributes(node)) {

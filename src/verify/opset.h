@@ -27,6 +27,10 @@ struct OpView {
   static OpView of(const onnx::NodeProto& node) {
     return {node.domain() == "ai.onnx" ? std::string_view() : std::string_view(node.domain()), node.op_type()};
   }
+  // What a call of the function is: its (domain, name).
+  static OpView of(const onnx::FunctionProto& function) {
+    return {function.domain() == "ai.onnx" ? std::string_view() : std::string_view(function.domain()), function.name()};
+  }
   bool operator==(const OpView&) const = default;
 };
 struct OpViewHash {

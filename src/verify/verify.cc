@@ -199,19 +199,22 @@ class Verifier {
   std::optional<std::string> problem_;
 };
 
+std::string function_text(const OpView& function) { return fmt::format("{}.{}", function.domain, function.op_type); }
+
 // A model-local function that calls itself, directly or through others: no runtime can expand it.
+// Functions are (domain, name) as written, viewed: no name is built per call.
 std::optional<std::string> recursive_function(const onnx::ModelProto& model) {
-  std::unordered_map<std::string, std::vector<std::string>> calls;  // function -> what its body calls
+  std::unordered_map<OpView, std::vector<OpView>, OpViewHash> calls;  // function -> what its body calls
   for (const auto& function : model.functions()) {
-    auto& callees = calls[function.domain() + "." + function.name()];
-    for_each_nested_node(function.node(), [&](const onnx::NodeProto& node) { callees.push_back(node.domain() + "." + node.op_type()); });
+    auto& callees = calls[{function.domain(), function.name()}];
+    for_each_nested_node(function.node(), [&](const onnx::NodeProto& node) { callees.push_back({node.domain(), node.op_type()}); });
   }
   enum class State { kVisiting, kDone };
-  std::unordered_map<std::string, State> state;
+  std::unordered_map<OpView, State, OpViewHash> state;
   // Depth-first with an explicit stack: the path of functions being visited, with the next callee.
-  std::vector<std::pair<std::string, size_t>> path;
+  std::vector<std::pair<OpView, size_t>> path;
   for (const auto& function : model.functions()) {
-    const std::string start = function.domain() + "." + function.name();
+    const OpView start{function.domain(), function.name()};
     if (state.count(start)) continue;
     state[start] = State::kVisiting;
     path.emplace_back(start, 0);
@@ -223,7 +226,7 @@ std::optional<std::string> recursive_function(const onnx::ModelProto& model) {
         path.pop_back();
         continue;
       }
-      const std::string callee = callees[next++];
+      const OpView callee = callees[next++];
       if (!calls.count(callee)) continue;
       auto it = state.find(callee);
       if (it == state.end()) {
@@ -234,9 +237,10 @@ std::optional<std::string> recursive_function(const onnx::ModelProto& model) {
         bool in_cycle = false;
         for (const auto& [on_path, unused] : path) {
           in_cycle = in_cycle || on_path == callee;
-          if (in_cycle) cycle.push_back(on_path);
+          if (in_cycle) cycle.push_back(function_text(on_path));
         }
-        return fmt::format("model-local function {} calls itself ({} -> {})", callee, fmt::join(cycle, " -> "), callee);
+        const std::string name = function_text(callee);
+        return fmt::format("model-local function {} calls itself ({} -> {})", name, fmt::join(cycle, " -> "), name);
       }
     }
   }
@@ -246,18 +250,18 @@ std::optional<std::string> recursive_function(const onnx::ModelProto& model) {
 // A call to a model-local function with more inputs or outputs than the function declares:
 // ONNX Runtime refuses it, and inlining could only leave the extra outputs computed by nothing.
 std::optional<std::string> call_arity_problem(const onnx::ModelProto& model) {
-  std::unordered_map<std::string, const onnx::FunctionProto*> functions;
-  for (const auto& function : model.functions()) functions[normalize_domain(function.domain()) + "." + function.name()] = &function;
+  std::unordered_map<OpView, const onnx::FunctionProto*, OpViewHash> functions;  // by (normalized domain, name)
+  for (const auto& function : model.functions()) functions[OpView::of(function)] = &function;
   if (functions.empty()) return std::nullopt;
   std::optional<std::string> problem;
   for_each_node(model, [&](const onnx::NodeProto& node, const Place& place) {
     if (problem) return;
-    auto found = functions.find(normalize_domain(node.domain()) + "." + node.op_type());
+    auto found = functions.find(OpView::of(node));
     if (found == functions.end()) return;
     const onnx::FunctionProto& function = *found->second;
     if (node.output_size() > function.output_size() || node.input_size() > function.input_size()) {
       problem = fmt::format("{}: node '{}' calls model-local function {} with {} input(s) and {} output(s); it declares {} and {}",
-                            place.text(), describe_node(node), found->first, node.input_size(), node.output_size(),
+                            place.text(), describe_node(node), function_text(found->first), node.input_size(), node.output_size(),
                             function.input_size(), function.output_size());
     }
   });
