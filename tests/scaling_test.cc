@@ -18,16 +18,37 @@
 #include "onnx_rewrite/target.h"
 #include "test_support.h"
 
-// Every allocation of this process (the library and protobuf included) is counted.
+// Every allocation of this process (the library and protobuf included) is counted. Every plain
+// form of new and delete is replaced: one left to the runtime (the nothrow new of std::stable_sort's
+// buffer) would pair its allocator with ours, which AddressSanitizer reports as a mismatch.
 std::atomic<uint64_t> allocations{0};
 
-void* operator new(std::size_t size) {
+// GCC matches the standard operator new it knows against the free below once both are inlined,
+// and warns (-Wmismatched-new-delete); they are this file's own matched pair.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+void* counted_malloc(std::size_t size) noexcept {
   allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* block = std::malloc(size == 0 ? 1 : size)) return block;
+  return std::malloc(size == 0 ? 1 : size);
+}
+void* operator new(std::size_t size) {
+  if (void* block = counted_malloc(size)) return block;
   throw std::bad_alloc();
 }
+void* operator new[](std::size_t size) { return operator new(size); }
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return counted_malloc(size); }
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return counted_malloc(size); }
 void operator delete(void* block) noexcept { std::free(block); }
+void operator delete[](void* block) noexcept { std::free(block); }
 void operator delete(void* block, std::size_t) noexcept { std::free(block); }
+void operator delete[](void* block, std::size_t) noexcept { std::free(block); }
+void operator delete(void* block, const std::nothrow_t&) noexcept { std::free(block); }
+void operator delete[](void* block, const std::nothrow_t&) noexcept { std::free(block); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 namespace onnx_rewrite {
 namespace {
