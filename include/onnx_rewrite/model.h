@@ -99,8 +99,6 @@ class Model {
   // raw_data the source's bytes in `raw_data`, in order, copied when the model is written.
   void assemble(const onnx::TensorProto& header, std::vector<FileRange> raw_data);
   const std::vector<FileRange>* assembled_raw_data(const onnx::TensorProto& header) const;
-  // The bytes of `ranges` of the source, in order.
-  std::string source_bytes(const std::vector<FileRange>& ranges) const;
 
   // Deletes the initializers of `graph` (the main graph or any subgraph) that `doomed` picks,
   // keeping the order of the others. The only way to delete one: a header's payload is found by

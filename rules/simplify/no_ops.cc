@@ -13,13 +13,18 @@
 namespace onnx_rewrite {
 namespace {
 
+// y is x: an Identity, which the engine removes (or keeps, to carry a graph output).
+BuildResult keep_input(const BuildContext& match, GraphBuilder& b) {
+  b.output(match.value("y"), b.Identity(match.value("x")));
+  return built();
+}
+
 // Cast (x) to x's own element type: the input as it is.
 BuildResult no_op_cast(const BuildContext& match, GraphBuilder& b) {
   const int32_t type = match.facts("x").elem_type;
   if (type == 0) return decline("the input's element type is unknown");
   if (type != match.anchor().attribute_int("to", 0)) return decline("the Cast changes the element type");
-  b.output(match.value("y"), b.Identity(match.value("x")));
-  return built();
+  return keep_input(match, b);
 }
 
 // Dropout keeps every element unless it trains with a ratio above 0: without training_mode
@@ -51,8 +56,7 @@ BuildResult neutral_operand(const BuildContext& match, GraphBuilder& b) {
   const bool identity = op == "Mul" || op == "Div" ? k->numbers[0] == 1 : k->numbers[0] == 0;
   if (!identity) return decline("the constant is not the operation's neutral element");
   if (op == "Add" && !is_integer_type(x.elem_type)) return decline("a float x + 0 is not x when x is -0");
-  b.output(match.value("y"), b.Identity(match.value("x")));
-  return built();
+  return keep_input(match, b);
 }
 
 // Pad (x, pads) of zeros, the batch and channel dims untouched, read by the Conv (or FusedConv,
@@ -66,7 +70,8 @@ BuildResult pad_into_conv(const BuildContext& match, GraphBuilder& b) {
   }
   if (match.used_outside("p")) return decline("the padded tensor is read elsewhere");
   const auto pads = match.constant("pads");
-  const auto conv = match.node("Conv") ? match.node("Conv") : match.node("FusedConv");
+  auto conv = match.node("Conv");
+  if (!conv) conv = match.node("FusedConv");
   if (!pads || !conv) return decline("the pads are not a constant");
   const std::vector<int64_t> padding = pads->ints();
   const size_t rank = padding.size() / 2;
@@ -97,8 +102,7 @@ BuildResult no_op_pad(const BuildContext& match, GraphBuilder& b) {
   if (!pads) return decline("the pads are not a constant");
   const std::vector<int64_t> padding = pads->ints();
   if (std::any_of(padding.begin(), padding.end(), [](int64_t pad) { return pad != 0; })) return decline("the Pad pads or crops");
-  b.output(match.value("y"), b.Identity(match.value("x")));
-  return built();
+  return keep_input(match, b);
 }
 
 // Transpose <perm = [0, 1, ..., r-1]> (x), or without perm (reversed) at rank 0 or 1: x.
@@ -112,8 +116,7 @@ BuildResult no_op_transpose(const BuildContext& match, GraphBuilder& b) {
   } else if (!match.facts("x").rank() || *match.facts("x").rank() > 1) {
     return decline("without perm the axes are reversed, and the rank is not known to be at most 1");
   }
-  b.output(match.value("y"), b.Identity(match.value("x")));
-  return built();
+  return keep_input(match, b);
 }
 
 // Reshape (x, shape) or Expand (x, shape) whose output has x's own dims: x. For Reshape the
@@ -135,8 +138,7 @@ BuildResult no_op_reshape(const BuildContext& match, GraphBuilder& b) {
     const ShapeFacts& y = match.facts("y");
     if (!y.shape || !(*y.shape == *x.shape)) return decline("the output's dims are not known to be the input's");
   }
-  b.output(match.value("y"), b.Identity(match.value("x")));
-  return built();
+  return keep_input(match, b);
 }
 
 // Slice (x, starts, ends, axes, steps) taking every element of each axis it slices: step 1,
@@ -164,8 +166,7 @@ BuildResult no_op_slice(const BuildContext& match, GraphBuilder& b) {
       return decline(fmt::format("element {} of the slice may leave out elements", i));
     }
   }
-  b.output(match.value("y"), b.Identity(match.value("x")));
-  return built();
+  return keep_input(match, b);
 }
 
 // Reshape (x, shape) whose shape is computed at run time but known from the facts but for its

@@ -272,7 +272,7 @@ void Rewriter::replace(const Match& match, GraphBuilder&& builder) {
       constant.add_output(name);
       onnx::TensorProto value = tensor;
       value.clear_name();
-      if (assembled) value.set_raw_data(model_.source_bytes(ranges));
+      if (assembled) value.set_raw_data(model_.source->read(ranges));
       *constant.add_attribute() = onnx::MakeAttribute("value", value);
     }
   }

@@ -15,7 +15,7 @@ const FileRange* Model::deferred_field(const onnx::TensorProto& header) const {
 onnx::TensorProto Model::tensor_with_data(const onnx::TensorProto& tensor) const {
   if (const auto* pieces = assembled_raw_data(tensor)) {
     onnx::TensorProto full = tensor;
-    full.set_raw_data(source_bytes(*pieces));
+    full.set_raw_data(source->read(*pieces));
     return full;
   }
   const FileRange* field = deferred_field(tensor);
@@ -64,8 +64,6 @@ const std::vector<FileRange>* Model::assembled_raw_data(const onnx::TensorProto&
   auto it = assembled_.find(&header);
   return it == assembled_.end() ? nullptr : &it->second;
 }
-
-std::string Model::source_bytes(const std::vector<FileRange>& ranges) const { return source->read(ranges); }
 
 void Model::remove_initializers(onnx::GraphProto& graph, const std::function<bool(const onnx::TensorProto&)>& doomed) {
   auto& initializers = *graph.mutable_initializer();

@@ -51,6 +51,14 @@ struct Piece {
   static Piece gather(std::vector<FileRange> ranges) { return Piece{{}, {}, false, std::move(ranges)}; }
 };
 
+// A copy of `range` after `pieces`: ranges that lie side by side in the source go out in one
+// copy, as most initializers do (a copy each was a third of the time writing a small model took).
+void add_copy(std::vector<Piece>& pieces, FileRange range) {
+  Piece* last = pieces.empty() ? nullptr : &pieces.back();
+  if (last && last->from_source && last->source_range.end == range.begin) last->source_range.end = range.end;
+  else pieces.push_back(Piece::copy_of(range));
+}
+
 // An assembled tensor's raw bytes as pieces: ranges of 64 KiB or more copied as they are, smaller
 // ones gathered a MiB at a time.
 void add_assembled(std::vector<Piece>& pieces, const std::vector<FileRange>& raw_data) {
@@ -58,13 +66,11 @@ void add_assembled(std::vector<Piece>& pieces, const std::vector<FileRange>& raw
   constexpr size_t kGathered = size_t{1} << 20;
   size_t gathered = 0;  // bytes in the last piece, when it gathers
   for (const FileRange& range : raw_data) {
-    Piece& last = pieces.back();
     if (range.size() >= kCopiedWhole) {
-      if (last.from_source && last.source_range.end == range.begin) last.source_range.end = range.end;
-      else pieces.push_back(Piece::copy_of(range));
+      add_copy(pieces, range);
       continue;
     }
-    if (last.gathered.empty() || gathered >= kGathered) {
+    if (pieces.back().gathered.empty() || gathered >= kGathered) {
       pieces.push_back(Piece::gather({}));
       gathered = 0;
     }
@@ -89,11 +95,7 @@ void serialize_pieces(const Model& model, size_t chunk, Emit&& emit) {
   size_t initializers_size = 0;
   for (const auto& tensor : graph.initializer()) {
     if (const FileRange* range = model.deferred_field(tensor)) {
-      // Fields that lie side by side in the source go out in one copy, as most do (a copy each
-      // was a third of the time writing a small model took).
-      Piece* last = initializers.empty() ? nullptr : &initializers.back();
-      if (last && last->from_source && last->source_range.end == range->begin) last->source_range.end = range->end;
-      else initializers.push_back(Piece::copy_of(*range));
+      add_copy(initializers, *range);
       initializers_size += range->size();
     } else if (const auto* pieces = model.assembled_raw_data(tensor)) {
       // The header's own fields, then raw_data (field 9, after every field a header made so has).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -224,6 +225,12 @@ std::optional<Value> BuildContext::concatenated_constants(GraphBuilder& b, const
     bytes.push_back(std::move(*found));
   }
   const bool all_in_source = std::all_of(bytes.begin(), bytes.end(), [](const ConstantBytes& c) { return c.in_source.has_value(); });
+  if (!all_in_source) {
+    // One of them is not in the source: the result is a copy, so the others are read once each.
+    for (ConstantBytes& constant : bytes) {
+      if (constant.in_source) constant.copy = model.source->read({*std::exchange(constant.in_source, std::nullopt)});
+    }
+  }
   std::vector<FileRange> pieces;
   std::string copy;
   for (int64_t o = 0; o < outer; ++o) {
@@ -232,7 +239,6 @@ std::optional<Value> BuildContext::concatenated_constants(GraphBuilder& b, const
       const size_t offset = static_cast<size_t>(o) * size;
       if (size == 0) continue;
       if (all_in_source) pieces.push_back({bytes[i].in_source->begin + offset, bytes[i].in_source->begin + offset + size});
-      else if (bytes[i].in_source) copy += model.source_bytes({{bytes[i].in_source->begin + offset, bytes[i].in_source->begin + offset + size}});
       else copy.append(bytes[i].copy, offset, size);
     }
   }
