@@ -61,19 +61,22 @@ const std::map<std::string, std::string>& Overrides() {
       // Steps whose schemas differ only in doc text, reviewed by hand (doc,
       // attribute and input/output descriptions diffed with this registry):
       //  - only accepted value ranges were widened (negative axes/indices,
-      //    broadcasting, then/else shapes): a one-way relaxation, which no kind
-      //    expresses, so plain;
-      {"ArgMax:11", ""}, {"ArgMin:11", ""}, {"Compress:11", ""}, {"Concat:11", ""},
-      {"Flatten:11", ""}, {"Gather:11", ""}, {"Hardmax:11", ""}, {"LogSoftmax:11", ""},
-      {"Softmax:11", ""}, {"OneHot:11", ""}, {"Scan:11", ""}, {"Slice:11", ""},
-      {"Split:11", ""}, {"Squeeze:11", ""}, {"Unsqueeze:11", ""}, {"If:11", ""},
-      {"ReduceL1:11", ""}, {"ReduceL2:11", ""}, {"ReduceLogSum:11", ""},
-      {"ReduceLogSumExp:11", ""}, {"ReduceMax:11", ""}, {"ReduceMean:11", ""},
-      {"ReduceMin:11", ""}, {"ReduceProd:11", ""}, {"ReduceSum:11", ""},
-      {"ReduceSumSquare:11", ""}, {"Max:8", ""}, {"Mean:8", ""}, {"Min:8", ""},
-      {"Sum:8", ""}, {"PRelu:7", ""},
+      //    broadcasting, then/else shapes): a one-way relaxation, safe to raise
+      //    across, lowered per node;
+      {"ArgMax:11", "relaxed"}, {"ArgMin:11", "relaxed"}, {"Compress:11", "relaxed"}, {"Concat:11", "relaxed"},
+      {"Flatten:11", "relaxed"}, {"Gather:11", "relaxed"}, {"Hardmax:11", "relaxed"}, {"LogSoftmax:11", "relaxed"},
+      {"Softmax:11", "relaxed"}, {"OneHot:11", "relaxed"}, {"Scan:11", "relaxed"}, {"Slice:11", "relaxed"},
+      {"Split:11", "relaxed"}, {"Squeeze:11", "relaxed"}, {"Unsqueeze:11", "relaxed"}, {"If:11", "relaxed"},
+      {"ReduceL1:11", "relaxed"}, {"ReduceL2:11", "relaxed"}, {"ReduceLogSum:11", "relaxed"},
+      {"ReduceLogSumExp:11", "relaxed"}, {"ReduceMax:11", "relaxed"}, {"ReduceMean:11", "relaxed"},
+      {"ReduceMin:11", "relaxed"}, {"ReduceProd:11", "relaxed"}, {"ReduceSum:11", "relaxed"},
+      {"ReduceSumSquare:11", "relaxed"}, {"Max:8", "relaxed"}, {"Mean:8", "relaxed"}, {"Min:8", "relaxed"},
+      {"Sum:8", "relaxed"}, {"PRelu:7", "relaxed"},
+      //  - an input or attribute became optional or was added with the old
+      //    behaviour when absent (Gemm's C, Constant's sparse_value);
+      {"Gemm:11", "relaxed"}, {"Constant:11", "relaxed"},
       //  - TopK-11 also allows negative axis (besides the new types/attributes);
-      {"TopK:11", ""},
+      {"TopK:11", "relaxed"},
       //  - ConvTranspose-11 fixed the SAME_UPPER/SAME_LOWER pad split formula;
       {"ConvTranspose:11", ""},
       //  - bumped without any visible schema/doc difference (reason not

@@ -164,8 +164,9 @@ std::optional<std::string_view> negative_axes_only_at_11(const std::string& op) 
   return std::nullopt;
 }
 
-// Version steps the tables mark as changing meaning, where this node means the same on both
-// sides (and is valid on both: no input slot, even empty, that one side lacks) (the change is about inputs or attributes it doesn't use), whichever way the import moves.
+// Version steps the tables mark as changing meaning (either way) or as relaxed (lowering), where
+// this node means the same on both sides and is valid on both (no input slot, even empty, that
+// one side lacks): the change is about inputs, attributes or values it doesn't use.
 bool same_meaning_across(const onnx::NodeProto& node, int step, const OpTable::ConstantOf& constant) {
   const std::string& op = node.op_type();
   // Whether input `index` is a constant whose values are all >= 0 (or absent).
@@ -319,9 +320,14 @@ std::optional<std::string> OpTable::move_blocker(const onnx::NodeProto& node, in
     if (step.version <= low || step.version > high) continue;
     const std::string where = op + "-" + std::to_string(step.version);
     if (step.breaking && !same_meaning_across(node, step.version, constant)) return where + " changed its meaning";
-    if (step.relaxed && lowering) return where + " accepts nodes that " + op + "-" + std::to_string(low) + " does not";
+    // Raising crosses what only widened the schema: relaxations, added types (a node using one
+    // was invalid below and means at the newer version what it was written for), new attributes
+    // and inputs (they default to the old behaviour).
+    if (!lowering) continue;
+    if (step.relaxed && !same_meaning_across(node, step.version, constant)) {
+      return where + " accepts nodes that " + op + "-" + std::to_string(low) + " does not, and this is one";
+    }
     if (auto used = added_type_used(step, where, model_types)) return used;
-    if (!lowering) continue;  // new attributes and inputs default to the old behaviour
     // Set even to its default, an attribute the older schema lacks makes the node invalid there
     // (ONNX Runtime: "Unrecognized attribute"), as does an input slot, even an empty one.
     for (const auto& [name, default_text] : step.added_attributes) {
@@ -347,7 +353,7 @@ std::optional<std::string> OpTable::type_blocker(const onnx::NodeProto& node, in
     return "opset " + std::to_string(std::max(from, to)) + " is newer than the version tables (" + std::to_string(highest_) + ")";
   }
   auto it = ops_.find(node.op_type());
-  if (it == ops_.end()) return std::nullopt;
+  if (it == ops_.end() || to > from) return std::nullopt;  // raising: types were only added
   for (const auto& step : it->second) {
     if (step.version <= std::min(from, to) || step.version > std::max(from, to)) continue;
     if (auto used = added_type_used(step, node.op_type() + "-" + std::to_string(step.version), model_types)) return used;
