@@ -4,7 +4,10 @@
 //
 // - inputs_as_attributes: an op whose attribute became a constant input (Reduce* axes, Squeeze /
 //   Unsqueeze axes, Split split, Pad pads/value, Clip min/max, Slice starts/ends/axes, TopK k)
-//   rebuilt with the attribute; the node's other attributes and outputs stay.
+//   rebuilt with the attribute; the node's other attributes and outputs stay. Below 11, axes
+//   count from the front.
+// - axes_from_the_front: axes (and Gather's indices) counting from the back, as opset 11 lets
+//   them, counted from the front for runtimes below 11.
 // - last_axis_softmax: Softmax/LogSoftmax/Hardmax-13 normalize over one axis, the older ones over
 //   the flattened [axis:] block; equal for the last axis, else the axis is transposed to the end.
 // - split_num_outputs: Split-18's num_outputs (the last part may be smaller) as explicit sizes.
@@ -27,6 +30,7 @@
 #include <numbers>
 #include <optional>
 #include <set>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -52,6 +56,123 @@ std::vector<Moved> moved_inputs(const std::string& op) {
   if (op == "Slice") return {{"starts", "starts", As::kInts}, {"ends", "ends", As::kInts}, {"axes", "axes", As::kInts}};
   if (op == "TopK") return {{"k", "k", As::kInt}};
   return {};
+}
+
+// The attribute holding an op's axis (or axes), which counts from the back only from opset 11.
+std::optional<std::string_view> axis_attribute(const std::string& op) {
+  if (op == "Squeeze" || op == "Unsqueeze" || op == "Slice" || op.starts_with("Reduce")) return "axes";
+  if (op == "Flatten" || op == "Concat" || op == "ArgMax" || op == "ArgMin" || op == "Softmax" || op == "LogSoftmax" ||
+      op == "Hardmax" || op == "Split" || op == "Compress" || op == "Gather" || op == "TopK") {
+    return "axis";
+  }
+  return std::nullopt;
+}
+
+// Below opset 11 an axis counts from the front only: the op's axis attribute with each negative
+// entry as the same axis counted from the front, in `rank` dims (Flatten's axis may equal the
+// rank). Whether anything moved; the reason when an axis is negative and the rank unknown.
+std::variant<bool, std::string> count_axes_from_the_front(Attributes& attributes, const std::string& op, std::optional<int64_t> rank) {
+  const auto name = axis_attribute(op);
+  if (!name) return false;
+  bool moved = false;
+  std::optional<std::string> problem;
+  auto shift = [&](int64_t axis) {
+    if (axis >= 0 || problem) return axis;
+    if (!rank) {
+      problem = "an axis counted from the back, in a rank that is unknown";
+    } else if (axis + *rank < 0) {
+      problem = fmt::format("axis {} lies outside rank {}", axis, *rank);
+    } else {
+      moved = true;
+      return axis + *rank;
+    }
+    return axis;
+  };
+  for (auto& attribute : attributes) {
+    if (attribute.name() != *name) continue;
+    if (attribute.type() == onnx::AttributeProto::INT) attribute.set_i(shift(attribute.i()));
+    for (int i = 0; i < attribute.ints_size(); ++i) attribute.set_ints(i, shift(attribute.ints(i)));
+  }
+  if (problem) return *problem;
+  return moved;
+}
+
+// The rank the node's axes count in: Unsqueeze's name places in its output, the others' in the
+// first input.
+std::optional<int64_t> counting_rank(const BuildContext& match, const NodeView& node, std::string_view data, size_t axes_count) {
+  const auto rank = match.facts(data).rank();
+  if (!rank) return std::nullopt;
+  return static_cast<int64_t>(*rank) + (node.op_type() == "Unsqueeze" ? static_cast<int64_t>(axes_count) : 0);
+}
+
+// Indices of Gather-11 that may count from the back, as Gather before 11 takes them: i + size
+// where i < 0 (Where and Less of integers need opset 9).
+std::variant<Value, std::string> indices_from_the_front(const BuildContext& match, GraphBuilder& b, int64_t axis) {
+  const Value indices = match.value("indices");
+  if (auto values = match.constant("indices")) {
+    const auto ints = values->ints();
+    if (std::all_of(ints.begin(), ints.end(), [](int64_t i) { return i >= 0; })) return indices;
+  }
+  if (b.opset() < 9) return std::string("indices that may count from the back, and Where needs opset 9");
+  const int32_t type = match.element_type({"indices"});
+  if (type != onnx::TensorProto::INT64 && type != onnx::TensorProto::INT32) return std::string("the indices' type is unknown");
+  Value size;
+  if (const int64_t dim = match.facts("data").dim(static_cast<size_t>(axis)); dim >= 0) {
+    size = b.scalar(static_cast<double>(dim), type);
+  } else {
+    size = b.Gather(b.Shape(match.value("data")), b.scalar(static_cast<double>(axis), onnx::TensorProto::INT64));
+    if (type != onnx::TensorProto::INT64) size = b.Cast(size, type);
+  }
+  const Value negative = b.op("Less", {indices, b.scalar(0, type)});
+  const Value shifted = b.Add(indices, size);
+  return b.Where(negative, shifted, indices);
+}
+
+// A node of opset 11 or later whose axes (or Gather's indices) count from the back, as the same
+// node counting from the front (runtimes below 11).
+BuildResult axes_from_the_front(const BuildContext& match, GraphBuilder& b) {
+  const NodeView node = match.anchor();
+  const std::string& op = node.op_type();
+  Attributes attributes = node.attributes_except();
+  const auto rank = counting_rank(match, node, "data", node.attribute_ints("axes").size());
+  const auto moved = count_axes_from_the_front(attributes, op, rank);
+  if (const auto* why = std::get_if<std::string>(&moved)) return decline(*why);
+  std::vector<Value> inputs = node.inputs();
+  bool indices_moved = false;
+  if (op == "Slice") {  // Slice-10 takes its axes as an input
+    if (b.opset() < 10) return decline("Slice below 10 takes attributes (slice-inputs-10-lowering)");
+    const auto axes = match.has("axes") ? match.constant("axes") : std::nullopt;
+    if (!axes) return decline("the axes are not a constant");
+    std::vector<int64_t> from_front = axes->ints();
+    if (std::none_of(from_front.begin(), from_front.end(), [](int64_t axis) { return axis < 0; })) {
+      return decline("nothing counts from the back: the node means the same below opset 11");
+    }
+    const auto rank = match.facts("data").rank();
+    if (!rank) return decline("an axis counted from the back, in a rank that is unknown");
+    for (int64_t& axis : from_front) {
+      if (axis < 0) axis += static_cast<int64_t>(*rank);
+      if (axis < 0) return decline(fmt::format("an axis lies outside rank {}", *rank));
+    }
+    inputs[3] = b.ints(from_front);
+    indices_moved = true;
+  }
+  if (op == "Gather") {
+    int64_t axis = 0;
+    for (const auto& attribute : attributes) {
+      if (attribute.name() == "axis") axis = attribute.i();
+    }
+    auto indices = indices_from_the_front(match, b, axis);
+    if (const auto* why = std::get_if<std::string>(&indices)) return decline(*why);
+    indices_moved = std::get<Value>(indices).name != inputs[1].name;
+    inputs[1] = std::get<Value>(indices);
+  }
+  if (!std::get<bool>(moved) && !indices_moved) return decline("nothing counts from the back: the node means the same below opset 11");
+  const std::vector<Value> node_outputs = node.outputs();
+  const auto outputs = b.op_outputs(op, inputs, node_outputs.size(), attributes);
+  for (size_t i = 0; i < node_outputs.size(); ++i) {
+    if (!node_outputs[i].absent()) b.output(node_outputs[i], outputs[i]);
+  }
+  return built();
 }
 
 BuildResult inputs_as_attributes(const BuildContext& match, GraphBuilder& b) {
@@ -96,6 +217,14 @@ BuildResult inputs_as_attributes(const BuildContext& match, GraphBuilder& b) {
       }
       std::erase_if(attributes, [](const onnx::AttributeProto& a) { return a.name() == "axes"; });
     }
+  }
+  if (b.opset() < 11) {
+    size_t axes_count = 0;
+    for (const auto& attribute : attributes) {
+      if (attribute.name() == "axes") axes_count = static_cast<size_t>(attribute.ints_size());
+    }
+    const auto moved = count_axes_from_the_front(attributes, op, counting_rank(match, node, "data", axes_count));
+    if (const auto* why = std::get_if<std::string>(&moved)) return decline(*why);
   }
   const std::vector<Value> node_outputs = node.outputs();
   const auto outputs = b.op_outputs(op, {match.value("data")}, node_outputs.size(), attributes);
@@ -354,7 +483,8 @@ BuildResult trilu_as_mask(const BuildContext& match, GraphBuilder& b) {
   const auto dims = match.facts("x").static_dims();
   if (!dims || dims->size() < 2) return decline("the input's rank is unknown");
   const int64_t rows = (*dims)[dims->size() - 2], columns = dims->back();
-  if (rows < 0 || columns < 0) return decline("the last two dims are not static");
+  const bool dynamic = rows < 0 || columns < 0;
+  if (dynamic && b.opset() < 11) return decline("the last two dims are not static, and Range needs opset 11");
   if (rows > INT32_MAX || columns > INT32_MAX) return decline(fmt::format("a {}x{} matrix is larger than any mask", rows, columns));
   const int32_t type = match.element_type({"x"});
   if (type == onnx::TensorProto::UNDEFINED) return decline("the element type is unknown");
@@ -364,20 +494,27 @@ BuildResult trilu_as_mask(const BuildContext& match, GraphBuilder& b) {
     auto value = match.constant("k");
     k = value && value->integers.size() == 1 ? std::optional(value->integers[0]) : std::nullopt;
   }
-  // Masks up to 64 Ki elements are written out; larger ones (a long causal mask) are computed, from
-  // Range (opset 11), so that the model doesn't grow by them.
+  // Masks up to 64 Ki elements are written out; larger ones (a long causal mask) and those of sizes
+  // known only at run time are computed, from Range (opset 11), so that the model doesn't grow by them.
   constexpr int64_t kLargestConstantMask = int64_t{1} << 16;
-  const bool computed = columns != 0 && rows > kLargestConstantMask / columns;
+  const bool computed = dynamic || (columns != 0 && rows > kLargestConstantMask / columns);
   Value mask;
   if (computed) {
     if (b.opset() < 11) return decline(fmt::format("a {}x{} mask is too large to write out, and Range needs opset 11", rows, columns));
-    auto positions = [&](int64_t count, int64_t axis) {
-      const Value range = b.op("Range", {b.scalar(0, onnx::TensorProto::INT64), b.scalar(static_cast<double>(count), onnx::TensorProto::INT64),
-                                         b.scalar(1, onnx::TensorProto::INT64)});
-      return b.Unsqueeze(range, {axis});
+    std::optional<Value> shape;
+    auto positions = [&](int64_t count, int64_t axis_from_back, int64_t unsqueezed) {
+      Value end;
+      if (count >= 0) {
+        end = b.scalar(static_cast<double>(count), onnx::TensorProto::INT64);
+      } else {
+        if (!shape) shape = b.Shape(match.value("x"));
+        end = b.Gather(*shape, b.scalar(static_cast<double>(static_cast<int64_t>(dims->size()) - axis_from_back), onnx::TensorProto::INT64));
+      }
+      const Value range = b.op("Range", {b.scalar(0, onnx::TensorProto::INT64), end, b.scalar(1, onnx::TensorProto::INT64)});
+      return b.Unsqueeze(range, {unsqueezed});
     };
-    const Value j = positions(columns, 0);
-    const Value i = positions(rows, 1);
+    const Value j = positions(columns, 1, 0);
+    const Value i = positions(rows, 2, 1);
     const Value diagonal = b.op("Sub", {j, i});  // j - i, [rows, columns]
     const Value limit = k ? b.scalar(static_cast<double>(*k), onnx::TensorProto::INT64) : match.value("k");
     mask = b.op("Not", {b.op(upper ? "Less" : "Greater", {diagonal, limit})});
@@ -681,6 +818,8 @@ void register_opset_down_builders(BuilderRegistry& registry) {
                 .optional_values = {"axes", "split", "pads", "value", "min", "max", "starts", "ends", "steps", "k"},
                 .node_attributes = {"noop_with_empty_axes"}},
                inputs_as_attributes);
+  registry.add("axes_from_the_front", {.values = {"data"}, .optional_values = {"indices", "axes"}, .node_attributes = {"axis", "axes"}},
+               axes_from_the_front);
   registry.add("reduce_runtime_axes", {.values = {"data", "axes"}, .node_attributes = {"noop_with_empty_axes", "keepdims"}},
                reduce_runtime_axes);
   registry.add("split_runtime_sizes", {.values = {"data", "split"}, .optional_attributes = {"axis"}}, split_runtime_sizes);

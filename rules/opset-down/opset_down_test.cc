@@ -74,6 +74,10 @@ const std::vector<Adapted> kAdapted = {
       "test_gridsample_nearest", "test_gridsample_nearest_align_corners_0_additional_1",
       "test_gridsample_nearest_align_corners_1_additional_1"}},
     {"integer-max-min-12-lowering", 11, {"test_max_int64", "test_max_uint8", "test_min_int32", "test_min_uint32", "test_min_int16"}},
+    {"negative-axes-11-lowering", 10,
+     {"test_concat_3d_axis_negative_2", "test_flatten_negative_axis2", "test_gather_negative_indices", "test_hardmax_negative_axis",
+      "test_compress_negative_axis", "test_argmax_negative_axis_keepdims_random", "test_logsoftmax_negative_axis"}},
+    {"negative-axes-11-lowering", 9, {"test_concat_2d_axis_negative_1", "test_flatten_negative_axis4", "test_gather_negative_indices"}},
     {"center-crop-pad-18-lowering", 17, {"test_center_crop_pad_crop", "test_center_crop_pad_pad", "test_center_crop_pad_crop_and_pad"}},
     {"center-crop-pad-18-lowering", 11,
      {"test_center_crop_pad_crop_axes_chw", "test_center_crop_pad_crop_axes_hwc", "test_center_crop_pad_crop_negative_axes_hwc"}},
@@ -240,6 +244,14 @@ const std::vector<Written> kWritten = {
         u = Trilu (x)
         l = Trilu <upper = 0> (x, k)
       })", {}},
+    // LLaMA's causal mask of a length known only at run time: Range to the sizes Shape gives.
+    {"trilu-14-lowering (dims known at run time)", 11, R"(
+      <ir_version: 8, opset_import: ["": 14]>
+      g (float[B, N, M] x, int64 k) => (float[B, N, M] u, float[B, N, M] l, float[B, N, M] d) <int64 one = {1}> {
+        u = Trilu (x, one)
+        l = Trilu <upper = 0> (x)
+        d = Trilu <upper = 0> (x, k)
+      })", {"--dim", "B=2", "--dim", "N=5", "--dim", "M=7", "--range", "k=-3,3"}},
     // GPT-2's causal mask: Trilu of a bool tensor. ONNX Runtime has no bool Where below 16 (the
     // output would load nowhere): the mask is applied with And.
     {"trilu-14-lowering (bool, as GPT-2 writes it)", 13, R"(
@@ -305,6 +317,49 @@ const std::vector<Written> kWritten = {
         y = ReduceL2 (x, none)
         z = ReduceMax <noop_with_empty_axes = 1> (x, none)
       })", {}},
+    // torch writes axes counting from the back (Unsqueeze, Softmax, ReduceMean over -1) and
+    // embedding lookups whose ids may be negative: below 11 they count from the front, from the
+    // rank, and ids i < 0 become i + size.
+    {"negative-axes-11-lowering and the input-to-attribute lowerings", 9, R"(
+      <ir_version: 8, opset_import: ["": 14]>
+      g (float[2, 3, 4] x, int64[5] ids, int32[2, 2] small)
+        => (float[2, 3, 4, 1] u, float[2, 3, 4] s, float[2, 3, 1] m, float[2, 3, 1] r, float[2, 3, 4] sm, float[2, 6, 4] c,
+            float[6, 4] f, int64[2, 3, 1] a, float[5, 3, 4] g, float[2, 3, 2, 2] h, float[2, 3, 2] p, float[2, 3, 2] q,
+            float[2, 3, 2] sl)
+        <int64[1] last = {-1}, int64[2] halves = {2, 2}, int64[1] start = {1}, int64[1] end = {3}> {
+        u = Unsqueeze (x, last)
+        s = Squeeze (u, last)
+        m = ReduceMean <axes = [-1]> (s)
+        r = ReduceSum (x, last)
+        sm = Softmax <axis = -1> (x)
+        c = Concat <axis = -2> (x, x)
+        f = Flatten <axis = -1> (x)
+        a = ArgMax <axis = -1> (x)
+        g = Gather <axis = 0> (x, ids)
+        h = Gather <axis = -1> (x, small)
+        p, q = Split <axis = -1> (x, halves)
+        sl = Slice (x, start, end, last)
+      })", {"--range", "ids=-2,1", "--range", "small=-4,3"}},
+    {"negative-axes-11-lowering (Slice-10's axes input)", 10, R"(
+      <ir_version: 8, opset_import: ["": 14]>
+      g (float[2, 3, 4] x, int64[5] ids, int32[2, 2] small)
+        => (float[2, 3, 4, 1] u, float[2, 3, 4] s, float[2, 3, 1] m, float[2, 3, 1] r, float[2, 3, 4] sm, float[2, 6, 4] c,
+            float[6, 4] f, int64[2, 3, 1] a, float[5, 3, 4] g, float[2, 3, 2, 2] h, float[2, 3, 2] p, float[2, 3, 2] q,
+            float[2, 3, 2] sl)
+        <int64[1] last = {-1}, int64[2] halves = {2, 2}, int64[1] start = {1}, int64[1] end = {3}> {
+        u = Unsqueeze (x, last)
+        s = Squeeze (u, last)
+        m = ReduceMean <axes = [-1]> (s)
+        r = ReduceSum (x, last)
+        sm = Softmax <axis = -1> (x)
+        c = Concat <axis = -2> (x, x)
+        f = Flatten <axis = -1> (x)
+        a = ArgMax <axis = -1> (x)
+        g = Gather <axis = 0> (x, ids)
+        h = Gather <axis = -1> (x, small)
+        p, q = Split <axis = -1> (x, halves)
+        sl = Slice (x, start, end, last)
+      })", {"--range", "ids=-2,1", "--range", "small=-4,3"}},
 };
 
 class OpsetDownWritten : public ::testing::TestWithParam<Written> {};
@@ -354,24 +409,33 @@ TEST(OpsetDown, ANodeOfATypeTheOlderVersionLacksStaysAbove) {
 }
 
 // Near misses of the nodes above: what really uses the newer meaning stays above, named. A
-// Flatten counting its axis from the back (rank unknown), a pool rounding up (ceil_mode = 1),
-// a Gemm without C, a BatchNormalization writing its running statistics.
+// Flatten, Concat, Gather and ReduceMean counting an axis from the back in a rank nobody knows
+// (a Reshape to a shape given at run time), a Gather's negative index below 9,
+// a pool rounding up (ceil_mode = 1), a Gemm without C, a BatchNormalization writing its running
+// statistics. (With the rank known, negative-axes-11-lowering converts the first four:
+// OpsetDownWritten.)
 TEST(OpsetDown, NodesUsingTheNewerMeaningStayAbove) {
   struct Case {
     std::string node;
     int opset;
     std::string reason;
   };
+  const std::string accepts = " keeps it there as it is: {0}-11 accepts nodes that {0}-10 does not, and this is one";
   const std::vector<Case> cases = {
-      {"y = Flatten <axis = -1> (x)", 10, "Flatten x1 (main graph) keeps it there as it is: Flatten-11 changed its meaning"},
+      {"t = Reshape (x, shape)\n y = Flatten <axis = -1> (t)", 10, "Flatten x1 (main graph)" + fmt::format(fmt::runtime(accepts), "Flatten")},
       {"y = MaxPool <ceil_mode = 1, kernel_shape = [2, 2]> (x)", 9,
        "MaxPool x1 (main graph) keeps it there as it is: MaxPool-10 added attribute ceil_mode, which this node sets"},
       {"y = AveragePool <ceil_mode = 1, kernel_shape = [2, 2]> (x)", 9,
        "AveragePool x1 (main graph) keeps it there as it is: AveragePool-10 added attribute ceil_mode, which this node sets"},
-      {"y = Gemm (x, x)", 10, "Gemm x1 (main graph) keeps it there as it is: Gemm-11 changed its meaning"},
-      {"i = Constant <value = int64[2] {0, -1}> ()\n y = Gather <axis = 1> (x, i)", 10, "Gather x1 (main graph) keeps it there as it is: Gather-11 changed its meaning"},
-      {"y = Concat <axis = -1> (x, x)", 10, "Concat x1 (main graph) keeps it there as it is: Concat-11 changed its meaning"},
-      {"y = ReduceMean <axes = [-1]> (x)", 10, "ReduceMean x1 (main graph) keeps it there as it is: ReduceMean-11 changed its meaning"},
+      {"y = Gemm (x, x)", 10, "Gemm x1 (main graph)" + fmt::format(fmt::runtime(accepts), "Gemm")},
+      {"t = Reshape (x, shape)\n i = Constant <value = int64[2] {0, -1}> ()\n y = Gather <axis = -1> (t, i)", 10,
+       "Gather x1 (main graph)" + fmt::format(fmt::runtime(accepts), "Gather")},
+      {"t = Reshape (x, shape)\n y = Concat <axis = -1> (t, t)", 10, "Concat x1 (main graph)" + fmt::format(fmt::runtime(accepts), "Concat")},
+      {"t = Reshape (x, shape)\n y = ReduceMean <axes = [-1]> (t)", 10,
+       "ReduceMean x1 (main graph)" + fmt::format(fmt::runtime(accepts), "ReduceMean")},
+      // A Gather whose indices may be negative below 9, which has no Where to count them from the front.
+      {"i = Constant <value = int64[2] {0, -1}> ()\n y = Gather <axis = 1> (x, i)", 8,
+       "Gather x1 (main graph) keeps it there as it is: Gather-11 accepts nodes that Gather-8 does not, and this is one"},
       {"y, rm, rv = BatchNormalization <training_mode = 1> (x, x, x, x, x)", 13,
        "BatchNormalization x1 (main graph) keeps it there as it is: BatchNormalization-14 changed its meaning"},
   };
@@ -379,7 +443,7 @@ TEST(OpsetDown, NodesUsingTheNewerMeaningStayAbove) {
     TempDir dir;
     const fs::path model = write_model_text(fmt::format(R"(
       <ir_version: 8, opset_import: ["": 14]>
-      g (float[N, M] x) => (float[N, M] y) {{
+      g (float[N, M] x, int64[K] shape) => (float[N, M] y) {{
         {}
       }})", c.node), dir / "m.onnx");
     const auto result = run_cli({"rewrite", model.string(), "-o", (dir / "out.onnx").string(), "--opset", std::to_string(c.opset)});
