@@ -253,10 +253,21 @@ class Run {
   bool nodes_checked() const { return nodes_checked_; }
 
   // Why rules that lower the ai.onnx opset left nodes as they were: worth saying when the opset
-  // was not reached (a node a rule later rewrote is not listed).
+  // was not reached (a node a rule later rewrote is not listed). One line per rule and reason,
+  // with the count and the first nodes: a model has many nodes of one kind.
   std::vector<std::string> lowering_declines() const {
+    std::map<std::pair<std::string, std::string>, std::vector<std::string>> nodes_by_reason;
+    for (const auto& [node, why] : lowering_declines_) nodes_by_reason[why].push_back(node);
     std::vector<std::string> notes;
-    for (const auto& [node, why] : lowering_declines_) notes.push_back(fmt::format("{} left node '{}' as it was: {}", why.first, node, why.second));
+    constexpr size_t kNamed = 3;
+    for (const auto& [why, nodes] : nodes_by_reason) {
+      std::vector<std::string> named;
+      for (size_t i = 0; i < std::min(nodes.size(), kNamed); ++i) named.push_back("'" + nodes[i] + "'");
+      const std::string more = nodes.size() > kNamed ? fmt::format(", ... ({} more)", nodes.size() - kNamed) : "";
+      const std::string which = nodes.size() == 1 ? "node " + named[0] + " as it was"
+                                                  : fmt::format("{} nodes ({}{}) as they were", nodes.size(), fmt::join(named, ", "), more);
+      notes.push_back(fmt::format("{} left {}: {}", why.first, which, why.second));
+    }
     return notes;
   }
 
