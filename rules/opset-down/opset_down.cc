@@ -595,11 +595,20 @@ BuildResult arg_last_index(const BuildContext& match, GraphBuilder& b) {
   return built();
 }
 
-// Dropout-12 without training_mode is the identity, whatever its ratio or seed: Dropout-10
-// without them (its output only).
+// Dropout-12 without training_mode (or with a constant false, or training with a constant ratio
+// of 0) is the identity, whatever its ratio or seed: Dropout-10 (or 7) without them (its output only).
 BuildResult dropout_inference(const BuildContext& match, GraphBuilder& b) {
   if (match.has("mask")) return decline("the mask is used (ONNX Runtime's Dropout-10 writes another one)");
-  if (!match.has("ratio") && !match.anchor().attribute("seed")) return decline("nothing to drop: the node means the same at opset 10");
+  if (match.has("training_mode")) {  // torch writes a constant false in exported inference graphs
+    const auto training = match.scalar("training_mode");
+    if (!training) return decline("training_mode is not a constant");
+    // Training with a ratio of 0 drops nothing and scales by 1 (torchvision's Swin writes that).
+    const auto ratio = match.has("ratio") ? match.scalar("ratio") : std::optional<double>(0.5);
+    if (*training != 0 && ratio != 0.0) return decline("training_mode is set and the ratio is not a constant 0: the node drops");
+  }
+  if (!match.has("ratio") && !match.has("training_mode") && !match.anchor().attribute("seed")) {
+    return decline("nothing to drop: the node means the same at opset 10");
+  }
   b.output(match.value("output"), b.op("Dropout", {match.value("data")}));
   return built();
 }
@@ -839,7 +848,8 @@ void register_opset_down_builders(BuilderRegistry& registry) {
   registry.add("trilu_as_mask", {.values = {"x", "y"}, .optional_values = {"k"}, .optional_attributes = {"upper"}}, trilu_as_mask);
   registry.add("arg_last_index", {.values = {"data"}, .node_attributes = {"select_last_index", "axis", "keepdims"}},
                arg_last_index);
-  registry.add("dropout_inference", {.values = {"data", "output"}, .optional_values = {"ratio", "mask"}, .node_attributes = {"seed"}},
+  registry.add("dropout_inference",
+               {.values = {"data", "output"}, .optional_values = {"ratio", "training_mode", "mask"}, .node_attributes = {"seed"}},
                dropout_inference);
   registry.add("grid_sample_16_modes", {.values = {"x", "grid", "y"}, .node_attributes = {"mode"}}, grid_sample_16_modes);
   registry.add("gelu_spelled_out", {.values = {"x", "y"}, .optional_attributes = {"approximate"}}, gelu_spelled_out);

@@ -244,6 +244,20 @@ const std::vector<Written> kWritten = {
         u = Trilu (x)
         l = Trilu <upper = 0> (x, k)
       })", {}},
+    // torch writes Dropout's training_mode as a constant: false in inference graphs, and
+    // torchvision's Swin true with a ratio of 0 (nothing dropped, a scale of 1).
+    {"dropout-12-lowering (training_mode written)", 11, R"(
+      <ir_version: 8, opset_import: ["": 14]>
+      g (float[2, 3] x) => (float[2, 3] a, float[2, 3] b) <float r = {0.25}, bool off = {0}, float none = {0.0}, bool on = {1}> {
+        a = Dropout (x, r, off)
+        b, unused = Dropout (x, none, on)
+      })", {}},
+    {"dropout-12-lowering (training_mode written, below 10)", 7, R"(
+      <ir_version: 8, opset_import: ["": 14]>
+      g (float[2, 3] x) => (float[2, 3] a, float[2, 3] b) <float r = {0.25}, bool off = {0}, float none = {0.0}, bool on = {1}> {
+        a = Dropout (x, r, off)
+        b, unused = Dropout (x, none, on)
+      })", {}},
     // LLaMA's causal mask of a length known only at run time: Range to the sizes Shape gives.
     {"trilu-14-lowering (dims known at run time)", 11, R"(
       <ir_version: 8, opset_import: ["": 14]>
@@ -410,7 +424,8 @@ TEST(OpsetDown, ANodeOfATypeTheOlderVersionLacksStaysAbove) {
 
 // Near misses of the nodes above: what really uses the newer meaning stays above, named. A
 // Flatten, Concat, Gather and ReduceMean counting an axis from the back in a rank nobody knows
-// (a Reshape to a shape given at run time), a Gather's negative index below 9,
+// (a Reshape to a shape given at run time), a Gather's negative index below 9, a Dropout in
+// training mode,
 // a pool rounding up (ceil_mode = 1), a Gemm without C, a BatchNormalization writing its running
 // statistics. (With the rank known, negative-axes-11-lowering converts the first four:
 // OpsetDownWritten.)
@@ -436,6 +451,8 @@ TEST(OpsetDown, NodesUsingTheNewerMeaningStayAbove) {
       // A Gather whose indices may be negative below 9, which has no Where to count them from the front.
       {"i = Constant <value = int64[2] {0, -1}> ()\n y = Gather <axis = 1> (x, i)", 8,
        "Gather x1 (main graph) keeps it there as it is: Gather-11 accepts nodes that Gather-8 does not, and this is one"},
+      {"r = Constant <value = float {0.25}> ()\n on = Constant <value = bool {1}> ()\n y = Dropout (x, r, on)", 11,
+       "Dropout x1 (main graph) keeps it there as it is: Dropout-12 changed its meaning"},
       {"y, rm, rv = BatchNormalization <training_mode = 1> (x, x, x, x, x)", 13,
        "BatchNormalization x1 (main graph) keeps it there as it is: BatchNormalization-14 changed its meaning"},
   };
