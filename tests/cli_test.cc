@@ -359,8 +359,27 @@ TEST(Check, NamesTheRulesCoveringEachUnloadableOp) {
   ASSERT_GT(rules.values_size(), 0) << json.out;
   EXPECT_EQ(rules.values(0).struct_value().fields().at("id").string_value(), "mmcv-deform-conv2d-to-deform-conv");
   EXPECT_TRUE(rules.values(0).struct_value().fields().at("serves_target").bool_value());
+  EXPECT_TRUE(rules.values(0).struct_value().fields().at("needs_opset").has_null_value());
+
+  // Under --opset, a rule whose replacement needs more does not cover the node; check says so,
+  // and so does a rewrite that could not rewrite it.
+  const auto limited = run_cli({"check", mmcv.string(), "--opset", "10"});
+  EXPECT_NE(limited.out.find("; only rules needing a higher opset than --opset 10 cover it: mmcv-deform-conv2d-to-deform-conv (ai.onnx 19), "
+                             "mmcv-deform-conv2d-grid-sample (ai.onnx 16), mmcv-deform-conv2d-gather (ai.onnx 11)"),
+            std::string::npos)
+      << limited.out;
+  const auto limited_json = parse_json(run_cli({"check", mmcv.string(), "--opset", "10", "--json"}).out);
+  EXPECT_EQ(limited_json.struct_value().fields().at("result").struct_value().fields().at("unloadable").list_value().values(0)
+                .struct_value().fields().at("rules").list_value().values(0).struct_value().fields().at("needs_opset").number_value(),
+            19);
 
   TempDir dir;
+  const auto rewritten = run_cli({"rewrite", mmcv.string(), "-o", (dir / "out.onnx").string(), "--to-opset", "10"});
+  EXPECT_EQ(rewritten.exit_code, 1) << rewritten.err;
+  EXPECT_NE(rewritten.err.find("; the rules for this op need a higher opset than 10: mmcv-deform-conv2d-to-deform-conv (ai.onnx 19)"),
+            std::string::npos)
+      << rewritten.err;
+
   const auto custom = write_model_text(kUnknownOpModel, dir / "custom.onnx");
   const auto none = run_cli({"check", custom.string()});
   EXPECT_NE(none.out.find("acme.Frobnicate x1 (main graph): domain acme is not loadable by target onnx; no rule covers it"),

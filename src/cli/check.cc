@@ -17,7 +17,7 @@ int check_one(const std::string& input, const std::string& target_name, std::opt
               const RuleSources& sources, const PathGuard& guard, bool json, std::ostream& out, CheckReport& report) {
   const Target& target = find_target(target_name);
   const RuleSet rules = sources.load();
-  const Coverage coverage{rules, target};
+  const Coverage coverage{rules, target, max_opset};
   LoadedModel loaded(input, true, kGraphOnly);
   Model& model = *loaded;
   guard.check_model_data(model, "");
@@ -43,7 +43,7 @@ int check_one(const std::string& input, const std::string& target_name, std::opt
     out << fmt::format("{}: target {}: NOT loadable\n", input, target.name);
     for (const auto& entry : report.unloadable) {
       out << fmt::format("  {} x{} ({}): {}{}\n", op_text(entry), entry.count, entry.place, entry.reason,
-                         coverage_text(rules, entry, target));
+                         coverage_text(coverage, entry));
     }
     for (const auto& problem : report.opset_problems) out << "  " << problem << "\n";
   }

@@ -109,23 +109,32 @@ std::vector<const Rule*> rules_covering(const RuleSet& rules, const Unloadable& 
   return covering;
 }
 
-std::vector<std::string> rules_for_other_targets(const RuleSet& rules, const Unloadable& entry, const Target& target) {
-  std::vector<std::string> hints;
-  for (const Rule* rule : rules_covering(rules, entry)) {
-    if (!rule->serves(target)) hints.push_back(fmt::format("{} (--target {})", rule->id, fmt::join(rule->targets, "|")));
+// The lowest ai.onnx opset the rule's replacement needs, when --opset allows less.
+std::optional<int> opset_above_limit(const Rule& rule, std::optional<int> max_opset) {
+  if (!max_opset) return std::nullopt;
+  for (const auto& range : rule.requires_opsets) {
+    if (range.domain.empty() && range.min > *max_opset) return range.min;
   }
-  return hints;
+  return std::nullopt;
 }
 
 }  // namespace
 
-std::string coverage_text(const RuleSet& rules, const Unloadable& entry, const Target& target) {
-  std::vector<std::string> own;
-  for (const Rule* rule : rules_covering(rules, entry)) {
-    if (rule->serves(target)) own.push_back(rule->id);
+std::string coverage_text(const Coverage& coverage, const Unloadable& entry) {
+  std::vector<std::string> own, above_limit, others;
+  for (const Rule* rule : rules_covering(coverage.rules, entry)) {
+    if (!rule->serves(coverage.target)) {
+      others.push_back(fmt::format("{} (--target {})", rule->id, fmt::join(rule->targets, "|")));
+    } else if (auto needs = opset_above_limit(*rule, coverage.max_opset)) {
+      above_limit.push_back(fmt::format("{} (ai.onnx {})", rule->id, *needs));
+    } else {
+      own.push_back(rule->id);
+    }
   }
-  if (!own.empty()) return fmt::format("; `rewrite --target {}` covers it: {}", target.name, fmt::join(own, ", "));
-  const auto others = rules_for_other_targets(rules, entry, target);
+  if (!own.empty()) return fmt::format("; `rewrite --target {}` covers it: {}", coverage.target.name, fmt::join(own, ", "));
+  if (!above_limit.empty()) {
+    return fmt::format("; only rules needing a higher opset than --opset {} cover it: {}", *coverage.max_opset, fmt::join(above_limit, ", "));
+  }
   if (!others.empty()) return fmt::format("; only rules for another target cover it: {}", fmt::join(others, ", "));
   return "; no rule covers it";
 }
@@ -146,7 +155,12 @@ void write_check_json(JsonWriter& json, const CheckReport& report, const Coverag
       json.key("rules").begin_array();
       for (const Rule* rule : rules_covering(coverage->rules, entry)) {
         json.begin_object().key("id").value(rule->id).key("targets").strings(rule->targets);
-        json.key("serves_target").value(rule->serves(coverage->target)).end_object();
+        json.key("serves_target").value(rule->serves(coverage->target));
+        const auto needs = opset_above_limit(*rule, coverage->max_opset);
+        json.key("needs_opset");
+        if (needs) json.value(*needs);
+        else json.null();
+        json.end_object();
       }
       json.end_array();
     }
@@ -164,15 +178,26 @@ std::string op_text(const Unloadable& entry) {
   return text;
 }
 
-void print_unmet(const Target& target, const CheckReport& report, const RuleSet& rules, std::ostream& err) {
+void print_unmet(const Coverage& coverage, const CheckReport& report, std::ostream& err) {
   int kinds = static_cast<int>(report.unloadable.size());
-  err << fmt::format("onnx-rewrite: target {} not met", target.name);
+  err << fmt::format("onnx-rewrite: target {} not met", coverage.target.name);
   if (kinds) err << fmt::format(": {} kind{} of node it can't load", kinds, kinds == 1 ? "" : "s");
   err << "\n";
   for (const auto& entry : report.unloadable) {
     err << fmt::format("  {} x{} ({}): {}", op_text(entry), entry.count, entry.place, entry.reason);
-    const auto hints = rules_for_other_targets(rules, entry, target);
-    if (!hints.empty()) err << fmt::format("; rules for this op serve another target: {}", fmt::join(hints, ", "));
+    // The rules ran: those serving the target without an opset limit would have rewritten it.
+    std::vector<std::string> above_limit, others;
+    for (const Rule* rule : rules_covering(coverage.rules, entry)) {
+      if (!rule->serves(coverage.target)) {
+        others.push_back(fmt::format("{} (--target {})", rule->id, fmt::join(rule->targets, "|")));
+      } else if (auto needs = opset_above_limit(*rule, coverage.max_opset)) {
+        above_limit.push_back(fmt::format("{} (ai.onnx {})", rule->id, *needs));
+      }
+    }
+    if (!above_limit.empty()) {
+      err << fmt::format("; the rules for this op need a higher opset than {}: {}", *coverage.max_opset, fmt::join(above_limit, ", "));
+    }
+    if (!others.empty()) err << fmt::format("; rules for this op serve another target: {}", fmt::join(others, ", "));
     err << "\n";
   }
   for (const auto& problem : report.opset_problems) err << "  " << problem << "\n";

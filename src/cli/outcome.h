@@ -91,16 +91,18 @@ void print_json_failure(const std::string& input, const std::exception_ptr& erro
 
 // The rules covering what a target can't load, where the caller has them (check does; a rewrite's
 // report says what the rules it ran left).
+// A rule whose replacement needs a higher ai.onnx opset than --opset allows doesn't cover a node.
 struct Coverage {
   const RuleSet& rules;
   const Target& target;
+  std::optional<int> max_opset = std::nullopt;
 };
 void write_check_json(JsonWriter& json, const CheckReport& report, const Coverage* coverage = nullptr);
 // "; rewrite covers it with RULE" / "; no built-in rule covers it": check's answer to "and now?".
-std::string coverage_text(const RuleSet& rules, const Unloadable& entry, const Target& target);
+std::string coverage_text(const Coverage& coverage, const Unloadable& entry);
 std::string op_text(const Unloadable& entry);
 // The nodes a target can't load, on stderr after a rewrite.
-void print_unmet(const Target& target, const CheckReport& report, const RuleSet& rules, std::ostream& err);
+void print_unmet(const Coverage& coverage, const CheckReport& report, std::ostream& err);
 
 // A failed model's error for a line that already names the model: the file only when it is another.
 std::string error_text(const ModelOutcome& outcome);

@@ -119,7 +119,7 @@ int rewrite_one(const RewriteCommand& command, const PathGuard& guard, PendingFi
   if (outcome.verification) print_verification(*outcome.verification, out);
   if (!verified) throw verify_error(*outcome.verification, output, false);
   if (!outcome.check.ok()) {
-    print_unmet(target, outcome.check, rules, err);
+    print_unmet(Coverage{rules, target, command.options.max_opset}, outcome.check, err);
     return static_cast<int>(ExitCode::kTargetNotMet);
   }
   return 0;
