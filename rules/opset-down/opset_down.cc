@@ -134,6 +134,13 @@ BuildResult axes_from_the_front(const BuildContext& match, GraphBuilder& b) {
   const NodeView node = match.anchor();
   const std::string& op = node.op_type();
   Attributes attributes = node.attributes_except();
+  // What these ops took before 11; anything else came later (ArgMax-12's select_last_index).
+  for (const auto& attribute : attributes) {
+    const std::string& name = attribute.name();
+    if (name != "axis" && name != "axes" && name != "keepdims" && name != "split") {
+      return decline(fmt::format("attribute {} is newer than opset 11", name));
+    }
+  }
   const auto rank = counting_rank(match, node, "data", node.attribute_ints("axes").size());
   const auto moved = count_axes_from_the_front(attributes, op, rank);
   if (const auto* why = std::get_if<std::string>(&moved)) return decline(*why);
