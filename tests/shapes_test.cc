@@ -74,6 +74,24 @@ TEST(Shapes, ArgMaxReducesOneAxis) {
   EXPECT_EQ(inferred(graph("float[2, 3, 4] x", "y = ArgMin (x)"), "y"), "[1, 3, 4]");
 }
 
+// Conv and pools: the spatial sizes ONNX Runtime computes (floor, or ceil_mode's rounding up
+// without a last window that would start in the end padding), when the input's sizes, the kernel
+// (kernel_shape, or Conv's weight) and explicit pads are known; fresh symbols (y#2) otherwise.
+TEST(Shapes, ConvAndPoolSpatialSizesFromKnownInputs) {
+  const std::string weight = "float[N, 3, 13, 8] x, float[6, 3, 3, 3] w";
+  EXPECT_EQ(inferred(graph(weight, "y = Conv <pads = [1, 1, 1, 1], strides = [2, 2]> (x, w)"), "y"), "[N, 6, 7, 4]");
+  EXPECT_EQ(inferred(graph(weight, "y = Conv <dilations = [2, 1]> (x, w)"), "y"), "[N, 6, 9, 6]");
+  EXPECT_EQ(inferred(graph("float[1, 2, 8, 13] x", "y = MaxPool <kernel_shape = [3, 3], strides = [2, 2]> (x)"), "y"), "[1, 2, 3, 6]");
+  EXPECT_EQ(inferred(graph("float[1, 2, 8, 13] x", "y = MaxPool <ceil_mode = 1, kernel_shape = [3, 3], strides = [2, 2]> (x)"), "y"),
+            "[1, 2, 4, 6]");
+  // ceil would add a window starting at 8, in the end padding: dropped.
+  EXPECT_EQ(inferred(graph("float[1, 2, 8, 9] x", "y = AveragePool <ceil_mode = 1, kernel_shape = [3, 3], pads = [0, 0, 2, 2], strides = [2, 2]> (x)"), "y"),
+            "[1, 2, 4, 5]");
+  EXPECT_EQ(inferred(graph("float[1, 2, H, 9] x", "y = MaxPool <kernel_shape = [3, 3], strides = [2, 2]> (x)"), "y"), "[1, 2, y#2, 4]");
+  EXPECT_EQ(inferred(graph("float[1, 2, 8, 9] x", "y = MaxPool <auto_pad = \"SAME_UPPER\", kernel_shape = [3, 3]> (x)"), "y"),
+            "[1, 2, y#2, y#3]");
+}
+
 TEST(Shapes, RangeIsOneDimensionalAndCountedWhenItsBoundsAreKnown) {
   // torch's legacy position ids: Range(0, sequence length, 1) of a length known only at run time.
   EXPECT_EQ(inferred(graph("float[2, 7] x", R"(

@@ -580,6 +580,60 @@ BuildResult attribute_at_default_dropped(const BuildContext& match, GraphBuilder
   return built();
 }
 
+// MaxPool / AveragePool <ceil_mode = 1> (10) below 10: with the input's spatial sizes known, the
+// floor-mode pool over more end padding has ONNX Runtime's ceil-mode size (pool_attributes.h:
+// ceil(n / stride) + 1 for n = in + pads - ((kernel - 1) * dilation + 1), one less when the last
+// window would start in the end padding) and the same windows; padding is never picked by
+// MaxPool nor counted by AveragePool with count_include_pad = 0 (the rule's condition).
+BuildResult ceil_mode_as_end_pads(const BuildContext& match, GraphBuilder& b) {
+  const NodeView node = match.anchor();
+  if (const std::string auto_pad = node.attribute_string("auto_pad", "NOTSET"); auto_pad != "NOTSET") {
+    return decline(fmt::format("auto_pad {}: the runtime computes the pads", auto_pad));
+  }
+  const std::vector<int64_t> kernel = node.attribute_ints("kernel_shape");
+  const size_t spatial = kernel.size();
+  const std::vector<int64_t> strides = node.attribute_ints("strides", std::vector<int64_t>(spatial, 1));
+  std::vector<int64_t> pads = node.attribute_ints("pads", std::vector<int64_t>(2 * spatial, 0));
+  const std::vector<int64_t> dilations = node.attribute_ints("dilations", std::vector<int64_t>(spatial, 1));
+  if (spatial == 0 || strides.size() != spatial || pads.size() != 2 * spatial || dilations.size() != spatial) {
+    return decline("kernel_shape, strides, pads and dilations disagree in length");
+  }
+  if (std::any_of(dilations.begin(), dilations.end(), [](int64_t d) { return d != 1; })) {
+    return decline("dilations other than 1, which the pools below opset 10 lack");
+  }
+  const auto dims = match.facts("x").static_dims();
+  if (!dims) return decline("the rank of 'x' is unknown");
+  if (dims->size() != spatial + 2) return decline("kernel_shape does not fit the rank of 'x'");
+  for (size_t i = 0; i < spatial; ++i) {
+    const int64_t in = (*dims)[i + 2];
+    if (in < 0) {
+      return decline(fmt::format("the size of 'x' on axis {} is known only at run time: ceil_mode's extra padding depends on it", i + 2));
+    }
+    const int64_t stride = strides[i];
+    const int64_t span = in + pads[i] + pads[i + spatial] - kernel[i];
+    if (stride <= 0 || kernel[i] <= 0 || span < 0) return decline(fmt::format("the window does not fit axis {}", i + 2));
+    int64_t out = (span + stride - 1) / stride + 1;
+    if ((out - 1) * stride >= in + pads[i]) --out;  // the last window would start in the end padding
+    const int64_t extra = std::max<int64_t>(0, (out - 1) * stride - span);
+    if ((span + extra) / stride + 1 != out) return decline(fmt::format("no end padding gives the ceil-mode size on axis {}", i + 2));
+    if (pads[i + spatial] + extra >= kernel[i]) {
+      return decline(fmt::format("the end padding on axis {} would reach the kernel size, which ONNX Runtime refuses", i + 2));
+    }
+    pads[i + spatial] += extra;
+  }
+  const std::vector<Value> node_outputs = node.outputs();
+  const bool indices = node_outputs.size() > 1 && !node_outputs[1].absent();
+  if ((indices || node.has_attribute("storage_order")) && b.opset() < 8) {
+    return decline("MaxPool-8 added the Indices output and storage_order");
+  }
+  Attributes attributes = node.attributes_except({"ceil_mode", "pads", "dilations"});
+  attributes.push_back(attr("pads", pads));
+  const auto outputs = b.op_outputs(node.op_type(), {match.value("x")}, indices ? 2 : 1, attributes);
+  b.output(node_outputs[0], outputs[0]);
+  if (indices) b.output(node_outputs[1], outputs[1]);
+  return built();
+}
+
 BuildResult arg_last_index(const BuildContext& match, GraphBuilder& b) {
   const NodeView node = match.anchor();
   if (node.attribute_int("select_last_index", 0) == 0) {
@@ -864,6 +918,10 @@ void register_opset_down_builders(BuilderRegistry& registry) {
                                         .optional_attributes = {"training_mode"}},
                operands_of_one_type);
   registry.add("attribute_at_default_dropped", {.values = {"y"}, .attributes = {"dropped"}}, attribute_at_default_dropped);
+  registry.add("ceil_mode_as_end_pads",
+               {.values = {"x", "y"},
+                .node_attributes = {"auto_pad", "kernel_shape", "strides", "pads", "dilations", "storage_order", "ceil_mode"}},
+               ceil_mode_as_end_pads);
   registry.add("center_crop_pad", {.values = {"x", "shape", "y"}, .node_attributes = {"axes"}}, center_crop_pad);
   registry.add("integer_max_min", {.values = {"a", "b", "y"}}, integer_max_min);
   registry.add("swish_as_sigmoid", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, swish_as_sigmoid);

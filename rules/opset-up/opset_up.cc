@@ -6,6 +6,7 @@
 //   Squeeze / Unsqueeze axes, Split split, Slice starts/ends/axes, TopK k, Clip min/max, Pad
 //   pads/value) rebuilt with the input; the node's other attributes and outputs stay.
 // - coerced_softmax_raised: Softmax/LogSoftmax/Hardmax before 13 (2-D coercion) at 13.
+// - upsample_as_resize: Upsample-7/9 (deprecated at 10) as the Resize of the opset built for.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -97,6 +98,32 @@ BuildResult coerced_softmax_raised(const BuildContext& match, GraphBuilder& b) {
   return built();
 }
 
+// Upsample-7 (scales an attribute) and Upsample-9 (an input) as Resize. ONNX Runtime's Upsample
+// and Resize-10 map an output index to out / scale ("asymmetric") and, nearest, truncate it:
+// floor, as Upsample's scales are >= 1. Resize-11 added those choices with other defaults
+// (half_pixel, round_prefer_floor), so from 11 they are written; roi is an empty tensor at 11 and
+// 12, absent from 13 (where it became optional).
+BuildResult upsample_as_resize(const BuildContext& match, GraphBuilder& b) {
+  const NodeView node = match.anchor();
+  const std::string mode = match.attribute_string("mode", "nearest");
+  Value scales = match.has("scales") ? match.value("scales") : Value{};
+  if (scales.absent()) {  // Upsample-7
+    const onnx::AttributeProto* attribute = node.attribute("scales");
+    if (!attribute || attribute->floats_size() == 0) return decline("no scales: neither an input nor an attribute");
+    scales = b.floats({attribute->floats().begin(), attribute->floats().end()});
+  }
+  const Value& x = match.value("x");
+  if (b.opset() < 11) {
+    b.output(match.value("y"), b.op("Resize", {x, scales}, {attr("mode", mode)}));
+    return built();
+  }
+  Attributes attributes{attr("coordinate_transformation_mode", "asymmetric"), attr("mode", mode)};
+  if (mode == "nearest") attributes.push_back(attr("nearest_mode", "floor"));
+  const Value roi = b.opset() < 13 ? b.floats({}) : Value{};
+  b.output(match.value("y"), b.op("Resize", {x, roi, scales}, attributes));
+  return built();
+}
+
 }  // namespace
 
 void register_opset_up_builders(BuilderRegistry& registry) {
@@ -106,6 +133,9 @@ void register_opset_up_builders(BuilderRegistry& registry) {
                 .node_attributes = {"axes", "split", "k", "starts", "ends", "min", "max", "pads", "value"}},
                attributes_as_inputs);
   registry.add("coerced_softmax_raised", {.values = {"x", "y"}, .optional_attributes = {"axis"}}, coerced_softmax_raised);
+  registry.add("upsample_as_resize",
+               {.values = {"x", "y"}, .optional_values = {"scales"}, .optional_attributes = {"mode"}, .node_attributes = {"scales"}},
+               upsample_as_resize);
 }
 
 }  // namespace onnx_rewrite

@@ -1,5 +1,9 @@
 // `--to-opset N` (docs/cli.md): a model converted to exactly opset N, up here (down is
 // rules/opset-down's), imports N and computes in ONNX Runtime what the original computes.
+#include <algorithm>
+#include <tuple>
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "test_support.h"
@@ -107,16 +111,148 @@ TEST(ToOpset, ANodeOfATypeOnlyTheNewerVersionHasIsRaisedAsItIs) {
 TEST(ToOpset, ANodeWithoutAnAdapterIsNamed) {
   TempDir dir;
   const auto original = write_model_text(R"(
-    <ir_version: 4, opset_import: ["": 9]>
-    g (float[1, 1, 2, 2] x) => (float[1, 1, 4, 4] y) <float[4] scales = {1.0, 1.0, 2.0, 2.0}> {
-      y = Upsample <mode = "nearest"> (x, scales)
+    <ir_version: 5, opset_import: ["": 10]>
+    g (float[3, 4] x) => (float[3, 4] y) <int64[1, 2] i = {1, 2}, float[1, 2] u = {5.0, 6.0}> {
+      y = Scatter <axis = 1> (x, i, u)
     })", dir / "original.onnx");
-  const auto result = run_cli({"rewrite", original.string(), "-o", (dir / "out.onnx").string(), "--to-opset", "10"});
+  const auto result = run_cli({"rewrite", original.string(), "-o", (dir / "out.onnx").string(), "--to-opset", "13"});
   EXPECT_EQ(result.exit_code, 1);
-  EXPECT_NE(result.err.find("the model imports ai.onnx opset 9, below --to-opset 10"), std::string::npos) << result.err;
-  EXPECT_NE(result.err.find("Upsample x1 (main graph) keeps it there as it is: Upsample does not exist at opset 10"), std::string::npos)
+  EXPECT_NE(result.err.find("the model imports ai.onnx opset 10, below --to-opset 13"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("Scatter x1 (main graph) keeps it there as it is: Scatter does not exist at opset 13"), std::string::npos)
       << result.err;
+  EXPECT_EQ(opset_import(read_model(dir / "out.onnx"), ""), 10);
+}
+
+// Upsample-7 (scales an attribute) and Upsample-9 (an input), nearest and linear, integer and
+// fractional scales, as the Resize of each opset from 10: the same numbers in ONNX Runtime.
+struct Upsampled {
+  std::string name;
+  int opset;       // the model's: 7 or 9
+  std::string mode;
+  std::string x_type;
+  std::string scales;  // a float list
+  std::string y_type;
+};
+
+int count_op(const onnx::ModelProto& model, const std::string& op) {
+  return static_cast<int>(std::count_if(model.graph().node().begin(), model.graph().node().end(),
+                                        [&](const onnx::NodeProto& node) { return node.op_type() == op; }));
+}
+
+std::string upsample_model(const Upsampled& u) {
+  if (u.opset == 7) {
+    return fmt::format(R"(
+      <ir_version: 3, opset_import: ["": 7]>
+      g ({} x) => ({} y) {{
+        y = Upsample <mode = "{}", scales = [{}]> (x)
+      }})", u.x_type, u.y_type, u.mode, u.scales);
+  }
+  const size_t rank = static_cast<size_t>(std::count(u.scales.begin(), u.scales.end(), ',') + 1);
+  return fmt::format(R"(
+      <ir_version: 4, opset_import: ["": 9]>
+      g ({} x) => ({} y) <float[{}] scales = {{{}}}> {{
+        y = Upsample <mode = "{}"> (x, scales)
+      }})", u.x_type, u.y_type, rank, u.scales, u.mode);
+}
+
+const std::vector<Upsampled> kUpsampled = {
+    {"nearest_9_by_2", 9, "nearest", "float[1, 2, 5, 7]", "1.0, 1.0, 2.0, 2.0", "float[1, 2, 10, 14]"},
+    {"nearest_9_by_1_5_and_2_5", 9, "nearest", "float[2, 3, 5, 7]", "1.0, 1.0, 1.5, 2.5", "float[2, 3, 7, 17]"},
+    // floor(out / 1.7) and Resize-11's default round(half_pixel) part at out = 5: 2 and 3.
+    {"nearest_9_by_1_7_and_2_7", 9, "nearest", "float[2, 3, 5, 7]", "1.0, 1.0, 1.7, 2.7", "float[2, 3, 8, 18]"},
+    {"nearest_9_by_3_every_axis", 9, "nearest", "float[1, 2, 3, 4]", "2.0, 1.0, 3.0, 3.0", "float[2, 2, 9, 12]"},
+    {"nearest_9_rank_3", 9, "nearest", "float[2, 5, 3]", "1.0, 1.5, 3.0", "float[2, 7, 9]"},
+    {"linear_9_by_2", 9, "linear", "float[1, 2, 5, 7]", "1.0, 1.0, 2.0, 2.0", "float[1, 2, 10, 14]"},
+    {"linear_9_by_1_5_and_2_5", 9, "linear", "float[2, 3, 5, 7]", "1.0, 1.0, 1.5, 2.5", "float[2, 3, 7, 17]"},
+    {"linear_9_by_3", 9, "linear", "float[1, 2, 3, 4]", "1.0, 1.0, 3.0, 3.0", "float[1, 2, 9, 12]"},
+    {"linear_9_rank_2", 9, "linear", "float[5, 7]", "1.5, 3.0", "float[7, 21]"},
+    {"nearest_7_by_1_5", 7, "nearest", "float[1, 2, 5, 7]", "1.0, 1.0, 1.5, 1.5", "float[1, 2, 7, 10]"},
+    {"nearest_7_by_3", 7, "nearest", "float[1, 2, 3, 4]", "1.0, 1.0, 3.0, 3.0", "float[1, 2, 9, 12]"},
+    {"linear_7_by_1_5_and_2_5", 7, "linear", "float[1, 2, 5, 7]", "1.0, 1.0, 1.5, 2.5", "float[1, 2, 7, 17]"},
+    {"linear_7_by_2", 7, "linear", "float[1, 2, 5, 7]", "1.0, 1.0, 2.0, 2.0", "float[1, 2, 10, 14]"},
+};
+
+class UpsampleAsResize : public ::testing::TestWithParam<std::tuple<Upsampled, int>> {};
+
+TEST_P(UpsampleAsResize, ComputesWhatUpsampleComputes) {
+  const auto& [upsampled, opset] = GetParam();
+  TempDir dir;
+  const auto original = write_model_text(upsample_model(upsampled), dir / "original.onnx");
+  const auto result = run_cli({"rewrite", original.string(), "-o", (dir / "raised.onnx").string(), "--to-opset",
+                               std::to_string(opset)});
+  ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
+  EXPECT_NE(result.out.find("upsample-as-resize-10-raising: 1 match"), std::string::npos) << result.out;
+  const auto model = read_model(dir / "raised.onnx");
+  EXPECT_EQ(opset_import(model, ""), opset);
+  EXPECT_EQ(count_op(model, "Resize"), 1);
+  EXPECT_EQ(count_op(model, "Upsample"), 0);
+  const auto check = run_cli({"check", (dir / "raised.onnx").string(), "--opset", std::to_string(opset)});
+  EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
+  const auto comparison = ort_compare(original, dir / "raised.onnx", {"--trials", "3", "--rtol", "1e-6", "--atol", "1e-6"});
+  EXPECT_TRUE(comparison.ok) << comparison.output;
+  report_numbers(fmt::format("{} at {}", upsampled.name, opset), comparison);
+}
+
+INSTANTIATE_TEST_SUITE_P(Upsample, UpsampleAsResize,
+                         ::testing::Combine(::testing::ValuesIn(kUpsampled), ::testing::Values(10, 11, 13, 18, 21)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name + "_to_" + std::to_string(std::get<1>(info.param));
+                         });
+
+// Written with Resize-11's defaults (half_pixel, round_prefer_floor), the same node computes
+// something else: the comparison above can tell. (Nearest agrees with floor at integer scales
+// and at 1.5 or 2.5; at 1.7 it does not.)
+TEST(UpsampleAsResize, ResizeWithItsOwnDefaultsDiffers) {
+  TempDir dir;
+  for (const char* mode : {"nearest", "linear"}) {
+    const auto wrong = write_model_text(fmt::format(R"(
+      <ir_version: 7, opset_import: ["": 13]>
+      g (float[2, 3, 5, 7] x) => (float[2, 3, 8, 18] y) <float[4] scales = {{1.0, 1.0, 1.7, 2.7}}> {{
+        y = Resize <mode = "{}"> (x, , scales)
+      }})", mode), dir / "wrong.onnx");
+    const auto reference = write_model_text(upsample_model({"", 9, mode, "float[2, 3, 5, 7]", "1.0, 1.0, 1.7, 2.7", "float[2, 3, 8, 18]"}),
+                                            dir / "reference.onnx");
+    EXPECT_FALSE(ort_compare(reference, wrong, {}).ok) << mode;
+  }
+}
+
+// Upsample scales computed at run time (torch's F.interpolate at opset 9 writes them so) go to
+// Resize as they are.
+TEST(UpsampleAsResize, ScalesComputedAtRunTime) {
+  TempDir dir;
+  const auto original = write_model_text(R"(
+    <ir_version: 4, opset_import: ["": 9]>
+    g (float[1, 2, 4, 6] x) => (float[1, 2, 8, 9] y) <float[2] ones = {1.0, 1.0}, float[2] hw = {1.0, 0.75}, float two = {2.0}> {
+      s = Mul (hw, two)
+      scales = Concat <axis = 0> (ones, s)
+      y = Upsample <mode = "linear"> (x, scales)
+    })", dir / "original.onnx");
+  for (int opset : {10, 13}) {
+    const auto raised = dir / fmt::format("raised{}.onnx", opset);
+    const auto result = run_cli({"rewrite", original.string(), "-o", raised.string(), "--to-opset", std::to_string(opset)});
+    ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
+    EXPECT_EQ(opset_import(read_model(raised), ""), opset);
+    const auto comparison = ort_compare(original, raised, {});
+    EXPECT_TRUE(comparison.ok) << comparison.output;
+  }
+}
+
+// A mode Resize-10 lacks (ONNX Runtime's Upsample also runs "cubic") is declined with the reason,
+// and the model stays at its opset.
+TEST(UpsampleAsResize, CubicIsDeclined) {
+  TempDir dir;
+  const auto original = write_model_text(R"(
+    <ir_version: 4, opset_import: ["": 9]>
+    g (float[1, 1, 4, 4] x) => (float[1, 1, 8, 8] y) <float[4] scales = {1.0, 1.0, 2.0, 2.0}> {
+      y = Upsample <mode = "cubic"> (x, scales)
+    })", dir / "original.onnx");
+  const auto result = run_cli({"rewrite", original.string(), "-o", (dir / "out.onnx").string(), "--to-opset", "13"});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("Upsample does not exist at opset 13"), std::string::npos) << result.err;
   EXPECT_EQ(opset_import(read_model(dir / "out.onnx"), ""), 9);
+  const auto explained = run_cli({"rewrite", original.string(), "--dry-run", "--to-opset", "13", "--explain", "Upsample"});
+  EXPECT_NE((explained.out + explained.err).find("upsample-as-resize-10-raising"), std::string::npos) << explained.out << explained.err;
+  EXPECT_NE((explained.out + explained.err).find("cubic"), std::string::npos) << explained.out << explained.err;
 }
 
 // Down, it lowers as --opset does; the two options exclude each other.

@@ -397,6 +397,7 @@ class ShapeInference::Worker {
       result.shape = Dims{fresh(out, 0), fresh(out, 1)};
     } else if (kSpatial.count(op)) {
       infer_spatial(node, first, result);
+      if (op == "Conv" || op == "MaxPool" || op == "AveragePool" || op == "LpPool") infer_window_sizes(node, first, result);
     } else if (op == "Split") {
       infer_split(node, first, outputs);
     } else if (op == "Pad") {
@@ -532,6 +533,44 @@ class ShapeInference::Worker {
     }
     if (op == "ConvInteger") result.elem_type = onnx::TensorProto::INT32;
     result.shape = std::move(dims);
+  }
+
+  // The spatial sizes of a Conv or pool whose input sizes, kernel and explicit pads are known, as
+  // ONNX Runtime computes them (pool_attributes.h, conv_attributes.h): floor((n - 1) / stride) + 1
+  // for n = in + pads - ((kernel - 1) * dilation + 1) + 1; with ceil_mode, ceil, and one less
+  // when the last window would start in the end padding. auto_pad other than NOTSET: unknown.
+  void infer_window_sizes(const onnx::NodeProto& node, const ShapeFacts& x, ShapeFacts& result) {
+    if (!x.shape || x.shape->size() < 3 || !result.shape) return;
+    const size_t spatial = x.shape->size() - 2;
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == "auto_pad" && !attribute.s().empty() && attribute.s() != "NOTSET") return;
+    }
+    std::vector<int64_t> kernel = ints_attribute(node, "kernel_shape").value_or(std::vector<int64_t>{});
+    if (kernel.empty() && node.op_type() == "Conv") {  // the weight's [M, C/group, k...]
+      const ShapeFacts& weight = input(node, 1);
+      if (!weight.shape || weight.shape->size() != spatial + 2) return;
+      for (size_t axis = 2; axis < weight.shape->size(); ++axis) {
+        if (!(*weight.shape)[axis].known()) return;
+        kernel.push_back(*(*weight.shape)[axis].number);
+      }
+    }
+    const auto strides = ints_attribute(node, "strides").value_or(std::vector<int64_t>(spatial, 1));
+    const auto pads = ints_attribute(node, "pads").value_or(std::vector<int64_t>(2 * spatial, 0));
+    const auto dilations = ints_attribute(node, "dilations").value_or(std::vector<int64_t>(spatial, 1));
+    if (kernel.size() != spatial || strides.size() != spatial || pads.size() != 2 * spatial || dilations.size() != spatial) return;
+    const bool ceil_mode = node.op_type() != "Conv" && int_attribute(node, "ceil_mode").value_or(0) == 1;
+    for (size_t axis = 0; axis < spatial; ++axis) {
+      const Dim& in = (*x.shape)[axis + 2];
+      if (!in.known() || *in.number < 0 || strides[axis] <= 0 || kernel[axis] <= 0 || dilations[axis] <= 0) continue;
+      const int64_t span = *in.number + pads[axis] + pads[axis + spatial] - ((kernel[axis] - 1) * dilations[axis] + 1);
+      if (span < 0) continue;
+      int64_t out = span / strides[axis] + 1;
+      if (ceil_mode) {
+        out = (span + strides[axis] - 1) / strides[axis] + 1;
+        if ((out - 1) * strides[axis] >= *in.number + pads[axis]) --out;
+      }
+      (*result.shape)[axis + 2] = Dim::of(out);
+    }
   }
 
   void infer_gemm(const onnx::NodeProto& node, const ShapeFacts& a, const ShapeFacts& b, const std::string& out,
