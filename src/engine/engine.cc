@@ -634,7 +634,10 @@ class Run {
     const std::string reason = build(rule, match, builder);
     if (!reason.empty()) {
       if (explain) say(candidate, "matched, but declined: " + reason);
-      if (lowers_opset(scope, rule)) lowering_declines_.try_emplace(describe_node(*match.anchor), rule.id, reason);
+      // Only a node that stops the lowering is worth a note (one that means the same below is not).
+      if (lowers_opset(scope, rule) && !policy_.keeps_meaning(scope, *match.anchor)) {
+        lowering_declines_.try_emplace(describe_node(*match.anchor), rule.id, reason);
+      }
       return false;
     }
     builder.prune();

@@ -149,6 +149,17 @@ bool OpsetPolicy::ruled_out(Owner owner, const std::vector<VersionRange>& requir
   });
 }
 
+bool OpsetPolicy::keeps_meaning(const Scope& scope, const onnx::NodeProto& node) const {
+  const std::pair<Owner, std::string> key{owner_of(scope), normalize_domain(node.domain())};
+  auto original = original_.find(key);
+  const int decided = effective(key);
+  if (original == original_.end() || decided == 0 || decided == original->second) return true;
+  const OpTable* table = OpRegistry::builtin().table(key.second);
+  if (!table) return false;
+  const OpTable::ConstantOf constant = [&](const std::string& name) { return scope.constant_tensor(name); };
+  return !table->move_blocker(node, original->second, decided, model_types_, constant);
+}
+
 int OpsetPolicy::built_version(const Scope& scope, const std::string& domain) const {
   const auto version = current_version(owner_of(scope), normalize_domain(domain));
   const int* known = std::get_if<int>(&version);

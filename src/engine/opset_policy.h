@@ -61,6 +61,10 @@ class OpsetPolicy {
   // Whether a raise in `scope` waits for the next round (its graph or function changed in this one).
   bool deferred(const Scope& scope) const { return rewritten_owners_.count(owner_of(scope)) != 0; }
 
+  // Whether `node` of `scope` means the same at the import version decided for its domain as at
+  // the original one (so a lowering rule that left it stops nothing).
+  bool keeps_meaning(const Scope& scope, const onnx::NodeProto& node) const;
+
   // Writes the decided versions into the imports and drops imports of custom domains that no
   // node uses any more. Returns why a lowering is impossible (then nothing was written).
   std::optional<std::string> apply(const NodeSet& created,
