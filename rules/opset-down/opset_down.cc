@@ -16,6 +16,7 @@
 // - shape_slice, cast_like_as_cast, constant_value_tensor, resize_with_empty_inputs,
 //   grid_sample_16_modes, arg_last_index, dropout_inference: newer spellings in older ones.
 // - center_crop_pad: CenterCropPad-18 as Pad and Slice with centred offsets.
+// - range_as_loop: Range-11 as the Loop of its function body.
 // - integer_max_min: Max/Min-12 of two integers as Where over Greater/Less (narrow ones in int64).
 // - cosine_window: Hann/Hamming/Blackman windows as Range and Cos.
 // - widened_integer_arithmetic: Add/Sub/Mul/Div of 8- and 16-bit integers computed in int64.
@@ -25,6 +26,7 @@
 // - trilu_as_mask, gelu_spelled_out, celu_as_elu, swish_as_sigmoid: newer ops in older ones,
 //   constants of x's type.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -146,8 +148,7 @@ BuildResult axes_from_the_front(const BuildContext& match, GraphBuilder& b) {
   if (const auto* why = std::get_if<std::string>(&moved)) return decline(*why);
   std::vector<Value> inputs = node.inputs();
   bool indices_moved = false;
-  if (op == "Slice") {  // Slice-10 takes its axes as an input
-    if (b.opset() < 10) return decline("Slice below 10 takes attributes (slice-inputs-10-lowering)");
+  if (op == "Slice") {  // Slice-10 takes its axes as an input (below 10: slice-inputs-10-lowering)
     const auto axes = match.has("axes") ? match.constant("axes") : std::nullopt;
     if (!axes) return decline("the axes are not a constant");
     std::vector<int64_t> from_front = axes->ints();
@@ -559,6 +560,60 @@ BuildResult trilu_as_mask(const BuildContext& match, GraphBuilder& b) {
   return built();
 }
 
+// Range-11 as its ONNX function body, for runtimes below 11: a Loop of ceil((limit - start) /
+// delta) iterations (none when negative) that emits each value before adding delta. delta is a
+// loop-carried value, so the body reads nothing from outside. The count is computed in double.
+BuildResult range_as_loop(const BuildContext& match, GraphBuilder& b) {
+  const int32_t type = match.element_type({"start", "limit", "delta"});
+  const bool supported = type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::DOUBLE ||
+                         type == onnx::TensorProto::INT32 || type == onnx::TensorProto::INT64;
+  if (!supported) return decline("an element type other than float, double, int32 or int64 (Sub below 14 lacks int16)");
+  const Value start = match.value("start");
+  const Value delta = match.value("delta");
+  const Value span = b.Cast(b.Sub(match.value("limit"), start), onnx::TensorProto::DOUBLE);
+  const Value steps = b.Relu(b.op("Ceil", {b.Div(span, b.Cast(delta, onnx::TensorProto::DOUBLE))}));
+  const Value trip_count = b.Cast(steps, onnx::TensorProto::INT64);
+  const Value keep_going = b.Cast(steps, onnx::TensorProto::BOOL);
+  // The body's values, named after the trip count (a fresh name of the model), in letters, digits
+  // and '_' (as ONNX text writes names).
+  std::string prefix = trip_count.name;
+  for (char& c : prefix) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  auto named = [&](const char* suffix) { return prefix + "_" + suffix; };
+  onnx::GraphProto body;
+  body.set_name(named("range_body"));
+  auto declare = [&](google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* infos, const std::string& name, int32_t element) {
+    auto* info = infos->Add();  // every value of the body is a scalar
+    info->set_name(name);
+    auto* tensor = info->mutable_type()->mutable_tensor_type();
+    tensor->set_elem_type(element);
+    tensor->mutable_shape();
+  };
+  declare(body.mutable_input(), named("i"), onnx::TensorProto::INT64);
+  declare(body.mutable_input(), named("cond_in"), onnx::TensorProto::BOOL);
+  declare(body.mutable_input(), named("previous"), type);
+  declare(body.mutable_input(), named("step"), type);
+  auto add_node = [&](const char* op, std::vector<std::string> inputs, const std::string& output) {
+    auto* node = body.add_node();
+    node->set_op_type(op);
+    node->set_name(output);
+    for (auto& input : inputs) node->add_input(input);
+    node->add_output(output);
+  };
+  add_node("Identity", {named("cond_in")}, named("cond_out"));
+  add_node("Add", {named("previous"), named("step")}, named("current"));
+  add_node("Identity", {named("step")}, named("step_out"));
+  add_node("Identity", {named("previous")}, named("value"));
+  declare(body.mutable_output(), named("cond_out"), onnx::TensorProto::BOOL);
+  declare(body.mutable_output(), named("current"), type);
+  declare(body.mutable_output(), named("step_out"), type);
+  declare(body.mutable_output(), named("value"), type);
+  const auto outputs = b.op_outputs("Loop", {trip_count, keep_going, start, delta}, 3, {attr("body", body)});
+  b.output(match.value("y"), outputs[2]);
+  return built();
+}
+
 // ArgMax/ArgMin-12 <select_last_index = 1>: the first index in the reversed axis, counted back.
 // The node as it is but for one attribute: inputs (absent ones too) and outputs in their places.
 void node_without_attribute(const NodeView& node, std::string_view dropped, GraphBuilder& b) {
@@ -907,6 +962,7 @@ void register_opset_down_builders(BuilderRegistry& registry) {
                resize_with_empty_inputs);
   registry.add("constant_as_initializer", {.values = {"y"}}, constant_as_initializer);
   registry.add("trilu_as_mask", {.values = {"x", "y"}, .optional_values = {"k"}, .optional_attributes = {"upper"}}, trilu_as_mask);
+  registry.add("range_as_loop", {.values = {"start", "limit", "delta", "y"}}, range_as_loop);
   registry.add("arg_last_index", {.values = {"data"}, .node_attributes = {"select_last_index", "axis", "keepdims"}},
                arg_last_index);
   registry.add("dropout_inference",

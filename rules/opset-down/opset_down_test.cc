@@ -258,6 +258,24 @@ const std::vector<Written> kWritten = {
         a = Dropout (x, r, off)
         b, unused = Dropout (x, none, on)
       })", {}},
+    // torch writes Range for position ids and masks: counts from run-time limits (0 gives an
+    // empty range), negative and fractional steps, each type Range takes below 14.
+    {"range-11-lowering", 10, R"(
+      <ir_version: 7, opset_import: ["": 11]>
+      g (int64 n, int32 m) => (int64[A] a, int32[B] b, float[C] c, double[D] d, int64[E] e)
+        <int64 zero = {0}, int64 one = {1}, int32 three = {3}, int32 minus_two = {-2}, float start = {0.5}, float stop = {-2.2},
+         float down = {-0.3}, double low = {1.25}, double high = {4.0}, double quarter = {0.25}, int64 two = {2}> {
+        a = Range (zero, n, one)
+        b = Range (m, minus_two, minus_two)
+        c = Range (start, stop, down)
+        d = Range (low, high, quarter)
+        e = Range (n, zero, two)
+      })", {"--range", "n=0,12", "--range", "m=-3,9"}},
+    {"range-11-lowering (below 10)", 9, R"(
+      <ir_version: 7, opset_import: ["": 11]>
+      g (int64 n) => (int64[A] a) <int64 zero = {0}, int64 one = {1}> {
+        a = Range (zero, n, one)
+      })", {"--range", "n=0,12"}},
     // LLaMA's causal mask of a length known only at run time: Range to the sizes Shape gives.
     {"trilu-14-lowering (dims known at run time)", 11, R"(
       <ir_version: 8, opset_import: ["": 14]>
