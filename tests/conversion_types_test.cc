@@ -116,13 +116,8 @@ TEST_P(ConversionTypes, AnOutputWrittenRunsInOrtAndComputesTheSame) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Rules, ConversionTypes, ::testing::ValuesIn(conversion_rules()), [](const auto& info) {
-  std::string name = info.param;
-  for (char& c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return name;
-});
+INSTANTIATE_TEST_SUITE_P(Rules, ConversionTypes, ::testing::ValuesIn(conversion_rules()),
+                         [](const auto& info) { return test_name(info.param); });
 
 }  // namespace
 }  // namespace onnx_rewrite

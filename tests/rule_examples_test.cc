@@ -66,13 +66,7 @@ TEST(BuiltinRules, AreInTheOrderLoadingTheirFilesOneAfterAnotherGives) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Builtin, RuleExample, ::testing::ValuesIn(rule_ids()),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return name;
-                         });
+                         [](const auto& info) { return test_name(info.param); });
 
 }  // namespace
 }  // namespace onnx_rewrite

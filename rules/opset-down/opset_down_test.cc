@@ -91,11 +91,7 @@ TEST_P(OpsetDown, ConformanceCasesKeepTheirOutputsBelowTheStep) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Adapters, OpsetDown, ::testing::ValuesIn(kAdapted), [](const auto& info) {
-  std::string name = fmt::format("{}_opset{}", info.param.adapter.substr(0, info.param.adapter.find(' ')), info.param.opset);
-  for (char& c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return name + "_" + std::to_string(info.index);
+  return test_name(fmt::format("{}_opset{}_{}", info.param.adapter.substr(0, info.param.adapter.find(' ')), info.param.opset, info.index));
 });
 
 // Adapters whose conformance cases don't exercise them: axes, sizes and bounds fed as graph inputs
@@ -108,6 +104,30 @@ struct Written {
   std::string model;
   std::vector<std::string> compare_options;
 };
+
+// torch's attention and embeddings as they count axes and ids (negative-axes-11-lowering):
+// ids in [-2, 1], int32 indices in [-4, 3].
+const std::string kNegativeAxes = R"(
+      <ir_version: 8, opset_import: ["": 14]>
+      g (float[2, 3, 4] x, int64[5] ids, int32[2, 2] small)
+        => (float[2, 3, 4, 1] u, float[2, 3, 4] s, float[2, 3, 1] m, float[2, 3, 1] r, float[2, 3, 4] sm, float[2, 6, 4] c,
+            float[6, 4] f, int64[2, 3, 1] a, float[5, 3, 4] g, float[2, 3, 2, 2] h, float[2, 3, 2] p, float[2, 3, 2] q,
+            float[2, 3, 2] sl)
+        <int64[1] last = {-1}, int64[2] halves = {2, 2}, int64[1] start = {1}, int64[1] end = {3}> {
+        u = Unsqueeze (x, last)
+        s = Squeeze (u, last)
+        m = ReduceMean <axes = [-1]> (s)
+        r = ReduceSum (x, last)
+        sm = Softmax <axis = -1> (x)
+        c = Concat <axis = -2> (x, x)
+        f = Flatten <axis = -1> (x)
+        a = ArgMax <axis = -1> (x)
+        g = Gather <axis = 0> (x, ids)
+        h = Gather <axis = -1> (x, small)
+        p, q = Split <axis = -1> (x, halves)
+        sl = Slice (x, start, end, last)
+      })";
+const std::vector<std::string> kNegativeAxesRanges = {"--range", "ids=-2,1", "--range", "small=-4,3"};
 
 const std::vector<Written> kWritten = {
     {"reduce-axes-input-18-lowering", 17, R"(
@@ -352,46 +372,8 @@ const std::vector<Written> kWritten = {
     // torch writes axes counting from the back (Unsqueeze, Softmax, ReduceMean over -1) and
     // embedding lookups whose ids may be negative: below 11 they count from the front, from the
     // rank, and ids i < 0 become i + size.
-    {"negative-axes-11-lowering and the input-to-attribute lowerings", 9, R"(
-      <ir_version: 8, opset_import: ["": 14]>
-      g (float[2, 3, 4] x, int64[5] ids, int32[2, 2] small)
-        => (float[2, 3, 4, 1] u, float[2, 3, 4] s, float[2, 3, 1] m, float[2, 3, 1] r, float[2, 3, 4] sm, float[2, 6, 4] c,
-            float[6, 4] f, int64[2, 3, 1] a, float[5, 3, 4] g, float[2, 3, 2, 2] h, float[2, 3, 2] p, float[2, 3, 2] q,
-            float[2, 3, 2] sl)
-        <int64[1] last = {-1}, int64[2] halves = {2, 2}, int64[1] start = {1}, int64[1] end = {3}> {
-        u = Unsqueeze (x, last)
-        s = Squeeze (u, last)
-        m = ReduceMean <axes = [-1]> (s)
-        r = ReduceSum (x, last)
-        sm = Softmax <axis = -1> (x)
-        c = Concat <axis = -2> (x, x)
-        f = Flatten <axis = -1> (x)
-        a = ArgMax <axis = -1> (x)
-        g = Gather <axis = 0> (x, ids)
-        h = Gather <axis = -1> (x, small)
-        p, q = Split <axis = -1> (x, halves)
-        sl = Slice (x, start, end, last)
-      })", {"--range", "ids=-2,1", "--range", "small=-4,3"}},
-    {"negative-axes-11-lowering (Slice-10's axes input)", 10, R"(
-      <ir_version: 8, opset_import: ["": 14]>
-      g (float[2, 3, 4] x, int64[5] ids, int32[2, 2] small)
-        => (float[2, 3, 4, 1] u, float[2, 3, 4] s, float[2, 3, 1] m, float[2, 3, 1] r, float[2, 3, 4] sm, float[2, 6, 4] c,
-            float[6, 4] f, int64[2, 3, 1] a, float[5, 3, 4] g, float[2, 3, 2, 2] h, float[2, 3, 2] p, float[2, 3, 2] q,
-            float[2, 3, 2] sl)
-        <int64[1] last = {-1}, int64[2] halves = {2, 2}, int64[1] start = {1}, int64[1] end = {3}> {
-        u = Unsqueeze (x, last)
-        s = Squeeze (u, last)
-        m = ReduceMean <axes = [-1]> (s)
-        r = ReduceSum (x, last)
-        sm = Softmax <axis = -1> (x)
-        c = Concat <axis = -2> (x, x)
-        f = Flatten <axis = -1> (x)
-        a = ArgMax <axis = -1> (x)
-        g = Gather <axis = 0> (x, ids)
-        h = Gather <axis = -1> (x, small)
-        p, q = Split <axis = -1> (x, halves)
-        sl = Slice (x, start, end, last)
-      })", {"--range", "ids=-2,1", "--range", "small=-4,3"}},
+    {"negative-axes-11-lowering and the input-to-attribute lowerings", 9, kNegativeAxes, kNegativeAxesRanges},
+    {"negative-axes-11-lowering (Slice-10's axes input)", 10, kNegativeAxes, kNegativeAxesRanges},
 };
 
 class OpsetDownWritten : public ::testing::TestWithParam<Written> {};
@@ -409,11 +391,7 @@ TEST_P(OpsetDownWritten, ComputesWhatTheOriginalComputes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Adapters, OpsetDownWritten, ::testing::ValuesIn(kWritten), [](const auto& info) {
-  std::string name = info.param.adapter.substr(0, info.param.adapter.find(' '));
-  for (char& c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return name + "_" + std::to_string(info.index);
+  return test_name(info.param.adapter.substr(0, info.param.adapter.find(' ')) + "_" + std::to_string(info.index));
 });
 
 // Operands of another type than the base have no older spelling: the lowering is refused.

@@ -383,10 +383,14 @@ class ShapeInference::Worker {
       infer_slice(node, first, out, result);
     } else if (op == "Expand") {
       result.elem_type = first.elem_type;
-      if (const auto& shape = input(node, 1).values) {
+      const ShapeFacts& shape = input(node, 1);
+      if (shape.values) {
         ShapeFacts target;
-        target.shape = shape;
+        target.shape = shape.values;
         result.shape = broadcast({&first, &target}, out);
+      } else if (const auto length = known_length(shape); length && first.shape) {
+        // A shape computed at run time, of a known length: the rank is known, the sizes are not.
+        result.shape = fresh_dims(std::max(first.shape->size(), *length), out);
       }
     } else if (op.starts_with("Reduce")) {
       infer_reduce(node, first, result);
@@ -417,6 +421,9 @@ class ShapeInference::Worker {
         if (attribute.name() == "value") result.elem_type = attribute.t().data_type();
       }
       result.shape = input(node, 0).values;
+      if (!result.shape) {
+        if (const auto length = known_length(input(node, 0))) result.shape = fresh_dims(*length, out);
+      }
     }
   }
 
@@ -506,6 +513,12 @@ class ShapeInference::Worker {
       seen[static_cast<size_t>(axis)] = true;
     }
     return true;
+  }
+
+  // The number of elements of a 1-D value whose length is known (a shape being computed).
+  static std::optional<size_t> known_length(const ShapeFacts& facts) {
+    if (!facts.shape || facts.shape->size() != 1 || !(*facts.shape)[0].known() || *(*facts.shape)[0].number < 0) return std::nullopt;
+    return static_cast<size_t>(*(*facts.shape)[0].number);
   }
 
   Dims fresh_dims(size_t rank, const std::string& out) const {

@@ -1,5 +1,7 @@
 #include "test_support.h"
 
+#include <cctype>
+
 #include <google/protobuf/util/json_util.h>
 
 #include "onnx_rewrite/tensor.h"
@@ -400,6 +402,13 @@ google::protobuf::Value parse_json(const std::string& text) {
   const auto status = google::protobuf::util::JsonStringToMessage(text, &value);
   EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << text;
   return value;
+}
+
+std::string test_name(std::string text) {
+  for (char& c : text) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return text;
 }
 
 void convert_tensors(onnx::ModelProto& model, int32_t from, int32_t to) {

@@ -126,6 +126,9 @@ void declare_interface(onnx::ModelProto& model, int32_t type);
 // and Constant nodes.
 onnx::ModelProto as_float16(onnx::ModelProto model);
 
+// A GoogleTest parameter name from any text: letters and digits kept, everything else '_'.
+std::string test_name(std::string text);
+
 // JSON (a --json output, a report) as a protobuf Value; a test failure when it doesn't parse.
 google::protobuf::Value parse_json(const std::string& text);
 
