@@ -16,7 +16,8 @@
 // - shape_slice, cast_like_as_cast, constant_value_tensor, resize_with_empty_inputs,
 //   grid_sample_16_modes, arg_last_index, dropout_inference: newer spellings in older ones.
 // - center_crop_pad: CenterCropPad-18 as Pad and Slice with centred offsets.
-// - range_as_loop: Range-11 as the Loop of its function body.
+// - range_as_loop: Range-11 as the Loop of its function body (Trilu's masks below 11 too).
+// - float_equal_spelled_out: Equal of floats below 11 from Less, Greater and IsNaN.
 // - integer_max_min: Max/Min-12 of two integers as Where over Greater/Less (narrow ones in int64).
 // - cosine_window: Hann/Hamming/Blackman windows as Range and Cos.
 // - widened_integer_arithmetic: Add/Sub/Mul/Div of 8- and 16-bit integers computed in int64.
@@ -484,93 +485,12 @@ BuildResult resize_with_empty_inputs(const BuildContext& match, GraphBuilder& b)
   return built();
 }
 
-// Trilu-14 with its last two dims static: Where (mask, x, 0), the mask a constant of them, or for
-// a k known only at run time the comparison of a constant j - i with k (no NaN in int64). A
-// large mask compares j - i computed from Range instead.
-BuildResult trilu_as_mask(const BuildContext& match, GraphBuilder& b) {
-  const auto dims = match.facts("x").static_dims();
-  if (!dims || dims->size() < 2) return decline("the input's rank is unknown");
-  const int64_t rows = (*dims)[dims->size() - 2], columns = dims->back();
-  const bool dynamic = rows < 0 || columns < 0;
-  if (dynamic && b.opset() < 11) return decline("the last two dims are not static, and Range needs opset 11");
-  if (rows > INT32_MAX || columns > INT32_MAX) return decline(fmt::format("a {}x{} matrix is larger than any mask", rows, columns));
-  const int32_t type = match.element_type({"x"});
-  if (type == onnx::TensorProto::UNDEFINED) return decline("the element type is unknown");
-  const bool upper = match.attribute_int("upper", 1) != 0;
-  std::optional<int64_t> k = 0;
-  if (match.has("k")) {
-    auto value = match.constant("k");
-    k = value && value->integers.size() == 1 ? std::optional(value->integers[0]) : std::nullopt;
-  }
-  // Masks up to 64 Ki elements are written out; larger ones (a long causal mask) and those of sizes
-  // known only at run time are computed, from Range (opset 11), so that the model doesn't grow by them.
-  constexpr int64_t kLargestConstantMask = int64_t{1} << 16;
-  const bool computed = dynamic || (columns != 0 && rows > kLargestConstantMask / columns);
-  Value mask;
-  if (computed) {
-    if (b.opset() < 11) return decline(fmt::format("a {}x{} mask is too large to write out, and Range needs opset 11", rows, columns));
-    std::optional<Value> shape;
-    auto positions = [&](int64_t count, int64_t axis_from_back, int64_t unsqueezed) {
-      Value end;
-      if (count >= 0) {
-        end = b.scalar(static_cast<double>(count), onnx::TensorProto::INT64);
-      } else {
-        if (!shape) shape = b.Shape(match.value("x"));
-        end = b.Gather(*shape, b.scalar(static_cast<double>(static_cast<int64_t>(dims->size()) - axis_from_back), onnx::TensorProto::INT64));
-      }
-      const Value range = b.op("Range", {b.scalar(0, onnx::TensorProto::INT64), end, b.scalar(1, onnx::TensorProto::INT64)});
-      return b.Unsqueeze(range, {unsqueezed});
-    };
-    const Value j = positions(columns, 1, 0);
-    const Value i = positions(rows, 2, 1);
-    const Value diagonal = b.op("Sub", {j, i});  // j - i, [rows, columns]
-    const Value limit = k ? b.scalar(static_cast<double>(*k), onnx::TensorProto::INT64) : match.value("k");
-    mask = b.op("Not", {b.op(upper ? "Less" : "Greater", {diagonal, limit})});
-  } else {
-    std::vector<double> above;  // j - i, or whether the element is kept
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < columns; ++j) above.push_back(!k ? j - i : upper ? j - i >= *k : j - i <= *k);
-    }
-    if (k) {
-      mask = b.constant(make_tensor(onnx::TensorProto::BOOL, {rows, columns}, above));
-    } else {
-      const Value diagonal = b.constant(make_tensor(onnx::TensorProto::INT64, {rows, columns}, above));
-      mask = b.op("Not", {b.op(upper ? "Less" : "Greater", {diagonal, match.value("k")})});
-    }
-  }
-  // ONNX Runtime's Where below 16 has kernels for float, float16, double, int32, int64 and uint8
-  // only: a bool x keeps its elements under the mask with And, other integers select in int64.
-  const Value& x = match.value("x");
-  if (type == onnx::TensorProto::BOOL) {
-    b.output(match.value("y"), b.op("And", {x, mask}));
-    return built();
-  }
-  const bool where_kernel = type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::FLOAT16 ||
-                            type == onnx::TensorProto::DOUBLE || type == onnx::TensorProto::INT32 ||
-                            type == onnx::TensorProto::INT64 || type == onnx::TensorProto::UINT8;
-  if (where_kernel) {
-    const Value zero = b.scalar(0, type);
-    b.output(match.value("y"), b.Where(mask, x, zero));
-    return built();
-  }
-  const Value wide_x = b.Cast(x, onnx::TensorProto::INT64);
-  const Value zero = b.scalar(0, onnx::TensorProto::INT64);
-  const Value wide = b.Where(mask, wide_x, zero);
-  b.output(match.value("y"), b.Cast(wide, type));
-  return built();
-}
-
-// Range-11 as its ONNX function body, for runtimes below 11: a Loop of ceil((limit - start) /
-// delta) iterations (none when negative) that emits each value before adding delta. delta is a
-// loop-carried value, so the body reads nothing from outside. The count is computed in double.
-BuildResult range_as_loop(const BuildContext& match, GraphBuilder& b) {
-  const int32_t type = match.element_type({"start", "limit", "delta"});
-  const bool supported = type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::DOUBLE ||
-                         type == onnx::TensorProto::INT32 || type == onnx::TensorProto::INT64;
-  if (!supported) return decline("an element type other than float, double, int32 or int64 (Sub below 14 lacks int16)");
-  const Value start = match.value("start");
-  const Value delta = match.value("delta");
-  const Value span = b.Cast(b.Sub(match.value("limit"), start), onnx::TensorProto::DOUBLE);
+// Range (start, limit, delta) of `type` as its ONNX function body, for opsets below 11: a Loop
+// of ceil((limit - start) / delta) iterations (none when negative) that emits each value before
+// adding delta. delta is a loop-carried value, so the body reads nothing from outside. The count
+// is computed in double: exact for every count below 2^53.
+Value range_as_loop_of(GraphBuilder& b, const Value& start, const Value& limit, const Value& delta, int32_t type) {
+  const Value span = b.Cast(b.Sub(limit, start), onnx::TensorProto::DOUBLE);
   const Value steps = b.Relu(b.op("Ceil", {b.Div(span, b.Cast(delta, onnx::TensorProto::DOUBLE))}));
   const Value trip_count = b.Cast(steps, onnx::TensorProto::INT64);
   const Value keep_going = b.Cast(steps, onnx::TensorProto::BOOL);
@@ -609,8 +529,106 @@ BuildResult range_as_loop(const BuildContext& match, GraphBuilder& b) {
   declare(body.mutable_output(), named("current"), type);
   declare(body.mutable_output(), named("step_out"), type);
   declare(body.mutable_output(), named("value"), type);
-  const auto outputs = b.op_outputs("Loop", {trip_count, keep_going, start, delta}, 3, {attr("body", body)});
-  b.output(match.value("y"), outputs[2]);
+  return b.op_outputs("Loop", {trip_count, keep_going, start, delta}, 3, {attr("body", body)})[2];
+}
+
+// Range-11 for runtimes below 11 (range_as_loop_of).
+BuildResult range_as_loop(const BuildContext& match, GraphBuilder& b) {
+  const int32_t type = match.element_type({"start", "limit", "delta"});
+  const bool supported = type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::DOUBLE ||
+                         type == onnx::TensorProto::INT32 || type == onnx::TensorProto::INT64;
+  if (!supported) return decline("an element type other than float, double, int32 or int64 (Sub below 14 lacks int16)");
+  b.output(match.value("y"), range_as_loop_of(b, match.value("start"), match.value("limit"), match.value("delta"), type));
+  return built();
+}
+
+// Equal of floats for runtimes below 11 (Equal took floats at 11): neither less nor greater, and
+// neither operand NaN (where both comparisons are false too).
+BuildResult float_equal_spelled_out(const BuildContext& match, GraphBuilder& b) {
+  const Value a = match.value("a");
+  const Value c = match.value("b");
+  const Value less = b.op("Less", {a, c});
+  const Value greater = b.op("Greater", {a, c});
+  const Value ordered = b.op("Not", {b.op("Or", {less, greater})});
+  const Value nan = b.op("Or", {b.op("IsNaN", {a}), b.op("IsNaN", {c})});
+  b.output(match.value("y"), b.op("And", {ordered, b.op("Not", {nan})}));
+  return built();
+}
+
+// Trilu-14 with its last two dims static: Where (mask, x, 0), the mask a constant of them, or for
+// a k known only at run time the comparison of a constant j - i with k (no NaN in int64). A
+// large mask compares j - i computed from Range instead.
+BuildResult trilu_as_mask(const BuildContext& match, GraphBuilder& b) {
+  const auto dims = match.facts("x").static_dims();
+  if (!dims || dims->size() < 2) return decline("the input's rank is unknown");
+  const int64_t rows = (*dims)[dims->size() - 2], columns = dims->back();
+  const bool dynamic = rows < 0 || columns < 0;
+  if (rows > INT32_MAX || columns > INT32_MAX) return decline(fmt::format("a {}x{} matrix is larger than any mask", rows, columns));
+  const int32_t type = match.element_type({"x"});
+  if (type == onnx::TensorProto::UNDEFINED) return decline("the element type is unknown");
+  const bool upper = match.attribute_int("upper", 1) != 0;
+  std::optional<int64_t> k = 0;
+  if (match.has("k")) {
+    auto value = match.constant("k");
+    k = value && value->integers.size() == 1 ? std::optional(value->integers[0]) : std::nullopt;
+  }
+  // Masks up to 64 Ki elements are written out; larger ones (a long causal mask) and those of sizes
+  // known only at run time are computed, from Range (its Loop below 11), so that the model doesn't grow by them.
+  constexpr int64_t kLargestConstantMask = int64_t{1} << 16;
+  const bool computed = dynamic || (columns != 0 && rows > kLargestConstantMask / columns);
+  Value mask;
+  if (computed) {
+    std::optional<Value> shape;
+    auto positions = [&](int64_t count, int64_t axis_from_back, int64_t unsqueezed) {
+      Value end;
+      if (count >= 0) {
+        end = b.scalar(static_cast<double>(count), onnx::TensorProto::INT64);
+      } else {
+        if (!shape) shape = b.Shape(match.value("x"));
+        end = b.Gather(*shape, b.scalar(static_cast<double>(static_cast<int64_t>(dims->size()) - axis_from_back), onnx::TensorProto::INT64));
+      }
+      const Value zero = b.scalar(0, onnx::TensorProto::INT64);
+      const Value one = b.scalar(1, onnx::TensorProto::INT64);
+      // Range came at 11: below, its function body.
+      const Value range = b.opset() >= 11 ? b.op("Range", {zero, end, one}) : range_as_loop_of(b, zero, end, one, onnx::TensorProto::INT64);
+      return b.Unsqueeze(range, {unsqueezed});
+    };
+    const Value j = positions(columns, 1, 0);
+    const Value i = positions(rows, 2, 1);
+    const Value diagonal = b.op("Sub", {j, i});  // j - i, [rows, columns]
+    const Value limit = k ? b.scalar(static_cast<double>(*k), onnx::TensorProto::INT64) : match.value("k");
+    mask = b.op("Not", {b.op(upper ? "Less" : "Greater", {diagonal, limit})});
+  } else {
+    std::vector<double> above;  // j - i, or whether the element is kept
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < columns; ++j) above.push_back(!k ? j - i : upper ? j - i >= *k : j - i <= *k);
+    }
+    if (k) {
+      mask = b.constant(make_tensor(onnx::TensorProto::BOOL, {rows, columns}, above));
+    } else {
+      const Value diagonal = b.constant(make_tensor(onnx::TensorProto::INT64, {rows, columns}, above));
+      mask = b.op("Not", {b.op(upper ? "Less" : "Greater", {diagonal, match.value("k")})});
+    }
+  }
+  // ONNX Runtime's Where below 16 has kernels for float, float16, double, int32, int64 and uint8
+  // only: a bool x keeps its elements under the mask with And, other integers select in int64.
+  const Value& x = match.value("x");
+  if (type == onnx::TensorProto::BOOL) {
+    b.output(match.value("y"), b.op("And", {x, mask}));
+    return built();
+  }
+  const bool where_kernel = type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::FLOAT16 ||
+                            type == onnx::TensorProto::DOUBLE || type == onnx::TensorProto::INT32 ||
+                            type == onnx::TensorProto::INT64 || type == onnx::TensorProto::UINT8;
+  if (where_kernel) {
+    const Value zero = b.scalar(0, type);
+    b.output(match.value("y"), b.Where(mask, x, zero));
+    return built();
+  }
+  const Value wide_x = b.Cast(x, onnx::TensorProto::INT64);
+  const Value zero = b.scalar(0, onnx::TensorProto::INT64);
+  const Value wide = b.Where(mask, wide_x, zero);
+  b.output(match.value("y"), b.Cast(wide, type));
   return built();
 }
 
@@ -963,6 +981,7 @@ void register_opset_down_builders(BuilderRegistry& registry) {
   registry.add("constant_as_initializer", {.values = {"y"}}, constant_as_initializer);
   registry.add("trilu_as_mask", {.values = {"x", "y"}, .optional_values = {"k"}, .optional_attributes = {"upper"}}, trilu_as_mask);
   registry.add("range_as_loop", {.values = {"start", "limit", "delta", "y"}}, range_as_loop);
+  registry.add("float_equal_spelled_out", {.values = {"a", "b", "y"}}, float_equal_spelled_out);
   registry.add("arg_last_index", {.values = {"data"}, .node_attributes = {"select_last_index", "axis", "keepdims"}},
                arg_last_index);
   registry.add("dropout_inference",

@@ -304,6 +304,13 @@ const std::vector<Written> kWritten = {
         l = Trilu <upper = 0> (x)
         d = Trilu <upper = 0> (x, k)
       })", {"--dim", "B=2", "--dim", "N=5", "--dim", "M=7", "--range", "k=-3,3"}},
+    {"trilu-14-lowering (dims known at run time, below 11)", 9, R"(
+      <ir_version: 8, opset_import: ["": 14]>
+      g (float[B, N, M] x, int64 k) => (float[B, N, M] u, float[B, N, M] l, float[B, N, M] d) <int64 one = {1}> {
+        u = Trilu (x, one)
+        l = Trilu <upper = 0> (x)
+        d = Trilu <upper = 0> (x, k)
+      })", {"--dim", "B=2", "--dim", "N=5", "--dim", "M=7", "--range", "k=-3,3"}},
     // GPT-2's causal mask: Trilu of a bool tensor. ONNX Runtime has no bool Where below 16 (the
     // output would load nowhere): the mask is applied with And.
     {"trilu-14-lowering (bool, as GPT-2 writes it)", 13, R"(

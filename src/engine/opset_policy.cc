@@ -187,7 +187,9 @@ void OpsetPolicy::commit(const Scope& scope, const Plan& plan) {
 std::optional<std::string> OpsetPolicy::apply(const NodeSet& created,
                                               const std::set<std::pair<ImportOwner, std::string>>& domains_used_before) {
   // Lowering (--opset) must leave every node that was already there meaning the same, and so must
-  // the raise --to-opset asks for (a rule's raise was checked when planned).
+  // the raise --to-opset asks for (a rule's raise was checked when planned). The element types
+  // are inferred again: the last round built nodes whose types the earlier inference lacks.
+  node_types_.reset();
   for (const auto& [key, version] : decided_) {
     auto original = original_.find(key);
     if (original == original_.end() || version == original->second) continue;
