@@ -158,6 +158,21 @@ TEST(Shapes, SymbolsProveEqualSizesThroughShapeKeepingOps) {
   EXPECT_EQ(inferred(text, "y"), "[N, 8]");
 }
 
+// Loop's outputs have the element types its body declares (range-11-lowering builds one, and the
+// import check below 11 needs the types of what reads it).
+TEST(Shapes, LoopOutputsHaveTheTypesItsBodyDeclares) {
+  Model model = model_from_text(graph("int64 n, bool go, int32 start", R"(
+    last, values = Loop <body = g (int64 i, bool c, int32 v) => (bool c_out, int32 v_out, int32 scan) {
+      c_out = Identity (c)
+      v_out = Identity (v)
+      scan = Identity (v)
+    }> (n, go, start)
+    y = Cast <to = 1> (values))"));
+  const auto scopes = collect_scopes(model);
+  EXPECT_EQ(scopes.front()->facts("last").elem_type, onnx::TensorProto::INT32);
+  EXPECT_EQ(scopes.front()->facts("values").elem_type, onnx::TensorProto::INT32);
+}
+
 TEST(Shapes, ACycleEndsTheWalkWithNoFactsForItsValues) {
   // Invalid input (the CLI refuses it), but the library takes what it is given: the walk back
   // from y must end, and the values on the cycle are unknown.

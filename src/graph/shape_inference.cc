@@ -306,6 +306,19 @@ class ShapeInference::Worker {
     }
   }
 
+  // Loop's outputs have the types its body declares for them: the loop-carried values (body
+  // outputs 1..N) and the scan outputs after them, one dim more.
+  static void infer_loop_types(const onnx::NodeProto& node, std::vector<ShapeFacts>& outputs) {
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() != "body" || attribute.type() != onnx::AttributeProto::GRAPH) continue;
+      const auto& body = attribute.g();
+      for (size_t i = 0; i < outputs.size() && static_cast<int>(i) + 1 < body.output_size(); ++i) {
+        const auto& type = body.output(static_cast<int>(i) + 1).type();
+        if (type.has_tensor_type()) outputs[i].elem_type = type.tensor_type().elem_type();
+      }
+    }
+  }
+
   void infer(const onnx::NodeProto& node, std::vector<ShapeFacts>& outputs) {
     const std::string domain = normalize_domain(node.domain());
     const std::string& op = node.op_type();
@@ -313,6 +326,7 @@ class ShapeInference::Worker {
     if (domain == "com.microsoft.nchwc") return infer_spatial(node, input(node, 0), outputs[0]);
     if (!domain.empty()) return;
     if (op == "If") return infer_if_types(node, outputs);
+    if (op == "Loop") return infer_loop_types(node, outputs);
     if (op == "LSTM" || op == "GRU" || op == "RNN") {  // every output has X's type (W's: the same)
       const int32_t x_type = input(node, 0).elem_type;
       const int32_t type = x_type ? x_type : input(node, 1).elem_type;
