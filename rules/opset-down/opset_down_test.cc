@@ -129,6 +129,25 @@ const std::string kNegativeAxes = R"(
       })";
 const std::vector<std::string> kNegativeAxesRanges = {"--range", "ids=-2,1", "--range", "small=-4,3"};
 
+// LLaMA's causal mask of a length known only at run time: Range to the sizes Shape gives.
+const std::string kRuntimeTrilu = R"(
+      <ir_version: 8, opset_import: ["": 14]>
+      g (float[B, N, M] x, int64 k) => (float[B, N, M] u, float[B, N, M] l, float[B, N, M] d) <int64 one = {1}> {
+        u = Trilu (x, one)
+        l = Trilu <upper = 0> (x)
+        d = Trilu <upper = 0> (x, k)
+      })";
+const std::vector<std::string> kRuntimeTriluOptions = {"--dim", "B=2", "--dim", "N=5", "--dim", "M=7", "--range", "k=-3,3"};
+
+// torch writes Dropout's training_mode as a constant: false in inference graphs, and
+// torchvision's Swin true with a ratio of 0 (nothing dropped, a scale of 1).
+const std::string kDropoutWritten = R"(
+      <ir_version: 8, opset_import: ["": 14]>
+      g (float[2, 3] x) => (float[2, 3] a, float[2, 3] b) <float r = {0.25}, bool off = {0}, float none = {0.0}, bool on = {1}> {
+        a = Dropout (x, r, off)
+        b, unused = Dropout (x, none, on)
+      })";
+
 const std::vector<Written> kWritten = {
     {"reduce-axes-input-18-lowering", 17, R"(
       <ir_version: 8, opset_import: ["": 18]>
@@ -264,26 +283,14 @@ const std::vector<Written> kWritten = {
         u = Trilu (x)
         l = Trilu <upper = 0> (x, k)
       })", {}},
-    // torch writes Dropout's training_mode as a constant: false in inference graphs, and
-    // torchvision's Swin true with a ratio of 0 (nothing dropped, a scale of 1).
-    {"dropout-12-lowering (training_mode written)", 11, R"(
-      <ir_version: 8, opset_import: ["": 14]>
-      g (float[2, 3] x) => (float[2, 3] a, float[2, 3] b) <float r = {0.25}, bool off = {0}, float none = {0.0}, bool on = {1}> {
-        a = Dropout (x, r, off)
-        b, unused = Dropout (x, none, on)
-      })", {}},
-    {"dropout-12-lowering (training_mode written, below 10)", 7, R"(
-      <ir_version: 8, opset_import: ["": 14]>
-      g (float[2, 3] x) => (float[2, 3] a, float[2, 3] b) <float r = {0.25}, bool off = {0}, float none = {0.0}, bool on = {1}> {
-        a = Dropout (x, r, off)
-        b, unused = Dropout (x, none, on)
-      })", {}},
+    {"dropout-12-lowering (training_mode written)", 11, kDropoutWritten, {}},
+    {"dropout-12-lowering (training_mode written, below 10)", 7, kDropoutWritten, {}},
     // torch writes Range for position ids and masks: counts from run-time limits (0 gives an
     // empty range), negative and fractional steps, each type Range takes below 14.
     {"range-11-lowering", 10, R"(
       <ir_version: 7, opset_import: ["": 11]>
       g (int64 n, int32 m) => (int64[A] a, int32[B] b, float[C] c, double[D] d, int64[E] e)
-        <int64 zero = {0}, int64 one = {1}, int32 three = {3}, int32 minus_two = {-2}, float start = {0.5}, float stop = {-2.2},
+        <int64 zero = {0}, int64 one = {1}, int32 minus_two = {-2}, float start = {0.5}, float stop = {-2.2},
          float down = {-0.3}, double low = {1.25}, double high = {4.0}, double quarter = {0.25}, int64 two = {2}> {
         a = Range (zero, n, one)
         b = Range (m, minus_two, minus_two)
@@ -296,21 +303,8 @@ const std::vector<Written> kWritten = {
       g (int64 n) => (int64[A] a) <int64 zero = {0}, int64 one = {1}> {
         a = Range (zero, n, one)
       })", {"--range", "n=0,12"}},
-    // LLaMA's causal mask of a length known only at run time: Range to the sizes Shape gives.
-    {"trilu-14-lowering (dims known at run time)", 11, R"(
-      <ir_version: 8, opset_import: ["": 14]>
-      g (float[B, N, M] x, int64 k) => (float[B, N, M] u, float[B, N, M] l, float[B, N, M] d) <int64 one = {1}> {
-        u = Trilu (x, one)
-        l = Trilu <upper = 0> (x)
-        d = Trilu <upper = 0> (x, k)
-      })", {"--dim", "B=2", "--dim", "N=5", "--dim", "M=7", "--range", "k=-3,3"}},
-    {"trilu-14-lowering (dims known at run time, below 11)", 9, R"(
-      <ir_version: 8, opset_import: ["": 14]>
-      g (float[B, N, M] x, int64 k) => (float[B, N, M] u, float[B, N, M] l, float[B, N, M] d) <int64 one = {1}> {
-        u = Trilu (x, one)
-        l = Trilu <upper = 0> (x)
-        d = Trilu <upper = 0> (x, k)
-      })", {"--dim", "B=2", "--dim", "N=5", "--dim", "M=7", "--range", "k=-3,3"}},
+    {"trilu-14-lowering (dims known at run time)", 11, kRuntimeTrilu, kRuntimeTriluOptions},
+    {"trilu-14-lowering (dims known at run time, below 11: Range's Loop)", 9, kRuntimeTrilu, kRuntimeTriluOptions},
     // GPT-2's causal mask: Trilu of a bool tensor. ONNX Runtime has no bool Where below 16 (the
     // output would load nowhere): the mask is applied with And.
     {"trilu-14-lowering (bool, as GPT-2 writes it)", 13, R"(
