@@ -123,7 +123,8 @@ std::variant<Value, std::string> indices_from_the_front(const BuildContext& matc
   if (const int64_t dim = match.facts("data").dim(static_cast<size_t>(axis)); dim >= 0) {
     size = b.scalar(static_cast<double>(dim), type);
   } else {
-    size = b.Gather(b.Shape(match.value("data")), b.scalar(static_cast<double>(axis), onnx::TensorProto::INT64));
+    const Value shape = b.Shape(match.value("data"));
+    size = b.Gather(shape, b.scalar(static_cast<double>(axis), onnx::TensorProto::INT64));
     if (type != onnx::TensorProto::INT64) size = b.Cast(size, type);
   }
   const Value negative = b.op("Less", {indices, b.scalar(0, type)});
