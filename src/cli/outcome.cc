@@ -118,19 +118,30 @@ std::optional<int> opset_above_limit(const Rule& rule, std::optional<int> max_op
   return std::nullopt;
 }
 
+// The rules covering an entry, by what stops them: none (own), --opset (above_limit: with the
+// opset they need), the target (others: with the targets they serve).
+struct CoveringRules {
+  std::vector<std::string> own, above_limit, others;
+};
+
+CoveringRules covering_rules(const Coverage& coverage, const Unloadable& entry) {
+  CoveringRules sorted;
+  for (const Rule* rule : rules_covering(coverage.rules, entry)) {
+    if (!rule->serves(coverage.target)) {
+      sorted.others.push_back(fmt::format("{} (--target {})", rule->id, fmt::join(rule->targets, "|")));
+    } else if (auto needs = opset_above_limit(*rule, coverage.max_opset)) {
+      sorted.above_limit.push_back(fmt::format("{} (ai.onnx {})", rule->id, *needs));
+    } else {
+      sorted.own.push_back(rule->id);
+    }
+  }
+  return sorted;
+}
+
 }  // namespace
 
 std::string coverage_text(const Coverage& coverage, const Unloadable& entry) {
-  std::vector<std::string> own, above_limit, others;
-  for (const Rule* rule : rules_covering(coverage.rules, entry)) {
-    if (!rule->serves(coverage.target)) {
-      others.push_back(fmt::format("{} (--target {})", rule->id, fmt::join(rule->targets, "|")));
-    } else if (auto needs = opset_above_limit(*rule, coverage.max_opset)) {
-      above_limit.push_back(fmt::format("{} (ai.onnx {})", rule->id, *needs));
-    } else {
-      own.push_back(rule->id);
-    }
-  }
+  const auto [own, above_limit, others] = covering_rules(coverage, entry);
   if (!own.empty()) return fmt::format("; `rewrite --target {}` covers it: {}", coverage.target.name, fmt::join(own, ", "));
   if (!above_limit.empty()) {
     return fmt::format("; only rules needing a higher opset than --opset {} cover it: {}", *coverage.max_opset, fmt::join(above_limit, ", "));
@@ -186,14 +197,7 @@ void print_unmet(const Coverage& coverage, const CheckReport& report, std::ostre
   for (const auto& entry : report.unloadable) {
     err << fmt::format("  {} x{} ({}): {}", op_text(entry), entry.count, entry.place, entry.reason);
     // The rules ran: those serving the target without an opset limit would have rewritten it.
-    std::vector<std::string> above_limit, others;
-    for (const Rule* rule : rules_covering(coverage.rules, entry)) {
-      if (!rule->serves(coverage.target)) {
-        others.push_back(fmt::format("{} (--target {})", rule->id, fmt::join(rule->targets, "|")));
-      } else if (auto needs = opset_above_limit(*rule, coverage.max_opset)) {
-        above_limit.push_back(fmt::format("{} (ai.onnx {})", rule->id, *needs));
-      }
-    }
+    const auto [own, above_limit, others] = covering_rules(coverage, entry);
     if (!above_limit.empty()) {
       err << fmt::format("; the rules for this op need a higher opset than {}: {}", *coverage.max_opset, fmt::join(above_limit, ", "));
     }
