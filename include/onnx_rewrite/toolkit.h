@@ -32,6 +32,10 @@ const AttributeTypes& ort_attribute_types();
 // the kernel takes would silently change what it computes.
 BuildFunction with_attribute_types_checked(const AttributeTypes& types, BuildFunction builder);
 
+// Range (start, limit, delta) of `type` (float, double, int32, int64): the op from opset 11, its
+// ONNX function body (a Loop) below.
+Value range_values(GraphBuilder& b, const Value& start, const Value& limit, const Value& delta, int32_t type);
+
 // ---- Activations ONNX Runtime fuses into Conv and Gemm ------------------------------------------
 
 // An activation applied to the output of a fused op, named as the ONNX op computing it (or

@@ -122,7 +122,7 @@ Value int64_scalar(GraphBuilder& b, double value) { return b.scalar(value, Tenso
 Value range(GraphBuilder& b, Value end) {
   const Value start = int64_scalar(b, 0);
   const Value step = int64_scalar(b, 1);
-  return b.op("Range", {start, end, step});
+  return range_values(b, start, end, step, TensorProto::INT64);
 }
 
 // The run-time quantities every part needs.

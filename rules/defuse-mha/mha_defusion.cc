@@ -141,7 +141,8 @@ Value dim_scalar(GraphBuilder& b, Value x, int64_t axis) {
 }
 
 Value range(GraphBuilder& b, Value start, Value end) {
-  return b.op("Range", {start, end, b.scalar(1, TensorProto::INT64)});
+  const Value step = b.scalar(1, TensorProto::INT64);
+  return range_values(b, start, end, step, TensorProto::INT64);
 }
 
 struct Projected {

@@ -94,7 +94,9 @@ Value sequence_length(GraphBuilder& b, Value input, const Layout& layout) {
 Value offset_positions(GraphBuilder& b, Value input, Value position_ids, const Layout& layout) {
   const Value start = b.Reshape(position_ids, b.ints({1}));
   const Value length = sequence_length(b, input, layout);
-  const Value steps = b.op("Range", {b.scalar(0, TensorProto::INT64), length, b.scalar(1, TensorProto::INT64)});
+  const Value zero = b.scalar(0, TensorProto::INT64);
+  const Value one = b.scalar(1, TensorProto::INT64);
+  const Value steps = range_values(b, zero, length, one, TensorProto::INT64);
   return b.Add(start, steps);
 }
 

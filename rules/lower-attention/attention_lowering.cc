@@ -104,7 +104,11 @@ Value int64_scalar(GraphBuilder& b, int64_t value) { return b.scalar(static_cast
 // Dimension `axis` of x's shape as an int64 scalar.
 Value dim(GraphBuilder& b, Value shape, int64_t axis) { return b.Gather(shape, int64_scalar(b, axis)); }
 
-Value range(GraphBuilder& b, Value end) { return b.op("Range", {int64_scalar(b, 0), end, int64_scalar(b, 1)}); }
+Value range(GraphBuilder& b, Value end) {
+  const Value zero = int64_scalar(b, 0);
+  const Value one = int64_scalar(b, 1);
+  return range_values(b, zero, end, one, TensorProto::INT64);
+}
 
 // [B, S, heads·size] -> [B, heads, S, size].
 Value split_heads(GraphBuilder& b, Value x, int64_t heads) {
@@ -227,7 +231,10 @@ BuildResult lower_attention(const BuildContext& match, GraphBuilder& b) {
   if (!bias.absent()) {  // rows where every key is masked: zeros, not the NaN of Softmax(-inf, ...)
     const Value bias_float = f.dtype == TensorProto::FLOAT ? bias : b.Cast(bias, TensorProto::FLOAT);
     const Value row_max = b.Reduce("ReduceMax", bias_float, {-1});
-    const Value all_masked = b.op("IsInf", {row_max}, {attr("detect_positive", int64_t{0})});
+    // max = -inf; below 10, where IsInf is missing, as less than the lowest float.
+    const Value all_masked =
+        b.opset() >= 10 ? b.op("IsInf", {row_max}, {attr("detect_positive", int64_t{0})})
+                        : b.op("Less", {row_max, b.scalar(-std::numeric_limits<float>::max(), TensorProto::FLOAT)});
     probs = b.Where(all_masked, b.scalar(0, f.dtype), probs);
   }
   Value y = b.MatMul(probs, values);

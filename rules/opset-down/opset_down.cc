@@ -19,6 +19,7 @@
 // - range_as_loop: Range-11 as the Loop of its function body (Trilu's masks below 11 too).
 // - float_equal_spelled_out: Equal of floats below 11 from Less, Greater and IsNaN.
 // - integer_max_min: Max/Min-12 of two integers as Where over Greater/Less (narrow ones in int64).
+// - integer_mod_spelled_out: Mod-10 of integers as the truncated remainder, signed as fmod asks.
 // - cosine_window: Hann/Hamming/Blackman windows as Range and Cos.
 // - widened_integer_arithmetic: Add/Sub/Mul/Div of 8- and 16-bit integers computed in int64.
 // - pad_axes_as_full_pads: Pad-18's axes input spread into pads over every axis.
@@ -318,7 +319,8 @@ BuildResult reduce_runtime_axes(const BuildContext& match, GraphBuilder& b) {
 }
 
 // The node's outputs as parts of `data` along `axis` whose sizes (1-D int64) are known only at
-// run time: Split-13 takes them as an input; below, one Slice per part between the running sums.
+// run time: Split-13 takes them as an input; below, one Slice per part between the running sums
+// (CumSum's from 11; below, one Add per part, as the parts are few).
 void split_at_run_time(const NodeView& node, GraphBuilder& b, Value data, int64_t axis, Value sizes) {
   const std::vector<Value> node_outputs = node.outputs();
   if (b.opset() >= 13) {
@@ -328,9 +330,19 @@ void split_at_run_time(const NodeView& node, GraphBuilder& b, Value data, int64_
     }
     return;
   }
+  const Value axes = b.ints({axis});
+  if (b.opset() < 11) {
+    Value start = b.ints({0});
+    for (size_t i = 0; i < node_outputs.size(); ++i) {
+      const auto at = static_cast<int64_t>(i);
+      const Value end = b.Add(start, b.Slice(sizes, {at}, {at + 1}, {0}));
+      if (!node_outputs[i].absent()) b.output(node_outputs[i], b.op("Slice", {data, start, end, axes}));
+      start = end;
+    }
+    return;
+  }
   const Value ends = b.op("CumSum", {sizes, b.scalar(0, onnx::TensorProto::INT64)});
   const Value starts = b.Sub(ends, sizes);
-  const Value axes = b.ints({axis});
   for (size_t i = 0; i < node_outputs.size(); ++i) {
     if (node_outputs[i].absent()) continue;
     const auto at = static_cast<int64_t>(i);
@@ -380,6 +392,7 @@ BuildResult split_num_outputs(const BuildContext& match, GraphBuilder& b) {
   if (parts != static_cast<int64_t>(node.outputs().size())) {
     return decline(fmt::format("num_outputs is {}, the node has {} outputs", parts, node.outputs().size()));
   }
+  if (size < 0 && b.opset() < 10) return decline("the axis's size is known only at run time, and slicing by it needs Slice-10");
   if (size < 0) return split_sizes_at_run_time(match, b, axis, parts);
   const int64_t chunk = (size + parts - 1) / parts;
   std::vector<int64_t> sizes;
@@ -400,10 +413,13 @@ BuildResult last_axis_softmax(const BuildContext& match, GraphBuilder& b) {
   if (match.anchor().attribute("axis") && axis == -1) return decline("the last axis: the node means the same at the older opset");
   const Value x{match.value("x")};
   const auto rank = match.facts("x").rank();
+  // Below 11 an axis counts from the front only, so the last one needs the rank.
+  if (!rank && b.opset() < 11) return decline("the input's rank is unknown, and below opset 11 the last axis is written as rank - 1");
   const int64_t last = rank ? static_cast<int64_t>(*rank) - 1 : -1;
+  const int64_t last_as_written = b.opset() < 11 ? last : -1;
   const int64_t normalized = axis < 0 && rank ? axis + last + 1 : axis;
   if (axis == -1 || (rank && normalized == last)) {
-    b.output(match.value("y"), b.op(op, {x}, {attr("axis", int64_t{-1})}));
+    b.output(match.value("y"), b.op(op, {x}, {attr("axis", last_as_written)}));
     return built();
   }
   if (!rank) return decline("the input's rank is unknown");
@@ -411,13 +427,13 @@ BuildResult last_axis_softmax(const BuildContext& match, GraphBuilder& b) {
   std::vector<int64_t> perm(*rank);
   for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
   std::swap(perm[static_cast<size_t>(normalized)], perm.back());  // its own inverse
-  const Value moved = b.op(op, {b.Transpose(x, perm)}, {attr("axis", int64_t{-1})});
+  const Value moved = b.op(op, {b.Transpose(x, perm)}, {attr("axis", last_as_written)});
   b.output(match.value("y"), b.Transpose(moved, perm));
   return built();
 }
 
-// Shape-15 <start, end> as Shape + Slice of the shape vector (Slice's inputs and negative
-// starts need opset 11).
+// Shape-15 <start, end> as Shape + Slice of the shape vector (negative starts and ends count
+// from the back in every Slice; its axis 0 needs no counting from the back).
 BuildResult shape_slice(const BuildContext& match, GraphBuilder& b) {
   const NodeView node = match.anchor();
   if (!node.attribute("start") && !node.attribute("end")) return decline("no start or end: Shape-1 means the same");
@@ -486,68 +502,23 @@ BuildResult resize_with_empty_inputs(const BuildContext& match, GraphBuilder& b)
   return built();
 }
 
-// Range (start, limit, delta) of `type` as its ONNX function body, for opsets below 11: a Loop
-// of ceil((limit - start) / delta) iterations (none when negative) that emits each value before
-// adding delta. delta is a loop-carried value, so the body reads nothing from outside. The count
-// is computed in double: exact for every count below 2^53.
-Value range_as_loop_of(GraphBuilder& b, const Value& start, const Value& limit, const Value& delta, int32_t type) {
-  const Value span = b.Cast(b.Sub(limit, start), onnx::TensorProto::DOUBLE);
-  const Value steps = b.Relu(b.op("Ceil", {b.Div(span, b.Cast(delta, onnx::TensorProto::DOUBLE))}));
-  const Value trip_count = b.Cast(steps, onnx::TensorProto::INT64);
-  const Value keep_going = b.Cast(steps, onnx::TensorProto::BOOL);
-  // The body's values, named after the trip count (a fresh name of the model), in letters, digits
-  // and '_' (as ONNX text writes names).
-  std::string prefix = trip_count.name;
-  for (char& c : prefix) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  auto named = [&](const char* suffix) { return prefix + "_" + suffix; };
-  onnx::GraphProto body;
-  body.set_name(named("range_body"));
-  auto declare = [&](google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* infos, const std::string& name, int32_t element) {
-    auto* info = infos->Add();  // every value of the body is a scalar
-    info->set_name(name);
-    auto* tensor = info->mutable_type()->mutable_tensor_type();
-    tensor->set_elem_type(element);
-    tensor->mutable_shape();
-  };
-  declare(body.mutable_input(), named("i"), onnx::TensorProto::INT64);
-  declare(body.mutable_input(), named("cond_in"), onnx::TensorProto::BOOL);
-  declare(body.mutable_input(), named("previous"), type);
-  declare(body.mutable_input(), named("step"), type);
-  auto add_node = [&](const char* op, std::vector<std::string> inputs, const std::string& output) {
-    auto* node = body.add_node();
-    node->set_op_type(op);
-    node->set_name(output);
-    for (auto& input : inputs) node->add_input(input);
-    node->add_output(output);
-  };
-  add_node("Identity", {named("cond_in")}, named("cond_out"));
-  add_node("Add", {named("previous"), named("step")}, named("current"));
-  add_node("Identity", {named("step")}, named("step_out"));
-  add_node("Identity", {named("previous")}, named("value"));
-  declare(body.mutable_output(), named("cond_out"), onnx::TensorProto::BOOL);
-  declare(body.mutable_output(), named("current"), type);
-  declare(body.mutable_output(), named("step_out"), type);
-  declare(body.mutable_output(), named("value"), type);
-  return b.op_outputs("Loop", {trip_count, keep_going, start, delta}, 3, {attr("body", body)})[2];
-}
-
-// Range-11 for runtimes below 11 (range_as_loop_of).
+// Range-11 for runtimes below 11 (range_values builds its function body there).
 BuildResult range_as_loop(const BuildContext& match, GraphBuilder& b) {
   const int32_t type = match.element_type({"start", "limit", "delta"});
   const bool supported = type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::DOUBLE ||
                          type == onnx::TensorProto::INT32 || type == onnx::TensorProto::INT64;
   if (!supported) return decline("an element type other than float, double, int32 or int64 (Sub below 14 lacks int16)");
-  b.output(match.value("y"), range_as_loop_of(b, match.value("start"), match.value("limit"), match.value("delta"), type));
+  b.output(match.value("y"), range_values(b, match.value("start"), match.value("limit"), match.value("delta"), type));
   return built();
 }
 
 // Equal of floats for runtimes below 11 (Equal took floats at 11): neither less nor greater, and
 // neither operand NaN (where both comparisons are false too).
 BuildResult float_equal_spelled_out(const BuildContext& match, GraphBuilder& b) {
-  const Value a = match.value("a");
-  const Value c = match.value("b");
+  // float16 compares in float: widening keeps every value (and NaN), older kernels lack float16.
+  const bool widen = match.facts("a").elem_type == onnx::TensorProto::FLOAT16;
+  const Value a = widen ? b.Cast(match.value("a"), onnx::TensorProto::FLOAT) : match.value("a");
+  const Value c = widen ? b.Cast(match.value("b"), onnx::TensorProto::FLOAT) : match.value("b");
   const Value less = b.op("Less", {a, c});
   const Value greater = b.op("Greater", {a, c});
   const Value ordered = b.op("Not", {b.op("Or", {less, greater})});
@@ -590,8 +561,7 @@ BuildResult trilu_as_mask(const BuildContext& match, GraphBuilder& b) {
       }
       const Value zero = b.scalar(0, onnx::TensorProto::INT64);
       const Value one = b.scalar(1, onnx::TensorProto::INT64);
-      // Range came at 11: below, its function body.
-      const Value range = b.opset() >= 11 ? b.op("Range", {zero, end, one}) : range_as_loop_of(b, zero, end, one, onnx::TensorProto::INT64);
+      const Value range = range_values(b, zero, end, one, onnx::TensorProto::INT64);
       return b.Unsqueeze(range, {unsqueezed});
     };
     const Value j = positions(columns, 1, 0);
@@ -888,6 +858,35 @@ BuildResult integer_max_min(const BuildContext& match, GraphBuilder& b) {
   return built();
 }
 
+// Mod-10 of integers at 9: the truncated remainder (fmod = 1), moved to the divisor's sign for
+// fmod = 0; in int64 for the types older Div/Less kernels lack.
+BuildResult integer_mod_spelled_out(const BuildContext& match, GraphBuilder& b) {
+  const int32_t type = match.facts("a").elem_type;
+  const bool widen = type != onnx::TensorProto::INT32 && type != onnx::TensorProto::INT64;
+  const int32_t computed = widen ? onnx::TensorProto::INT64 : type;
+  Value a{match.value("a")}, divisor{match.value("b")};
+  if (widen) {
+    a = b.Cast(a, computed);
+    divisor = b.Cast(divisor, computed);
+  }
+  const Value quotient = b.Div(a, divisor);
+  const Value remainder = b.Sub(a, b.Mul(quotient, divisor));
+  Value y = remainder;
+  const bool is_signed = type == onnx::TensorProto::INT8 || type == onnx::TensorProto::INT16 ||
+                         type == onnx::TensorProto::INT32 || type == onnx::TensorProto::INT64;
+  if (match.anchor().attribute_int("fmod", 0) == 0 && is_signed) {
+    const Value zero = b.scalar(0, computed);
+    const Value nonzero = b.op("Not", {b.op("Equal", {remainder, zero})});
+    const Value remainder_negative = b.op("Less", {remainder, zero});
+    const Value divisor_negative = b.op("Less", {divisor, zero});
+    const Value signs_differ = b.op("Xor", {remainder_negative, divisor_negative});
+    const Value moved = b.op("And", {nonzero, signs_differ});
+    y = b.Add(remainder, b.Mul(b.Cast(moved, computed), divisor));
+  }
+  b.output(match.value("y"), widen ? b.Cast(y, type) : y);
+  return built();
+}
+
 // Swish-24: x · Sigmoid(α·x), α in x's type.
 BuildResult swish_as_sigmoid(const BuildContext& match, GraphBuilder& b) {
   const Value x{match.value("x")};
@@ -1000,6 +999,7 @@ void register_opset_down_builders(BuilderRegistry& registry) {
                ceil_mode_as_end_pads);
   registry.add("center_crop_pad", {.values = {"x", "shape", "y"}, .node_attributes = {"axes"}}, center_crop_pad);
   registry.add("integer_max_min", {.values = {"a", "b", "y"}}, integer_max_min);
+  registry.add("integer_mod_spelled_out", {.values = {"a", "b", "y"}, .node_attributes = {"fmod"}}, integer_mod_spelled_out);
   registry.add("swish_as_sigmoid", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, swish_as_sigmoid);
   registry.add("cosine_window", {.values = {"size", "w"}, .node_attributes = {"periodic", "output_datatype"}}, cosine_window);
   registry.add("widened_integer_arithmetic", {.values = {"a", "b", "y"}}, widened_integer_arithmetic);

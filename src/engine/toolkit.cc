@@ -1,6 +1,7 @@
 #include "onnx_rewrite/toolkit.h"
 
 #include <algorithm>
+#include <cctype>
 #include <limits>
 #include <map>
 
@@ -135,6 +136,62 @@ std::optional<std::string> apply_activation(GraphBuilder& b, Value x, const Acti
     return fmt::format("unknown activation '{}'", name);
   }
   return std::nullopt;
+}
+
+namespace {
+
+// Range (start, limit, delta) of `type` as its ONNX function body: a Loop
+// of ceil((limit - start) / delta) iterations (none when negative) that emits each value before
+// adding delta. delta is a loop-carried value, so the body reads nothing from outside. The count
+// is computed in double: exact for every count below 2^53.
+Value range_as_loop(GraphBuilder& b, const Value& start, const Value& limit, const Value& delta, int32_t type) {
+  const Value span = b.Cast(b.Sub(limit, start), onnx::TensorProto::DOUBLE);
+  const Value steps = b.Relu(b.op("Ceil", {b.Div(span, b.Cast(delta, onnx::TensorProto::DOUBLE))}));
+  const Value trip_count = b.Cast(steps, onnx::TensorProto::INT64);
+  const Value keep_going = b.Cast(steps, onnx::TensorProto::BOOL);
+  // The body's values, named after the trip count (a fresh name of the model), in letters, digits
+  // and '_' (as ONNX text writes names).
+  std::string prefix = trip_count.name;
+  for (char& c : prefix) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  auto named = [&](const char* suffix) { return prefix + "_" + suffix; };
+  onnx::GraphProto body;
+  body.set_name(named("range_body"));
+  auto declare = [&](google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* infos, const std::string& name, int32_t element) {
+    auto* info = infos->Add();  // every value of the body is a scalar
+    info->set_name(name);
+    auto* tensor = info->mutable_type()->mutable_tensor_type();
+    tensor->set_elem_type(element);
+    tensor->mutable_shape();
+  };
+  declare(body.mutable_input(), named("i"), onnx::TensorProto::INT64);
+  declare(body.mutable_input(), named("cond_in"), onnx::TensorProto::BOOL);
+  declare(body.mutable_input(), named("previous"), type);
+  declare(body.mutable_input(), named("step"), type);
+  auto add_node = [&](const char* op, std::vector<std::string> inputs, const std::string& output) {
+    auto* node = body.add_node();
+    node->set_op_type(op);
+    node->set_name(output);
+    for (auto& input : inputs) node->add_input(input);
+    node->add_output(output);
+  };
+  add_node("Identity", {named("cond_in")}, named("cond_out"));
+  add_node("Add", {named("previous"), named("step")}, named("current"));
+  add_node("Identity", {named("step")}, named("step_out"));
+  add_node("Identity", {named("previous")}, named("value"));
+  declare(body.mutable_output(), named("cond_out"), onnx::TensorProto::BOOL);
+  declare(body.mutable_output(), named("current"), type);
+  declare(body.mutable_output(), named("step_out"), type);
+  declare(body.mutable_output(), named("value"), type);
+  return b.op_outputs("Loop", {trip_count, keep_going, start, delta}, 3, {attr("body", body)})[2];
+}
+
+}  // namespace
+
+Value range_values(GraphBuilder& b, const Value& start, const Value& limit, const Value& delta, int32_t type) {
+  if (b.opset() >= 11) return b.op("Range", {start, limit, delta});
+  return range_as_loop(b, start, limit, delta, type);
 }
 
 }  // namespace onnx_rewrite
