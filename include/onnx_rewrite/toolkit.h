@@ -32,6 +32,26 @@ const AttributeTypes& ort_attribute_types();
 // the kernel takes would silently change what it computes.
 BuildFunction with_attribute_types_checked(const AttributeTypes& types, BuildFunction builder);
 
+// The body of a Loop or Scan a builder makes. Its values are named after `anchor` (a fresh name
+// of the model, so no other graph has them), in letters, digits and '_' as ONNX text writes
+// names; `local` names are the body's own ("cond_in"). Values are scalars unless `scalar` is
+// false (then of any shape).
+class BodyGraph {
+ public:
+  BodyGraph(const Value& anchor, std::string_view graph_name);
+  void input(std::string_view local, int32_t element, bool scalar = true) { declare(graph_.mutable_input(), local, element, scalar); }
+  void output(std::string_view local, int32_t element, bool scalar = true) { declare(graph_.mutable_output(), local, element, scalar); }
+  void node(std::string_view op_type, const std::vector<std::string_view>& inputs, std::string_view output);
+  const onnx::GraphProto& graph() const { return graph_; }
+
+ private:
+  std::string name(std::string_view local) const;
+  void declare(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* infos, std::string_view local, int32_t element,
+               bool scalar);
+  std::string prefix_;
+  onnx::GraphProto graph_;
+};
+
 // Range (start, limit, delta) of `type` (float, double, int32, int64): the op from opset 11, its
 // ONNX function body (a Loop) below.
 Value range_values(GraphBuilder& b, const Value& start, const Value& limit, const Value& delta, int32_t type);

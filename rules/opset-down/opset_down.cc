@@ -19,6 +19,7 @@
 // - range_as_loop: Range-11 as the Loop of its function body (Trilu's masks below 11 too).
 // - float_equal_spelled_out: Equal of floats below 11 from Less, Greater and IsNaN.
 // - integer_max_min: Max/Min-12 of two integers as Where over Greater/Less (narrow ones in int64).
+// - cumulative_as_scan: CumSum-11 / CumProd-26 as a Scan carrying the running sum or product.
 // - integer_mod_spelled_out: Mod-10 of integers as the truncated remainder, signed as fmod asks.
 // - cosine_window: Hann/Hamming/Blackman windows as Range and Cos.
 // - widened_integer_arithmetic: Add/Sub/Mul/Div of 8- and 16-bit integers computed in int64.
@@ -887,6 +888,48 @@ BuildResult integer_mod_spelled_out(const BuildContext& match, GraphBuilder& b) 
   return built();
 }
 
+// CumSum-11 / CumProd-26 as a Scan along the axis carrying the running sum (product): the same
+// additions (multiplications) in the same order as the kernels, so exact. The first carried value
+// is 0 (1) in the shape of one slice across the axis.
+BuildResult cumulative_as_scan(const BuildContext& match, GraphBuilder& b) {
+  const bool product = match.anchor().op_type() == "CumProd";
+  const int32_t type = match.element_type({"x"});
+  const bool supported = type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::DOUBLE ||
+                         type == onnx::TensorProto::INT32 || type == onnx::TensorProto::INT64;
+  if (!supported) return decline("an element type other than float, double, int32 or int64 (Add and Mul below 14 lack it)");
+  const auto rank = match.facts("x").rank();
+  if (!rank) return decline("the input's rank is unknown");
+  const auto r = static_cast<int64_t>(*rank);
+  const auto axis_values = match.constant("axis");
+  // Of a 1-D input the one axis a valid node can name is 0, whatever computes it.
+  if (r != 1 && (!axis_values || axis_values->ints().size() != 1)) return decline("the axis is not a one-element constant");
+  int64_t axis = r == 1 ? 0 : axis_values->ints().front();
+  if (axis < -r || axis >= r) return decline(fmt::format("axis {} lies outside rank {}", axis, r));
+  if (axis < 0) axis += r;
+  const Value shape = b.Shape(match.value("x"));
+  const Value before = b.Slice(shape, {0}, {axis}, {0});
+  const Value after = b.Slice(shape, {axis + 1}, {r}, {0});
+  const Value slice_shape = b.Concat({before, after}, 0);
+  const Value first = b.op("ConstantOfShape", {slice_shape}, {attr("value", make_tensor(type, {1}, {product ? 1.0 : 0.0}))});
+  BodyGraph body(first, "cumulative_body");
+  body.input("carried", type, false);
+  body.input("element", type, false);
+  body.node(product ? "Mul" : "Add", {"carried", "element"}, "next");
+  const bool exclusive = match.anchor().attribute_int("exclusive", 0) != 0;
+  body.node("Identity", {exclusive ? "carried" : "next"}, "emitted");
+  body.output("next", type, false);
+  body.output("emitted", type, false);
+  const int64_t direction = match.anchor().attribute_int("reverse", 0) != 0 ? 1 : 0;
+  const auto outputs = b.op_outputs("Scan", {first, match.value("x")}, 2,
+                                    {attr("body", body.graph()), attr("num_scan_inputs", int64_t{1}),
+                                     attr("scan_input_axes", std::vector<int64_t>{axis}),
+                                     attr("scan_input_directions", std::vector<int64_t>{direction}),
+                                     attr("scan_output_axes", std::vector<int64_t>{axis}),
+                                     attr("scan_output_directions", std::vector<int64_t>{direction})});
+  b.output(match.value("y"), outputs[1]);
+  return built();
+}
+
 // Swish-24: x · Sigmoid(α·x), α in x's type.
 BuildResult swish_as_sigmoid(const BuildContext& match, GraphBuilder& b) {
   const Value x{match.value("x")};
@@ -999,6 +1042,8 @@ void register_opset_down_builders(BuilderRegistry& registry) {
                ceil_mode_as_end_pads);
   registry.add("center_crop_pad", {.values = {"x", "shape", "y"}, .node_attributes = {"axes"}}, center_crop_pad);
   registry.add("integer_max_min", {.values = {"a", "b", "y"}}, integer_max_min);
+  registry.add("cumulative_as_scan", {.values = {"x", "axis", "y"}, .node_attributes = {"exclusive", "reverse"}},
+               cumulative_as_scan);
   registry.add("integer_mod_spelled_out", {.values = {"a", "b", "y"}, .node_attributes = {"fmod"}}, integer_mod_spelled_out);
   registry.add("swish_as_sigmoid", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, swish_as_sigmoid);
   registry.add("cosine_window", {.values = {"size", "w"}, .node_attributes = {"periodic", "output_datatype"}}, cosine_window);

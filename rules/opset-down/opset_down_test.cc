@@ -375,6 +375,48 @@ const std::vector<Written> kWritten = {
     // rank, and ids i < 0 become i + size.
     {"negative-axes-11-lowering and the input-to-attribute lowerings", 9, kNegativeAxes, kNegativeAxesRanges},
     {"negative-axes-11-lowering (Slice-10's axes input)", 10, kNegativeAxes, kNegativeAxesRanges},
+    // HF position ids are CumSum of the attention mask; ORT's CumSum-11 kernel is the reference.
+    {"cum-sum-11-lowering", 10, R"(
+      <ir_version: 7, opset_import: ["": 11]>
+      g (float[2, 3, 4] x, int64[2, 5] m, int32[6] i) => (float[2, 3, 4] a, float[2, 3, 4] b, int64[2, 5] c, int32[6] d)
+        <int64 one = {1}, int64[1] last = {-1}, int32 first = {0}> {
+        a = CumSum (x, one)
+        b = CumSum <exclusive = 1, reverse = 1> (x, last)
+        c = CumSum <reverse = 1> (m, one)
+        d = CumSum <exclusive = 1> (i, first)
+      })", {"--int-range", "-20,20"}},
+    {"cum-prod-26-lowering", 17, R"(
+      <ir_version: 10, opset_import: ["": 26]>
+      g (float[2, 3, 4] x, int64[3, 4] m) => (float[2, 3, 4] a, float[2, 3, 4] b, int64[3, 4] c)
+        <int64 two = {2}, int64 zero = {0}> {
+        a = CumProd (x, two)
+        b = CumProd <exclusive = 1, reverse = 1> (x, zero)
+        c = CumProd <reverse = 1> (m, zero)
+      })", {"--int-range", "-9,9"}},
+    // Divisors of both signs, remainders of both signs, fmod either way.
+    {"integer-mod-10-lowering", 9, R"(
+      <ir_version: 5, opset_import: ["": 10]>
+      g (int64[2, 4] a, int32[4] b, int8[4] c, uint16[4] d) => (int64[2, 4] r, int64[2, 4] f, int32[4] s, int8[4] t, uint16[4] u)
+        <int64[4] p = {3, -3, 7, -1}, int32[4] q = {-5, 4, 2, 9}, int8[4] e = {3, -4, 5, -6}, uint16[4] w = {3, 7, 1000, 65535}> {
+        r = Mod (a, p)
+        f = Mod <fmod = 1> (a, p)
+        s = Mod (b, q)
+        t = Mod <fmod = 1> (c, e)
+        u = Mod (d, w)
+      })", {"--int-range", "-100,100"}},
+    {"softmax-axis-13-lowering (below 11: the last axis counted from the front)", 9, R"(
+      <ir_version: 7, opset_import: ["": 13]>
+      g (float[2, 3, 4] x) => (float[2, 3, 4] a, float[2, 3, 4] b, float[2, 3, 4] c) {
+        a = Softmax <axis = 1> (x)
+        b = LogSoftmax (x)
+        c = Hardmax <axis = 0> (x)
+      })", {}},
+    {"layer-normalization-17-lowering (below 11)", 9, R"(
+      <ir_version: 8, opset_import: ["": 17]>
+      g (float[2, 3, 4] x, float[4] s, float[4] o, float[3, 4] t) => (float[2, 3, 4] a, float[2, 3, 4] b) {
+        a = LayerNormalization <epsilon = 1e-5> (x, s, o)
+        b = LayerNormalization <axis = 1> (x, t)
+      })", {}},
 };
 
 class OpsetDownWritten : public ::testing::TestWithParam<Written> {};

@@ -138,6 +138,32 @@ std::optional<std::string> apply_activation(GraphBuilder& b, Value x, const Acti
   return std::nullopt;
 }
 
+BodyGraph::BodyGraph(const Value& anchor, std::string_view graph_name) : prefix_(anchor.name) {
+  for (char& c : prefix_) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  graph_.set_name(name(graph_name));
+}
+
+std::string BodyGraph::name(std::string_view local) const { return prefix_ + "_" + std::string(local); }
+
+void BodyGraph::declare(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* infos, std::string_view local,
+                        int32_t element, bool scalar) {
+  auto* info = infos->Add();
+  info->set_name(name(local));
+  auto* tensor = info->mutable_type()->mutable_tensor_type();
+  tensor->set_elem_type(element);
+  if (scalar) tensor->mutable_shape();
+}
+
+void BodyGraph::node(std::string_view op_type, const std::vector<std::string_view>& inputs, std::string_view output) {
+  auto* node = graph_.add_node();
+  node->set_op_type(std::string(op_type));
+  node->set_name(name(output));
+  for (auto input : inputs) node->add_input(name(input));
+  node->add_output(name(output));
+}
+
 namespace {
 
 // Range (start, limit, delta) of `type` as its ONNX function body: a Loop
@@ -149,42 +175,20 @@ Value range_as_loop(GraphBuilder& b, const Value& start, const Value& limit, con
   const Value steps = b.Relu(b.op("Ceil", {b.Div(span, b.Cast(delta, onnx::TensorProto::DOUBLE))}));
   const Value trip_count = b.Cast(steps, onnx::TensorProto::INT64);
   const Value keep_going = b.Cast(steps, onnx::TensorProto::BOOL);
-  // The body's values, named after the trip count (a fresh name of the model), in letters, digits
-  // and '_' (as ONNX text writes names).
-  std::string prefix = trip_count.name;
-  for (char& c : prefix) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  auto named = [&](const char* suffix) { return prefix + "_" + suffix; };
-  onnx::GraphProto body;
-  body.set_name(named("range_body"));
-  auto declare = [&](google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* infos, const std::string& name, int32_t element) {
-    auto* info = infos->Add();  // every value of the body is a scalar
-    info->set_name(name);
-    auto* tensor = info->mutable_type()->mutable_tensor_type();
-    tensor->set_elem_type(element);
-    tensor->mutable_shape();
-  };
-  declare(body.mutable_input(), named("i"), onnx::TensorProto::INT64);
-  declare(body.mutable_input(), named("cond_in"), onnx::TensorProto::BOOL);
-  declare(body.mutable_input(), named("previous"), type);
-  declare(body.mutable_input(), named("step"), type);
-  auto add_node = [&](const char* op, std::vector<std::string> inputs, const std::string& output) {
-    auto* node = body.add_node();
-    node->set_op_type(op);
-    node->set_name(output);
-    for (auto& input : inputs) node->add_input(input);
-    node->add_output(output);
-  };
-  add_node("Identity", {named("cond_in")}, named("cond_out"));
-  add_node("Add", {named("previous"), named("step")}, named("current"));
-  add_node("Identity", {named("step")}, named("step_out"));
-  add_node("Identity", {named("previous")}, named("value"));
-  declare(body.mutable_output(), named("cond_out"), onnx::TensorProto::BOOL);
-  declare(body.mutable_output(), named("current"), type);
-  declare(body.mutable_output(), named("step_out"), type);
-  declare(body.mutable_output(), named("value"), type);
-  return b.op_outputs("Loop", {trip_count, keep_going, start, delta}, 3, {attr("body", body)})[2];
+  BodyGraph body(trip_count, "range_body");
+  body.input("i", onnx::TensorProto::INT64);
+  body.input("cond_in", onnx::TensorProto::BOOL);
+  body.input("previous", type);
+  body.input("step", type);
+  body.node("Identity", {"cond_in"}, "cond_out");
+  body.node("Add", {"previous", "step"}, "current");
+  body.node("Identity", {"step"}, "step_out");
+  body.node("Identity", {"previous"}, "value");
+  body.output("cond_out", onnx::TensorProto::BOOL);
+  body.output("current", type);
+  body.output("step_out", type);
+  body.output("value", type);
+  return b.op_outputs("Loop", {trip_count, keep_going, start, delta}, 3, {attr("body", body.graph())})[2];
 }
 
 }  // namespace
