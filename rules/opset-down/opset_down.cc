@@ -702,9 +702,11 @@ BuildResult arg_last_index(const BuildContext& match, GraphBuilder& b) {
 }
 
 // Dropout-12 without training_mode (or with a constant false, or training with a constant ratio
-// of 0) is the identity, whatever its ratio or seed: Dropout-10 (or 7) without them (its output only).
+// of 0) is the identity, whatever its ratio or seed: Dropout-10 (or 7) without them. Its mask
+// keeps everything: all true, built from the shape (ONNX Runtime's Dropout-10 writes another one).
 BuildResult dropout_inference(const BuildContext& match, GraphBuilder& b) {
-  if (match.has("mask")) return decline("the mask is used (ONNX Runtime's Dropout-10 writes another one)");
+  const bool mask = match.has("mask");
+  if (mask && b.opset() < 9) return decline("the mask is used, and an all-true one of x's shape needs ConstantOfShape (opset 9)");
   if (match.has("training_mode")) {  // torch writes a constant false in exported inference graphs
     const auto training = match.scalar("training_mode");
     if (!training) return decline("training_mode is not a constant");
@@ -712,10 +714,14 @@ BuildResult dropout_inference(const BuildContext& match, GraphBuilder& b) {
     const auto ratio = match.has("ratio") ? match.scalar("ratio") : std::optional<double>(0.5);
     if (*training != 0 && ratio != 0.0) return decline("training_mode is set and the ratio is not a constant 0: the node drops");
   }
-  if (!match.has("ratio") && !match.has("training_mode") && !match.anchor().attribute("seed")) {
+  if (!mask && !match.has("ratio") && !match.has("training_mode") && !match.anchor().attribute("seed")) {
     return decline("nothing to drop: the node means the same at opset 10");
   }
   b.output(match.value("output"), b.op("Dropout", {match.value("data")}));
+  if (mask) {
+    const Value shape = b.Shape(match.value("data"));
+    b.output(match.value("mask"), b.op("ConstantOfShape", {shape}, {attr("value", make_tensor(onnx::TensorProto::BOOL, {1}, {1}))}));
+  }
   return built();
 }
 
@@ -725,8 +731,7 @@ BuildResult dropout_inference(const BuildContext& match, GraphBuilder& b) {
 BuildResult grid_sample_16_modes(const BuildContext& match, GraphBuilder& b) {
   const NodeView node = match.anchor();
   const std::string mode = node.attribute_string("mode", "linear");
-  const std::string older = mode == "linear" ? "bilinear" : mode == "cubic" ? "bicubic" : "";
-  if (older.empty()) return decline(fmt::format("mode \"{}\" is spelled the same before opset 20", mode));
+  const std::string older = mode == "linear" ? "bilinear" : mode == "cubic" ? "bicubic" : mode;
   if (match.facts("x").rank() != std::optional<size_t>(4)) return decline("GridSample-16 takes 4-D inputs only (the rank is not 4 or unknown)");
   Attributes attributes = node.attributes_except({"mode"});
   attributes.push_back(attr("mode", older));
@@ -750,16 +755,22 @@ BuildResult operands_of_one_type(const BuildContext& match, GraphBuilder& b) {
                                     "older schema's")) {
     return decline(*why);
   }
+  const NodeView node = match.anchor();
+  std::vector<Value> inputs = node.inputs();
   for (const char* operand : {"e", "scale", "bias", "mean", "var"}) {
     if (!match.has(operand)) continue;
     const int32_t own = match.facts(operand).elem_type;
+    // An integer exponent is a whole number the base's type holds exactly (up to 2^24 in float).
+    if (std::string_view(operand) == "e" && own != type && is_integer_type(own)) {
+      inputs[1] = b.Cast(match.value("e"), type);
+      continue;
+    }
     if (own != type) {
       return decline(fmt::format("{} is {} while x is {}: the older schema takes one type for both", operand,
                          own ? data_type_name(own) : "of unknown type", data_type_name(type)));
     }
   }
-  const NodeView node = match.anchor();
-  b.output(node.output(0), b.op(node.op_type(), node.inputs(), node.attributes_except({"training_mode"})));
+  b.output(node.output(0), b.op(node.op_type(), inputs, node.attributes_except({"training_mode"})));
   return built();
 }
 
