@@ -20,6 +20,7 @@
 // - float_equal_spelled_out: Equal of floats below 11 from Less, Greater and IsNaN.
 // - integer_max_min: Max/Min-12 of two integers as Where over Greater/Less (narrow ones in int64).
 // - cumulative_as_scan: CumSum-11 / CumProd-26 as a Scan carrying the running sum or product.
+// - bitwise_as_bits: Bitwise And/Or/Xor/Not-18 of integers up to 32 bits, bit by bit in int64.
 // - integer_mod_spelled_out: Mod-10 of integers as the truncated remainder, signed as fmod asks.
 // - cosine_window: Hann/Hamming/Blackman windows as Range and Cos.
 // - widened_integer_arithmetic: Add/Sub/Mul/Div of 8- and 16-bit integers computed in int64.
@@ -941,6 +942,66 @@ BuildResult cumulative_as_scan(const BuildContext& match, GraphBuilder& b) {
   return built();
 }
 
+// The unsigned type of a signed integer type's width, and the width in bits (0: not handled).
+std::pair<int32_t, int64_t> unsigned_of_width(int32_t type) {
+  switch (type) {
+    case onnx::TensorProto::INT8: case onnx::TensorProto::UINT8: return {onnx::TensorProto::UINT8, 8};
+    case onnx::TensorProto::INT16: case onnx::TensorProto::UINT16: return {onnx::TensorProto::UINT16, 16};
+    case onnx::TensorProto::INT32: case onnx::TensorProto::UINT32: return {onnx::TensorProto::UINT32, 32};
+    default: return {onnx::TensorProto::UNDEFINED, 0};
+  }
+}
+
+// Bitwise And/Or/Xor/Not-18 of integers up to 32 bits, in int64 arithmetic: each operand's bits
+// (its unsigned reading, v / 2^k - 2·(v / 2^(k+1))) along a new leading axis, combined as 0/1
+// numbers, summed back with their weights, cast to the type (wrapping, as the bits are). Exact.
+BuildResult bitwise_as_bits(const BuildContext& match, GraphBuilder& b) {
+  const std::string& op = match.anchor().op_type();
+  const bool unary = op == "BitwiseNot";
+  const int32_t type = match.element_type({"a"});
+  const auto [unsigned_type, width] = unsigned_of_width(type);
+  if (width == 0) return decline("an element type other than 8-, 16- or 32-bit integers (64-bit ones overflow int64 sums)");
+  const auto rank_a = match.facts("a").rank();
+  const auto rank_b = unary ? rank_a : match.facts("b").rank();
+  if (!rank_a || !rank_b) return decline("an operand's rank is unknown (its bits go along a new leading axis)");
+  // Powers of two along the leading axis, broadcasting over every operand's dims.
+  std::vector<int64_t> weight_dims(std::max(*rank_a, *rank_b) + 1, 1);
+  weight_dims.front() = width;
+  std::vector<int64_t> powers, next_powers;
+  for (int64_t k = 0; k < width; ++k) {
+    powers.push_back(int64_t{1} << k);
+    next_powers.push_back(int64_t{1} << (k + 1));
+  }
+  const Value weights = b.constant(make_int64_tensor(weight_dims, powers));
+  const Value next_weights = b.constant(make_int64_tensor(weight_dims, next_powers));
+  const Value two = b.scalar(2, onnx::TensorProto::INT64);
+  auto bits = [&](const char* operand) {
+    Value v = match.value(operand);
+    if (unsigned_type != type) v = b.Cast(v, unsigned_type);
+    v = b.Cast(v, onnx::TensorProto::INT64);
+    const Value high = b.Mul(b.Div(v, next_weights), two);
+    return b.Sub(b.Div(v, weights), high);
+  };
+  const Value x = bits("a");
+  Value combined;
+  if (unary) {
+    combined = b.Sub(b.scalar(1, onnx::TensorProto::INT64), x);
+  } else {
+    const Value y = bits("b");
+    const Value both = b.Mul(x, y);
+    if (op == "BitwiseAnd") {
+      combined = both;
+    } else {
+      const Value sum = b.Add(x, y);
+      combined = op == "BitwiseOr" ? b.Sub(sum, both) : b.Sub(sum, b.Mul(both, two));
+    }
+  }
+  const Value value = b.Reduce("ReduceSum", b.Mul(combined, weights), {0}, false);
+  const Value wrapped = b.Cast(value, unsigned_type);
+  b.output(match.value("y"), unsigned_type == type ? wrapped : b.Cast(wrapped, type));
+  return built();
+}
+
 // Swish-24: x · Sigmoid(α·x), α in x's type.
 BuildResult swish_as_sigmoid(const BuildContext& match, GraphBuilder& b) {
   const Value x{match.value("x")};
@@ -1055,6 +1116,7 @@ void register_opset_down_builders(BuilderRegistry& registry) {
   registry.add("integer_max_min", {.values = {"a", "b", "y"}}, integer_max_min);
   registry.add("cumulative_as_scan", {.values = {"x", "axis", "y"}, .node_attributes = {"exclusive", "reverse"}},
                cumulative_as_scan);
+  registry.add("bitwise_as_bits", {.values = {"a", "y"}, .optional_values = {"b"}}, bitwise_as_bits);
   registry.add("integer_mod_spelled_out", {.values = {"a", "b", "y"}, .node_attributes = {"fmod"}}, integer_mod_spelled_out);
   registry.add("swish_as_sigmoid", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, swish_as_sigmoid);
   registry.add("cosine_window", {.values = {"size", "w"}, .node_attributes = {"periodic", "output_datatype"}}, cosine_window);

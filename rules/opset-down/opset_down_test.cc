@@ -413,6 +413,20 @@ const std::vector<Written> kWritten = {
         t = Mod <fmod = 1> (c, e)
         u = Mod (d, w)
       })", {"--int-range", "-100,100"}},
+    // Negative operands (their two's complement bits), 32-bit values near the limits, operands of
+    // different ranks broadcasting.
+    {"bitwise-18-lowering and bitwise-not-18-lowering", 9, R"(
+      <ir_version: 8, opset_import: ["": 18]>
+      g (int32[2, 3] a, int32[3] b, int8[4] c, uint16[2, 4] d) => (int32[2, 3] p, int32[2, 3] q, int32[2, 3] r, int8[4] s, uint16[2, 4] t,
+                                                             uint16[2, 4] u)
+        <int32[3] big = {2147483647, -2147483648, -1}, uint16[4] e = {65535, 1, 32768, 4660}> {
+        p = BitwiseAnd (a, b)
+        q = BitwiseOr (a, big)
+        r = BitwiseXor (a, b)
+        s = BitwiseNot (c)
+        t = BitwiseXor (d, e)
+        u = BitwiseNot (d)
+      })", {"--int-range", "-100000,100000"}},
     {"softmax-axis-13-lowering (below 11: the last axis counted from the front)", 9, R"(
       <ir_version: 7, opset_import: ["": 13]>
       g (float[2, 3, 4] x) => (float[2, 3, 4] a, float[2, 3, 4] b, float[2, 3, 4] c) {
