@@ -382,24 +382,25 @@ BuildResult split_sizes_at_run_time(const BuildContext& match, GraphBuilder& b, 
   return built();
 }
 
-// Split-18 <num_outputs = n>: parts of ceil(d / n), the last one smaller.
+// Split-18 <num_outputs = n>: parts of ceil(d / n), the last one what is left (ONNX's reference).
 BuildResult split_num_outputs(const BuildContext& match, GraphBuilder& b) {
   const NodeView node = match.anchor();
   const int64_t parts = match.attribute_int("num_outputs", 0);
   const auto rank = match.facts("data").rank();
-  if (!rank) return decline("the input's rank is unknown");
   int64_t axis = match.attribute_int("axis", 0);
+  if (axis < 0 && !rank) return decline("the input's rank is unknown, and the axis counts from the back");
   if (axis < 0) axis += static_cast<int64_t>(*rank);
-  const int64_t size = match.facts("data").dim(static_cast<size_t>(axis));
+  const int64_t size = rank ? match.facts("data").dim(static_cast<size_t>(axis)) : -1;
   if (parts != static_cast<int64_t>(node.outputs().size())) {
     return decline(fmt::format("num_outputs is {}, the node has {} outputs", parts, node.outputs().size()));
   }
   if (size < 0 && b.opset() < 10) return decline("the axis's size is known only at run time, and slicing by it needs Slice-10");
   if (size < 0) return split_sizes_at_run_time(match, b, axis, parts);
+  // As ONNX's reference: parts of ceil(size / n), the last one what is left (maybe 0).
   const int64_t chunk = (size + parts - 1) / parts;
-  std::vector<int64_t> sizes;
-  for (int64_t begin = 0; begin < size; begin += chunk) sizes.push_back(std::min(chunk, size - begin));
-  if (static_cast<int64_t>(sizes.size()) != parts) return decline(fmt::format("{} elements don't make {} parts", size, parts));
+  std::vector<int64_t> sizes(static_cast<size_t>(parts - 1), chunk);
+  sizes.push_back(size - chunk * (parts - 1));
+  if (sizes.back() < 0) return decline(fmt::format("{} elements don't make {} parts", size, parts));
   const auto outputs = b.Split(match.value("data"), axis, sizes);
   const std::vector<Value> node_outputs = node.outputs();
   for (size_t i = 0; i < node_outputs.size(); ++i) {
