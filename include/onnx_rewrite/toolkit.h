@@ -52,6 +52,13 @@ class BodyGraph {
   onnx::GraphProto graph_;
 };
 
+// GatherElements (data, indices of `index_type`, axis >= 0): the op from opset 11; below, one
+// Gather from the flattened data at positions computed from the static dims (negative indices
+// counted from the end). Nullopt below 11 when a dim is unknown or the indices too many.
+std::optional<Value> gather_elements(GraphBuilder& b, Value data, Value indices, int32_t index_type, int64_t axis,
+                                     const std::optional<std::vector<int64_t>>& data_dims,
+                                     const std::optional<std::vector<int64_t>>& index_dims);
+
 // Range (start, limit, delta) of `type` (float, double, int32, int64): the op from opset 11, its
 // ONNX function body (a Loop) below.
 Value range_values(GraphBuilder& b, const Value& start, const Value& limit, const Value& delta, int32_t type);

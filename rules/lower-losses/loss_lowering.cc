@@ -1,4 +1,5 @@
-// NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (opset 12) in opset-11 ops
+// NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (opset 12) in opset-11 ops (below 11,
+// GatherElements as the toolkit's flat Gather, for static dims)
 // (lower-losses.rules), as their ONNX function bodies compute them (onnx/defs/math/defs.cc):
 //
 //   NLL: t = target as [N, 1, d...]; ignored = (t == ignore_index), read as class 0;
@@ -25,8 +26,10 @@ std::string read_reduction(const BuildContext& match, std::string& reduction) {
   return {};
 }
 
-// The loss of `log_prob` ([N, C, d...]) at the match's target and weight, as graph value `loss`.
-BuildResult negative_log_likelihood(const BuildContext& match, GraphBuilder& b, Value log_prob, int32_t dtype) {
+// The loss of `log_prob` ([N, C, d...], its dims if static) at the match's target and weight, as
+// graph value `loss`.
+BuildResult negative_log_likelihood(const BuildContext& match, GraphBuilder& b, Value log_prob,
+                                    const std::optional<std::vector<int64_t>>& log_prob_dims, int32_t dtype) {
   std::string reduction;
   if (auto why = read_reduction(match, reduction); !why.empty()) return decline(why);
   if (auto why = check_element_type(dtype, {TensorProto::FLOAT, TensorProto::DOUBLE, TensorProto::FLOAT16}, "the loss")) return decline(*why);
@@ -40,7 +43,12 @@ BuildResult negative_log_likelihood(const BuildContext& match, GraphBuilder& b, 
     index = b.Where(ignored, b.Sub(index, index), index);
   }
   const Value zero = b.scalar(0, dtype);
-  Value picked = b.op("GatherElements", {log_prob, index}, {attr("axis", int64_t{1})});
+  // Below 11 GatherElements is a Gather at positions from the static dims: [N, C, d...] and [N, 1, d...].
+  auto index_dims = match.facts("target").static_dims();
+  if (index_dims) index_dims->insert(index_dims->begin() + 1, 1);
+  const auto gathered = gather_elements(b, log_prob, index, match.facts("target").elem_type, 1, log_prob_dims, index_dims);
+  if (!gathered) return decline("below opset 11 the dims of the scores and the target must be static (GatherElements came at 11)");
+  Value picked = *gathered;
   if (ignore_index) picked = b.Where(ignored, zero, picked);
   const Value loss_unweighted = b.Squeeze(b.op("Neg", {picked}), {1});  // [N, d...]
   Value weight;  // [N, d...], absent: every element weighs 1
@@ -69,7 +77,8 @@ BuildResult negative_log_likelihood(const BuildContext& match, GraphBuilder& b, 
 }
 
 BuildResult lower_negative_log_likelihood(const BuildContext& match, GraphBuilder& b) {
-  return negative_log_likelihood(match, b, match.value("input"), match.element_type({"input", "weight"}));
+  return negative_log_likelihood(match, b, match.value("input"), match.facts("input").static_dims(),
+                                 match.element_type({"input", "weight"}));
 }
 
 // LogSoftmax over axis 1 of [N, C, d...]: as [N, C, D] with C last (opset 11's LogSoftmax
@@ -82,7 +91,8 @@ BuildResult lower_softmax_cross_entropy(const BuildContext& match, GraphBuilder&
   const Value log_ncd = b.Transpose(log_ndc, {0, 2, 1});
   const Value log_prob = b.Reshape(log_ncd, b.Shape(scores));
   // Named last: the value takes the graph output's name, which the loss must not read before.
-  const BuildResult result = negative_log_likelihood(match, b, log_prob, match.element_type({"scores", "weight"}));
+  const BuildResult result =
+      negative_log_likelihood(match, b, log_prob, match.facts("scores").static_dims(), match.element_type({"scores", "weight"}));
   if (result.ok() && match.has("log_prob")) b.output(match.value("log_prob"), log_prob);
   return result;
 }

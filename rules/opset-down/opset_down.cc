@@ -21,6 +21,8 @@
 // - integer_max_min: Max/Min-12 of two integers as Where over Greater/Less (narrow ones in int64).
 // - cumulative_as_scan: CumSum-11 / CumProd-26 as a Scan carrying the running sum or product.
 // - bitwise_as_bits: Bitwise And/Or/Xor/Not-18 of integers up to 32 bits, bit by bit in int64.
+// - gather_elements_flat: GatherElements-11 as one Gather from the flattened data (toolkit).
+// - clip_as_max_min: Clip-11 with bounds known at run time as Max and Min.
 // - integer_mod_spelled_out: Mod-10 of integers as the truncated remainder, signed as fmod asks.
 // - cosine_window: Hann/Hamming/Blackman windows as Range and Cos.
 // - widened_integer_arithmetic: Add/Sub/Mul/Div of 8- and 16-bit integers computed in int64.
@@ -247,10 +249,35 @@ BuildResult inputs_as_attributes(const BuildContext& match, GraphBuilder& b) {
   return built();
 }
 
+// The first element along each axis whose flag is set (the others whole): one Slice with run-time
+// ends from opset 10; below, a Compress per axis keeping the first element or all of them.
+Value first_of_reduced_axes(GraphBuilder& b, Value x, const std::vector<Value>& reduced, const std::vector<int64_t>& dims) {
+  const auto rank = static_cast<int64_t>(dims.size());
+  if (b.opset() < 10) {
+    for (int64_t i = 0; i < rank; ++i) {
+      std::vector<double> first_only(static_cast<size_t>(dims[static_cast<size_t>(i)]), 0.0);
+      first_only.front() = 1.0;
+      const Value keep_first = b.constant(make_tensor(onnx::TensorProto::BOOL, {dims[static_cast<size_t>(i)]}, first_only));
+      // Where of bools has no ONNX Runtime kernel before 16: not reduced, or the first element.
+      const Value kept = b.op("Or", {b.op("Not", {reduced[static_cast<size_t>(i)]}), keep_first});
+      x = b.op("Compress", {x, kept}, {attr("axis", i)});
+    }
+    return x;
+  }
+  std::vector<Value> ends;
+  for (const Value& flag : reduced) {
+    const Value one = b.ints({1});
+    ends.push_back(b.Where(flag, one, b.ints({std::numeric_limits<int64_t>::max()})));
+  }
+  std::vector<int64_t> all_axes(static_cast<size_t>(rank));
+  for (int64_t i = 0; i < rank; ++i) all_axes[static_cast<size_t>(i)] = i;
+  return b.op("Slice", {x, b.ints(std::vector<int64_t>(all_axes.size(), 0)), b.Concat(ends, 0), b.ints(all_axes)});
+}
+
 // A reduction over axes computed at run time, for opsets whose reductions take them only as an
 // attribute: one axis after another, each reduced and broadcast back where the axis is among
 // the given ones (Where), so the tensor keeps its shape; then the first element of each reduced
-// axis (Slice with run-time ends), and for keepdims = 0 the kept dims (Compress of the shape).
+// axis (first_of_reduced_axes), and for keepdims = 0 the kept dims (Compress of the shape).
 // The rank must be known; a static size 0 declines (the broadcast back would stay empty).
 BuildResult reduce_runtime_axes(const BuildContext& match, GraphBuilder& b) {
   const NodeView node = match.anchor();
@@ -302,16 +329,10 @@ BuildResult reduce_runtime_axes(const BuildContext& match, GraphBuilder& b) {
   } else {
     return decline(fmt::format("{} has no decomposition here", op));
   }
-  std::vector<Value> ends, flags;
-  for (const Value& flag : reduced) {
-    const Value one = b.ints({1});
-    ends.push_back(b.Where(flag, one, b.ints({std::numeric_limits<int64_t>::max()})));
-    flags.push_back(b.Unsqueeze(flag, {0}));
-  }
-  std::vector<int64_t> all_axes(static_cast<size_t>(rank));
-  for (int64_t i = 0; i < rank; ++i) all_axes[static_cast<size_t>(i)] = i;
-  result = b.op("Slice", {result, b.ints(std::vector<int64_t>(all_axes.size(), 0)), b.Concat(ends, 0), b.ints(all_axes)});
+  result = first_of_reduced_axes(b, result, reduced, *dims);
   if (node.attribute_int("keepdims", 1) == 0) {
+    std::vector<Value> flags;
+    for (const Value& flag : reduced) flags.push_back(b.Unsqueeze(flag, {0}));
     const Value shape = b.Shape(result);
     const Value kept = b.op("Compress", {shape, b.op("Not", {b.Concat(flags, 0)})}, {attr("axis", int64_t{0})});
     result = b.Reshape(result, kept);
@@ -634,6 +655,9 @@ BuildResult attribute_at_default_dropped(const BuildContext& match, GraphBuilder
 // MaxPool nor counted by AveragePool with count_include_pad = 0 (the rule's condition).
 BuildResult ceil_mode_as_end_pads(const BuildContext& match, GraphBuilder& b) {
   const NodeView node = match.anchor();
+  if (node.op_type() == "MaxPool" && b.opset() < 8 && match.facts("x").elem_type != onnx::TensorProto::FLOAT) {
+    return decline("ONNX Runtime's MaxPool below opset 8 takes float only");
+  }
   if (const std::string auto_pad = node.attribute_string("auto_pad", "NOTSET"); auto_pad != "NOTSET") {
     return decline(fmt::format("auto_pad {}: the runtime computes the pads", auto_pad));
   }
@@ -688,7 +712,12 @@ BuildResult arg_last_index(const BuildContext& match, GraphBuilder& b) {
     node_without_attribute(node, "select_last_index", b);  // written at its default: unknown at 11
     return built();
   }
-  const int64_t axis = node.attribute_int("axis", 0);
+  int64_t axis = node.attribute_int("axis", 0);
+  if (axis < 0 && b.opset() < 11) {  // axes count from the front there
+    const auto rank = match.facts("data").rank();
+    if (!rank) return decline("the axis counts from the back and the rank is unknown (below opset 11 it can't)");
+    axis += static_cast<int64_t>(*rank);
+  }
   const Value data = match.value("data");
   const Value starts = b.ints({-1});
   const Value ends = b.ints({std::numeric_limits<int64_t>::min()});
@@ -869,6 +898,35 @@ BuildResult integer_max_min(const BuildContext& match, GraphBuilder& b) {
   const Value first_wins = b.op(match.anchor().op_type() == "Max" ? "Greater" : "Less", {a, other});
   const Value picked = b.Where(first_wins, a, other);
   b.output(match.value("y"), widen ? b.Cast(picked, type) : picked);
+  return built();
+}
+
+// GatherElements-11 below 11: the toolkit's flat Gather, from the static dims.
+BuildResult gather_elements_flat(const BuildContext& match, GraphBuilder& b) {
+  const auto data_dims = match.facts("data").static_dims();
+  const auto index_dims = match.facts("indices").static_dims();
+  if (!data_dims || !index_dims) return decline("the dims of data or indices are not all static");
+  int64_t axis = match.anchor().attribute_int("axis", 0);
+  const auto rank = static_cast<int64_t>(data_dims->size());
+  if (axis < -rank || axis >= rank) return decline(fmt::format("axis {} lies outside rank {}", axis, rank));
+  if (axis < 0) axis += rank;
+  const auto gathered = gather_elements(b, match.value("data"), match.value("indices"), match.facts("indices").elem_type, axis,
+                                        data_dims, index_dims);
+  if (!gathered) return decline("more indices than the positions written out take, or ranks that differ");
+  b.output(match.value("y"), *gathered);
+  return built();
+}
+
+// Clip-11 whose bounds are known only at run time: Max with the lower, then Min with the upper.
+BuildResult clip_as_max_min(const BuildContext& match, GraphBuilder& b) {
+  const bool lower = match.has("min"), upper = match.has("max");
+  if ((!lower || match.is_constant("min")) && (!upper || match.is_constant("max"))) {
+    return decline("constant bounds: the attribute form (clip-bounds-input-11-lowering)");
+  }
+  Value y = match.value("data");
+  if (lower) y = b.op("Max", {y, match.value("min")});
+  if (upper) y = b.op("Min", {y, match.value("max")});
+  b.output(match.value("y"), y);
   return built();
 }
 
@@ -1118,6 +1176,8 @@ void register_opset_down_builders(BuilderRegistry& registry) {
   registry.add("cumulative_as_scan", {.values = {"x", "axis", "y"}, .node_attributes = {"exclusive", "reverse"}},
                cumulative_as_scan);
   registry.add("bitwise_as_bits", {.values = {"a", "y"}, .optional_values = {"b"}}, bitwise_as_bits);
+  registry.add("gather_elements_flat", {.values = {"data", "indices", "y"}, .node_attributes = {"axis"}}, gather_elements_flat);
+  registry.add("clip_as_max_min", {.values = {"data", "y"}, .optional_values = {"min", "max"}}, clip_as_max_min);
   registry.add("integer_mod_spelled_out", {.values = {"a", "b", "y"}, .node_attributes = {"fmod"}}, integer_mod_spelled_out);
   registry.add("swish_as_sigmoid", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, swish_as_sigmoid);
   registry.add("cosine_window", {.values = {"size", "w"}, .node_attributes = {"periodic", "output_datatype"}}, cosine_window);

@@ -193,6 +193,43 @@ Value range_as_loop(GraphBuilder& b, const Value& start, const Value& limit, con
 
 }  // namespace
 
+std::optional<Value> gather_elements(GraphBuilder& b, Value data, Value indices, int32_t index_type, int64_t axis,
+                                     const std::optional<std::vector<int64_t>>& data_dims,
+                                     const std::optional<std::vector<int64_t>>& index_dims) {
+  if (b.opset() >= 11) return b.op("GatherElements", {data, indices}, {attr("axis", axis)});
+  constexpr int64_t kMaxPositions = int64_t{1} << 22;  // the positions are a constant of the indices' shape
+  if (!data_dims || !index_dims || data_dims->size() != index_dims->size()) return std::nullopt;
+  const auto rank = static_cast<int64_t>(data_dims->size());
+  if (axis < 0 || axis >= rank) return std::nullopt;
+  int64_t count = 1;
+  for (size_t k = 0; k < index_dims->size(); ++k) {
+    if ((*index_dims)[k] < 0 || (*data_dims)[k] < 0) return std::nullopt;
+    count *= (*index_dims)[k];
+    if (count > kMaxPositions) return std::nullopt;
+  }
+  std::vector<int64_t> strides(static_cast<size_t>(rank), 1);
+  for (int64_t k = rank - 2; k >= 0; --k) strides[static_cast<size_t>(k)] = strides[static_cast<size_t>(k + 1)] * (*data_dims)[static_cast<size_t>(k + 1)];
+  // Where each position of the indices starts in the flat data, every axis but `axis` counted.
+  std::vector<int64_t> base(static_cast<size_t>(count), 0);
+  for (int64_t flat = 0; flat < count; ++flat) {
+    int64_t rest = flat, offset = 0;
+    for (int64_t k = rank - 1; k >= 0; --k) {
+      const int64_t position = rest % (*index_dims)[static_cast<size_t>(k)];
+      rest /= (*index_dims)[static_cast<size_t>(k)];
+      if (k != axis) offset += position * strides[static_cast<size_t>(k)];
+    }
+    base[static_cast<size_t>(flat)] = offset;
+  }
+  const Value wide = index_type == onnx::TensorProto::INT64 ? indices : b.Cast(indices, onnx::TensorProto::INT64);
+  const Value negative = b.op("Less", {wide, b.scalar(0, onnx::TensorProto::INT64)});
+  const Value from_end = b.Add(wide, b.scalar(static_cast<double>((*data_dims)[static_cast<size_t>(axis)]), onnx::TensorProto::INT64));
+  const Value counted = b.Where(negative, from_end, wide);
+  const Value along = b.Mul(counted, b.scalar(static_cast<double>(strides[static_cast<size_t>(axis)]), onnx::TensorProto::INT64));
+  const Value positions = b.Add(b.constant(make_int64_tensor(*index_dims, base)), along);
+  const Value flat_data = b.Reshape(data, b.ints({-1}));
+  return b.Gather(flat_data, positions, 0);
+}
+
 Value range_values(GraphBuilder& b, const Value& start, const Value& limit, const Value& delta, int32_t type) {
   if (b.opset() >= 11) return b.op("Range", {start, limit, delta});
   return range_as_loop(b, start, limit, delta, type);

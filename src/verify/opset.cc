@@ -193,6 +193,12 @@ bool same_meaning_across(const onnx::NodeProto& node, int step, const OpTable::C
     return !has_attribute(node, "training_mode") && !has_attribute(node, "spatial") && !has_output(node, 1) &&
            !has_output(node, 2) && !has_output(node, 3) && !has_output(node, 4);
   }
+  if (op == "ConvTranspose" && step == 11) {  // 11 redefined the automatic padding (auto_pad, output_shape)
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == "auto_pad" && attribute.s() != "NOTSET") return false;
+    }
+    return !has_attribute(node, "output_shape");
+  }
   if (op == "MaxPool" && step == 8) {  // 8 added the Indices output and storage_order
     return !has_output(node, 1) && !has_attribute(node, "storage_order");
   }
