@@ -22,6 +22,9 @@
 // - cumulative_as_scan: CumSum-11 / CumProd-26 as a Scan carrying the running sum or product.
 // - bitwise_as_bits: Bitwise And/Or/Xor/Not-18 of integers up to 32 bits, bit by bit in int64.
 // - gather_elements_flat: GatherElements-11 as one Gather from the flattened data (toolkit).
+// - scatter_elements_as_scatter: ScatterElements-11 as Scatter-9, indices made non-negative.
+// - runtime_axes_as_reshape: Unsqueeze/Squeeze-13 with run-time axes as a Reshape to the static output.
+// - is_inf_widened: IsInf-20 of float16 as IsInf of float.
 // - clip_as_max_min: Clip-11 with bounds known at run time as Max and Min.
 // - integer_mod_spelled_out: Mod-10 of integers as the truncated remainder, signed as fmod asks.
 // - cosine_window: Hann/Hamming/Blackman windows as Range and Cos.
@@ -719,11 +722,20 @@ BuildResult arg_last_index(const BuildContext& match, GraphBuilder& b) {
     axis += static_cast<int64_t>(*rank);
   }
   const Value data = match.value("data");
-  const Value starts = b.ints({-1});
-  const Value ends = b.ints({std::numeric_limits<int64_t>::min()});
-  const Value axes = b.ints({axis});
-  const Value steps = b.ints({-1});
-  const Value reversed = b.op("Slice", {data, starts, ends, axes, steps});
+  Value reversed;
+  if (b.opset() >= 10) {
+    const Value starts = b.ints({-1});
+    const Value ends = b.ints({std::numeric_limits<int64_t>::min()});
+    const Value axes = b.ints({axis});
+    const Value steps = b.ints({-1});
+    reversed = b.op("Slice", {data, starts, ends, axes, steps});
+  } else {  // Slice takes no steps before 10: a Gather of the indices backwards, for a static size
+    const int64_t size = match.facts("data").rank() ? match.facts("data").dim(static_cast<size_t>(axis)) : -1;
+    if (size < 0) return decline("the axis' size is not static (below opset 10 the reversal is a Gather of its indices)");
+    std::vector<int64_t> backwards(static_cast<size_t>(size));
+    for (int64_t i = 0; i < size; ++i) backwards[static_cast<size_t>(i)] = size - 1 - i;
+    reversed = b.Gather(data, b.ints(backwards), axis);
+  }
   const Value index = b.op(node.op_type(), {reversed}, {attr("axis", axis), attr("keepdims", node.attribute_int("keepdims", 1))});
   const Value shape = b.Shape(data);
   const Value size = b.Gather(shape, b.scalar(static_cast<double>(axis), onnx::TensorProto::INT64));
@@ -914,6 +926,50 @@ BuildResult gather_elements_flat(const BuildContext& match, GraphBuilder& b) {
                                         data_dims, index_dims);
   if (!gathered) return decline("more indices than the positions written out take, or ranks that differ");
   b.output(match.value("y"), *gathered);
+  return built();
+}
+
+// ScatterElements-11 without a reduction below 11: Scatter-9 (its earlier name), with indices
+// counted from the end made non-negative (the axis' size static).
+BuildResult scatter_elements_as_scatter(const BuildContext& match, GraphBuilder& b) {
+  const NodeView node = match.anchor();
+  if (node.attribute_string("reduction", "none") != "none") return decline("a reduction: Scatter-9 has none");
+  const auto rank = match.facts("data").rank();
+  if (!rank) return decline("the rank of data is unknown");
+  const auto r = static_cast<int64_t>(*rank);
+  int64_t axis = node.attribute_int("axis", 0);
+  if (axis < -r || axis >= r) return decline(fmt::format("axis {} lies outside rank {}", axis, r));
+  if (axis < 0) axis += r;
+  Value indices = match.value("indices");
+  const auto known = match.constant("indices");
+  const auto ints = known ? known->ints() : std::vector<int64_t>{};
+  if (!known || std::any_of(ints.begin(), ints.end(), [](int64_t i) { return i < 0; })) {
+    const int64_t size = match.facts("data").dim(static_cast<size_t>(axis));
+    if (size < 0) return decline("indices may count from the end and the axis' size is not static");
+    const int32_t type = match.facts("indices").elem_type;
+    const Value negative = b.op("Less", {indices, b.scalar(0, type)});
+    const Value from_end = b.Add(indices, b.scalar(static_cast<double>(size), type));
+    indices = b.Where(negative, from_end, indices);
+  }
+  b.output(match.value("y"), b.op("Scatter", {match.value("data"), indices, match.value("updates")}, {attr("axis", axis)}));
+  return built();
+}
+
+// Unsqueeze/Squeeze-13 with axes known only at run time, below 13: the output's static dims (the
+// model declares them) are all the node can give, so a Reshape to them.
+BuildResult runtime_axes_as_reshape(const BuildContext& match, GraphBuilder& b) {
+  if (match.constant("axes")) return decline("constant axes: the attribute form");
+  const auto dims = match.facts("y").static_dims();
+  if (!dims) return decline("the output's dims are not all static");
+  if (std::find(dims->begin(), dims->end(), 0) != dims->end()) return decline("an output dim of 0 (Reshape would copy the input's)");
+  b.output(match.value("y"), b.Reshape(match.value("x"), b.ints(*dims)));
+  return built();
+}
+
+// IsInf-20 of float16 below 20: of the operand widened to float, the node's attributes kept.
+BuildResult is_inf_widened(const BuildContext& match, GraphBuilder& b) {
+  const Value wide = b.Cast(match.value("x"), onnx::TensorProto::FLOAT);
+  b.output(match.value("y"), b.op("IsInf", {wide}, match.anchor().attributes_except()));
   return built();
 }
 
@@ -1177,6 +1233,10 @@ void register_opset_down_builders(BuilderRegistry& registry) {
                cumulative_as_scan);
   registry.add("bitwise_as_bits", {.values = {"a", "y"}, .optional_values = {"b"}}, bitwise_as_bits);
   registry.add("gather_elements_flat", {.values = {"data", "indices", "y"}, .node_attributes = {"axis"}}, gather_elements_flat);
+  registry.add("scatter_elements_as_scatter", {.values = {"data", "indices", "updates", "y"}, .node_attributes = {"axis", "reduction"}},
+               scatter_elements_as_scatter);
+  registry.add("runtime_axes_as_reshape", {.values = {"x", "axes", "y"}}, runtime_axes_as_reshape);
+  registry.add("is_inf_widened", {.values = {"x", "y"}, .node_attributes = {"detect_negative", "detect_positive"}}, is_inf_widened);
   registry.add("clip_as_max_min", {.values = {"data", "y"}, .optional_values = {"min", "max"}}, clip_as_max_min);
   registry.add("integer_mod_spelled_out", {.values = {"a", "b", "y"}, .node_attributes = {"fmod"}}, integer_mod_spelled_out);
   registry.add("swish_as_sigmoid", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, swish_as_sigmoid);
