@@ -1074,7 +1074,9 @@ BuildResult bitwise_as_bits(const BuildContext& match, GraphBuilder& b) {
   const std::string& op = match.anchor().op_type();
   const bool unary = op == "BitwiseNot";
   const int32_t type = match.element_type({"a"});
-  const auto [unsigned_type, width] = unsigned_of_width(type);
+  const std::pair<int32_t, int64_t> unsigned_and_width = unsigned_of_width(type);
+  const int32_t unsigned_type = unsigned_and_width.first;  // a lambda below reads it (no structured binding)
+  const int64_t width = unsigned_and_width.second;
   if (width == 0) return decline("an element type other than 8-, 16- or 32-bit integers (64-bit ones overflow int64 sums)");
   const auto rank_a = match.facts("a").rank();
   const auto rank_b = unary ? rank_a : match.facts("b").rank();
