@@ -25,6 +25,7 @@
 // - scatter_elements_as_scatter: ScatterElements-11 as Scatter-9, indices made non-negative.
 // - runtime_axes_as_reshape: Unsqueeze/Squeeze-13 with run-time axes as a Reshape to the static output.
 // - is_inf_widened: IsInf-20 of float16 as IsInf of float.
+// - slice_as_gather: Slice-10 with run-time bounds at 9 as Gathers of Range (its Loop).
 // - clip_as_max_min: Clip-11 with bounds known at run time as Max and Min.
 // - integer_mod_spelled_out: Mod-10 of integers as the truncated remainder, signed as fmod asks.
 // - cosine_window: Hann/Hamming/Blackman windows as Range and Cos.
@@ -973,6 +974,57 @@ BuildResult is_inf_widened(const BuildContext& match, GraphBuilder& b) {
   return built();
 }
 
+// Slice-10 with run-time starts or ends at 9: per sliced axis, a Gather of Range (start, end,
+// step), both bounds counted from the end when negative and clamped to [0, size] as Slice does.
+BuildResult slice_as_gather(const BuildContext& match, GraphBuilder& b) {
+  if (match.constant("starts") && match.constant("ends")) return decline("constant starts and ends: the attribute form");
+  const auto rank = match.facts("data").rank();
+  const auto count = match.facts("starts").rank() == std::optional<size_t>(1) ? match.facts("starts").dim(0) : -1;
+  if (!rank || count < 0) return decline("the rank of data or the number of starts is unknown");
+  std::vector<int64_t> axes(static_cast<size_t>(count)), steps(static_cast<size_t>(count), 1);
+  for (int64_t k = 0; k < count; ++k) axes[static_cast<size_t>(k)] = k;
+  if (match.has("axes")) {
+    const auto given = match.constant("axes");
+    if (!given) return decline("the axes are not a constant");
+    axes = given->ints();
+  }
+  if (match.has("steps")) {
+    const auto given = match.constant("steps");
+    if (!given) return decline("the steps are not a constant");
+    steps = given->ints();
+  }
+  if (axes.size() != static_cast<size_t>(count) || steps.size() != axes.size()) return decline("starts, axes and steps differ in length");
+  const auto r = static_cast<int64_t>(*rank);
+  constexpr auto kInt64 = onnx::TensorProto::INT64;
+  auto int64_element = [&](const char* input, int64_t k) {
+    const Value element = b.Gather(match.value(input), b.scalar(static_cast<double>(k), kInt64));
+    return match.facts(input).elem_type == kInt64 ? element : b.Cast(element, kInt64);
+  };
+  const Value shape = b.Shape(match.value("data"));
+  const Value zero = b.scalar(0, kInt64);
+  Value y = match.value("data");
+  for (int64_t k = 0; k < count; ++k) {
+    int64_t axis = axes[static_cast<size_t>(k)];
+    if (axis < -r || axis >= r) return decline(fmt::format("axis {} lies outside rank {}", axis, r));
+    if (axis < 0) axis += r;
+    if (steps[static_cast<size_t>(k)] <= 0) return decline("a step of 0 or less (the clamping differs backwards)");
+    const Value size = b.Gather(shape, b.scalar(static_cast<double>(axis), kInt64));
+    auto clamped = [&](Value v) {
+      const Value negative = b.op("Less", {v, zero});
+      const Value counted = b.Where(negative, b.Add(v, size), v);
+      const Value low = b.Where(b.op("Less", {counted, zero}), zero, counted);
+      return b.Where(b.op("Greater", {low, size}), size, low);
+    };
+    const Value start = clamped(int64_element("starts", k));
+    const Value end = clamped(int64_element("ends", k));
+    const Value step = b.scalar(static_cast<double>(steps[static_cast<size_t>(k)]), kInt64);
+    const Value positions = range_values(b, start, end, step, kInt64);
+    y = b.Gather(y, positions, axis);
+  }
+  b.output(match.value("y"), y);
+  return built();
+}
+
 // Clip-11 whose bounds are known only at run time: Max with the lower, then Min with the upper.
 BuildResult clip_as_max_min(const BuildContext& match, GraphBuilder& b) {
   const bool lower = match.has("min"), upper = match.has("max");
@@ -1239,6 +1291,7 @@ void register_opset_down_builders(BuilderRegistry& registry) {
                scatter_elements_as_scatter);
   registry.add("runtime_axes_as_reshape", {.values = {"x", "axes", "y"}}, runtime_axes_as_reshape);
   registry.add("is_inf_widened", {.values = {"x", "y"}, .node_attributes = {"detect_negative", "detect_positive"}}, is_inf_widened);
+  registry.add("slice_as_gather", {.values = {"data", "starts", "ends", "y"}, .optional_values = {"axes", "steps"}}, slice_as_gather);
   registry.add("clip_as_max_min", {.values = {"data", "y"}, .optional_values = {"min", "max"}}, clip_as_max_min);
   registry.add("integer_mod_spelled_out", {.values = {"a", "b", "y"}, .node_attributes = {"fmod"}}, integer_mod_spelled_out);
   registry.add("swish_as_sigmoid", {.values = {"x", "y"}, .optional_attributes = {"alpha"}}, swish_as_sigmoid);

@@ -436,6 +436,14 @@ const std::vector<Written> kWritten = {
         t = BitwiseXor (d, e)
         u = BitwiseNot (d)
       })", {"--int-range", "-100000,100000"}},
+    // Bounds of both signs and beyond the size (clamped), a negative axis, a step of 2, int32 ends.
+    {"slice-runtime-bounds-10-lowering", 9, R"(
+      <ir_version: 5, opset_import: ["": 10]>
+      g (float[4, 6] x, int64[1] m, int64[1] n, int32[2] e) => (float[4, A] y, float[B, C] z)
+        <int64[1] axes = {-1}, int32[2] both = {0, 1}, int32[2] s = {1, -5}, int32[2] two = {1, 2}> {
+        y = Slice (x, m, n, axes)
+        z = Slice (x, s, e, both, two)
+      })", {"--range", "m=-8,8", "--range", "n=-8,8", "--range", "e=-9,9"}},
     {"softmax-axis-13-lowering (below 11: the last axis counted from the front)", 9, R"(
       <ir_version: 7, opset_import: ["": 13]>
       g (float[2, 3, 4] x) => (float[2, 3, 4] a, float[2, 3, 4] b, float[2, 3, 4] c) {
