@@ -24,6 +24,9 @@ namespace {
 // A matrix or index table larger than this (4 Mi elements, 16 MiB of float) would weigh more
 // than the model it serves: such a Resize stays as it was.
 constexpr int64_t kMaxMatrixElements = int64_t{1} << 22;
+// An output length beyond any matrix: a scale that asks for more declines before the float product
+// is converted to an integer.
+constexpr float kMaxOutputSize = 1e15f;
 
 // What the node says, read from its attributes and constant inputs.
 struct Resize {
@@ -111,9 +114,9 @@ int64_t nearest(const Resize& r, size_t axis, float x) {
 
 // One axis' resampling: a matrix [out × in] (row-major), or the indices of nearest.
 struct AxisMap {
-  std::vector<double> matrix;
-  std::vector<int64_t> indices;
-  std::vector<bool> inside;  // per output position (tf_crop_and_resize)
+  std::vector<double> matrix = {};
+  std::vector<int64_t> indices = {};
+  std::vector<bool> inside = {};  // per output position (tf_crop_and_resize)
   bool identity = true;
 };
 
@@ -125,6 +128,10 @@ std::optional<AxisMap> axis_map(const Resize& r, size_t axis, std::string& why) 
   if (r.mode != "nearest") map.matrix.assign(static_cast<size_t>(out * in), 0.0);
   for (int64_t o = 0; o < out; ++o) {
     const float coordinate = original_coordinate(r, axis, o);
+    if (!std::isfinite(coordinate)) {
+      why = fmt::format("output position {} of axis {} samples at {}", o, axis, coordinate);
+      return std::nullopt;
+    }
     if (outside(r, axis, coordinate)) {
       if (r.mode == "nearest") {
         why = fmt::format("tf_crop_and_resize samples outside the input on axis {} in mode nearest", axis);
@@ -180,10 +187,13 @@ std::optional<std::string> read_sizes(const BuildContext& match, Resize& r, cons
     const float in = static_cast<float>(r.in[axis]);
     if (scales) {
       r.scales[axis] = static_cast<float>(scales->numbers[i]);
-      if (!(r.scales[axis] > 0)) return fmt::format("scale {} on axis {}", r.scales[axis], axis);
+      if (!(r.scales[axis] > 0 && r.scales[axis] * in < kMaxOutputSize)) {
+        return fmt::format("scale {} on axis {} gives no output size a matrix could have", r.scales[axis], axis);
+      }
       r.out[axis] = static_cast<int64_t>(r.scales[axis] * in);
       continue;
     }
+    if (sizes[i] <= 0 || sizes[i] > kMaxMatrixElements) return fmt::format("size {} on axis {} is no size a matrix could have", sizes[i], axis);
     r.out[axis] = sizes[i];
     r.scales[axis] = static_cast<float>(sizes[i]) / in;
     kept = policy == "not_larger" ? std::min(kept, r.scales[axis]) : std::max(kept, r.scales[axis]);
@@ -212,8 +222,24 @@ std::optional<std::string> read_roi(const BuildContext& match, Resize& r, const 
   return std::nullopt;
 }
 
+// An attribute of another type than Resize's schema gives (an INT extrapolation_value) would be
+// read as its default here, while a runtime refuses the node.
+std::optional<std::string> check_attribute_types(const NodeView& node) {
+  using A = onnx::AttributeProto;
+  static const std::vector<std::pair<const char*, A::AttributeType>> kTypes = {
+      {"mode", A::STRING}, {"coordinate_transformation_mode", A::STRING}, {"nearest_mode", A::STRING},
+      {"keep_aspect_ratio_policy", A::STRING}, {"cubic_coeff_a", A::FLOAT}, {"extrapolation_value", A::FLOAT},
+      {"exclude_outside", A::INT}, {"antialias", A::INT}, {"axes", A::INTS}};
+  for (const auto& [name, type] : kTypes) {
+    const auto* attribute = node.attribute(name);
+    if (attribute && attribute->type() != type) return fmt::format("attribute {} has another type than Resize's", name);
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> read_resize(const BuildContext& match, Resize& r) {
   const NodeView node = match.anchor();
+  if (auto why = check_attribute_types(node)) return why;
   r.mode = node.attribute_string("mode", "nearest");
   r.transformation = node.attribute_string("coordinate_transformation_mode", "half_pixel");
   r.nearest_mode = node.attribute_string("nearest_mode", "round_prefer_floor");
@@ -265,8 +291,10 @@ std::optional<std::vector<AxisMap>> axis_maps(const Resize& r, std::string& why)
       maps.push_back({.inside = std::vector<bool>(static_cast<size_t>(out), true)});
       continue;
     }
-    if (in * out > kMaxMatrixElements) {
-      why = fmt::format("the matrix of axis {} would take {} elements, above the cap of {}", axis, in * out, kMaxMatrixElements);
+    const int64_t elements = r.mode == "nearest" ? out : in * out;  // Gather's indices, or a matrix
+    if (out > kMaxMatrixElements || elements > kMaxMatrixElements) {
+      why = fmt::format("the {} of axis {} would take {} elements, above the cap of {}", r.mode == "nearest" ? "indices" : "matrix", axis,
+                        elements, kMaxMatrixElements);
       return std::nullopt;
     }
     auto map = axis_map(r, axis, why);

@@ -320,6 +320,11 @@ TEST(ResizeAsMatrices, DeclinesWithTheReason) {
             y = Resize <mode = "nearest", coordinate_transformation_mode = "tf_crop_and_resize"> (x, roi, , sizes)
           })",
        "tf_crop_and_resize samples outside the input on axis 2 in mode nearest"},
+      // An INT extrapolation_value: read as a float it would be 0; ONNX Runtime refuses the node.
+      {R"(g (float[1, 2, 6, 7] x) => (float[1, 2, 5, 9] y) <float[8] roi = {0, 0, -0.2, 0.3, 1, 1, 0.9, 1.4}, int64[4] sizes = {1, 2, 5, 9}> {
+            y = Resize <mode = "linear", coordinate_transformation_mode = "tf_crop_and_resize", extrapolation_value = 3> (x, roi, , sizes)
+          })",
+       "attribute extrapolation_value has another type than Resize's"},
   };
   for (const auto& c : cases) {
     TempDir dir;
