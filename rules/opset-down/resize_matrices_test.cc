@@ -92,6 +92,10 @@ const std::vector<Resized> kResized = {
      "2, 3, 6, 6", kDown4, {10}},
     {"cubic_pytorch_half_pixel_up", 13, R"(<mode = "cubic", coordinate_transformation_mode = "pytorch_half_pixel"> (x, , s))",
      "1, 2, 4, 6", "1, 2, 8, 9", kUp4, {10}},
+    // an output of length 1 samples at 0 (the specification; onnx's reference takes -0.5)
+    {"cubic_pytorch_half_pixel_to_one", 13,
+     R"(<mode = "cubic", coordinate_transformation_mode = "pytorch_half_pixel"> (x, , , sizes))", "1, 2, 5, 7", "1, 2, 3, 1",
+     "int64[4] sizes = {1, 2, 3, 1}", {10}},
     {"cubic_a_exclude_outside_up", 13, R"(<mode = "cubic", cubic_coeff_a = -0.5, exclude_outside = 1> (x, , s))", "1, 2, 4, 6",
      "1, 2, 8, 9", kUp4, {10}},
     {"cubic_a_exclude_outside_down", 13, R"(<mode = "cubic", cubic_coeff_a = -0.5, exclude_outside = 1> (x, , s))", "2, 3, 10, 12",
