@@ -133,10 +133,7 @@ std::optional<AxisMap> axis_map(const Resize& r, size_t axis, std::string& why) 
       return std::nullopt;
     }
     if (outside(r, axis, coordinate)) {
-      if (r.mode == "nearest") {
-        why = fmt::format("tf_crop_and_resize samples outside the input on axis {} in mode nearest", axis);
-        return std::nullopt;
-      }
+      if (r.mode == "nearest") map.indices.push_back(0);  // any: Where replaces it
       map.inside[static_cast<size_t>(o)] = false;
       map.identity = false;
       continue;
@@ -327,36 +324,66 @@ Value apply_matrix(GraphBuilder& b, Value v, const AxisMap& map, const Resize& r
   return b.Transpose(resized, perm);
 }
 
-// tf_crop_and_resize's extrapolation_value where a sample point falls outside the input on some
-// axis (the matrices' rows there are zero): a constant over the resized axes, added. Nullopt when
-// nothing is outside or the value is 0; `why` set when the constant would be too large.
-std::optional<onnx::TensorProto> extrapolated(const Resize& r, const std::vector<AxisMap>& maps, int32_t type, std::string& why) {
-  std::vector<int64_t> dims(r.in.size(), 1);  // the out size where some position is outside
+// Where tf_crop_and_resize's sample points fall outside the input (y is extrapolation_value
+// there): over the axes that have such points, the out size (1 elsewhere), whether each is inside.
+struct Outside {
+  std::vector<int64_t> dims;
+  std::vector<double> inside;  // 1 or 0 per element
+};
+
+std::optional<Outside> outside_positions(const Resize& r, const std::vector<AxisMap>& maps, std::string& why) {
+  Outside found{std::vector<int64_t>(r.in.size(), 1), {}};
   int64_t elements = 1;
   for (size_t axis = 0; axis < maps.size(); ++axis) {
     if (std::find(maps[axis].inside.begin(), maps[axis].inside.end(), false) == maps[axis].inside.end()) continue;
-    dims[axis] = r.out[axis];
+    found.dims[axis] = r.out[axis];
     elements *= r.out[axis];
   }
-  const bool any_outside = std::any_of(maps.begin(), maps.end(), [](const AxisMap& m) {
+  const bool any = std::any_of(maps.begin(), maps.end(), [](const AxisMap& m) {
     return std::find(m.inside.begin(), m.inside.end(), false) != m.inside.end();
   });
-  if (!any_outside || r.extrapolation == 0.f) return std::nullopt;
+  if (!any) return std::nullopt;
   if (elements > kMaxMatrixElements) {
-    why = fmt::format("the extrapolation values would take {} elements, above the cap of {}", elements, kMaxMatrixElements);
+    why = fmt::format("the extrapolated positions would take {} elements, above the cap of {}", elements, kMaxMatrixElements);
     return std::nullopt;
   }
-  std::vector<double> values(static_cast<size_t>(elements));
+  found.inside.resize(static_cast<size_t>(elements));
   for (int64_t flat = 0; flat < elements; ++flat) {
     bool inside = true;
     int64_t rest = flat;
-    for (size_t axis = dims.size(); axis-- > 0;) {
-      if (dims[axis] != 1 || !maps[axis].inside[0]) inside = inside && maps[axis].inside[static_cast<size_t>(rest % dims[axis])];
-      rest /= dims[axis];
+    for (size_t axis = found.dims.size(); axis-- > 0;) {
+      const int64_t size = found.dims[axis];
+      if (size != 1 || !maps[axis].inside[0]) inside = inside && maps[axis].inside[static_cast<size_t>(rest % size)];
+      rest /= size;
     }
-    values[static_cast<size_t>(flat)] = inside ? 0.0 : r.extrapolation;  // an Add of 0 keeps y; NaN and inf added as they are
+    found.inside[static_cast<size_t>(flat)] = inside ? 1.0 : 0.0;
   }
-  return make_tensor(type, dims, values);
+  return found;
+}
+
+// y with extrapolation_value where a sample falls outside. The matrices' rows there are zero: a
+// constant is added (0 inside; NaN and inf added as they are). Gather took some element there:
+// Where picks the value instead (Where exists from opset 9).
+std::optional<std::string> extrapolate(GraphBuilder& b, Value& v, const Resize& r, const Outside& outside, int32_t type) {
+  if (r.mode != "nearest") {
+    if (r.extrapolation == 0.f) return std::nullopt;
+    std::vector<double> values(outside.inside.size());
+    for (size_t i = 0; i < values.size(); ++i) values[i] = outside.inside[i] != 0 ? 0.0 : r.extrapolation;
+    const Value added = b.constant(make_tensor(type, outside.dims, values));
+    v = b.Add(v, added);
+    return std::nullopt;
+  }
+  if (b.opset() < 9) {
+    return "tf_crop_and_resize samples outside the input in mode nearest: the Where that fills extrapolation_value needs opset 9";
+  }
+  const double e = r.extrapolation;
+  if (!is_float_type(type) && (type == onnx::TensorProto::BOOL || e != std::trunc(e) || e < 0 || e > 127)) {
+    return fmt::format("extrapolation_value {} in a tensor of {}", e, data_type_name(type));
+  }
+  const Value inside = b.constant(make_tensor(onnx::TensorProto::BOOL, outside.dims, outside.inside));
+  const Value fill = b.constant(make_tensor(type, {}, {e}));
+  v = b.Where(inside, v, fill);
+  return std::nullopt;
 }
 
 // Whether the target's own Resize says what the node says: then the Resize rules lower it as a node.
@@ -392,7 +419,7 @@ BuildResult resize_as_matrices(const BuildContext& match, GraphBuilder& b) {
   std::string why;
   const auto maps = axis_maps(r, why);
   if (!maps) return decline(why);
-  const auto extrapolation = extrapolated(r, *maps, type, why);
+  const auto extrapolated = outside_positions(r, *maps, why);
   if (!why.empty()) return decline(why);
   Value v = match.value("x");
   for (size_t axis = 0; axis < maps->size(); ++axis) {
@@ -405,9 +432,8 @@ BuildResult resize_as_matrices(const BuildContext& match, GraphBuilder& b) {
     const Value indices = b.constant(make_int64_tensor({r.out[axis]}, map.indices));
     v = b.Gather(v, indices, static_cast<int64_t>(axis));
   }
-  if (extrapolation) {
-    const Value outside = b.constant(*extrapolation);
-    v = b.Add(v, outside);
+  if (extrapolated) {
+    if (auto reason = extrapolate(b, v, r, *extrapolated, type)) return decline(*reason);
   }
   if (v.name == match.value("x").name) v = b.Identity(v);
   b.output(match.value("y"), v);
