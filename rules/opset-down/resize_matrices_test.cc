@@ -31,6 +31,9 @@ struct Resized {
   std::vector<std::string> types = {"float", "double"};
 };
 
+// Failures name the node, not its bytes.
+void PrintTo(const Resized& r, std::ostream* os) { *os << r.name; }
+
 const char* kUp4 = "float[4] s = {1, 1, 2, 1.5}";
 const char* kDown4 = "float[4] s = {1, 1, 0.6, 0.5}";
 
