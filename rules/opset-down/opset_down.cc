@@ -1239,6 +1239,8 @@ BuildResult pad_axes_as_full_pads(const BuildContext& match, GraphBuilder& b) {
 
 }  // namespace
 
+BuildResult resize_as_matrices(const BuildContext& match, GraphBuilder& b);  // resize_matrices.cc
+
 void register_opset_down_builders(BuilderRegistry& registry) {
   registry.add("inputs_as_attributes",
                {.values = {"data"},
@@ -1262,6 +1264,12 @@ void register_opset_down_builders(BuilderRegistry& registry) {
                 .optional_values = {"roi", "scales", "sizes"},
                 .node_attributes = {"antialias", "axes", "keep_aspect_ratio_policy", "coordinate_transformation_mode"}},
                resize_with_empty_inputs);
+  registry.add("resize_as_matrices",
+               {.values = {"x", "y"},
+                .optional_values = {"roi", "scales", "sizes"},
+                .node_attributes = {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside",
+                                    "extrapolation_value", "antialias", "axes", "keep_aspect_ratio_policy"}},
+               resize_as_matrices);
   registry.add("constant_as_initializer", {.values = {"y"}}, constant_as_initializer);
   registry.add("trilu_as_mask", {.values = {"x", "y"}, .optional_values = {"k"}, .optional_attributes = {"upper"}}, trilu_as_mask);
   registry.add("range_as_loop", {.values = {"start", "limit", "delta", "y"}}, range_as_loop);
