@@ -24,6 +24,8 @@ namespace {
 // A matrix or index table larger than this (4 Mi elements, 16 MiB of float) would weigh more
 // than the model it serves: such a Resize stays as it was.
 constexpr int64_t kMaxMatrixElements = int64_t{1} << 22;
+// In sizes: the input's own size on that axis, known only at run time (the axis is left as it is).
+constexpr int64_t kKeptUnknownSize = -1;
 // An output length beyond any matrix: a scale that asks for more declines before the float product
 // is converted to an integer.
 constexpr float kMaxOutputSize = 1e15f;
@@ -167,9 +169,14 @@ std::optional<std::string> read_sizes(const BuildContext& match, Resize& r, cons
   if (!scales && match.has("sizes")) {
     if (const auto constant = match.constant("sizes")) sizes = constant->ints();
     else if (const auto& values = match.facts("sizes").values) {
-      for (const Dim& dim : *values) {
-        if (!dim.known()) return "'sizes' is computed at run time";
-        sizes.push_back(*dim.number);
+      const auto& x_shape = match.facts("x").shape;
+      for (size_t i = 0; i < values->size(); ++i) {
+        const Dim& dim = (*values)[i];
+        const size_t axis = i < axes.size() ? static_cast<size_t>(axes[i]) : i;
+        // The input's own size, known only at run time (Shape (x) sliced into sizes): kept.
+        const bool same_as_x = !dim.known() && x_shape && axis < x_shape->size() && dim == (*x_shape)[axis];
+        if (!dim.known() && !same_as_x) return "'sizes' is computed at run time";
+        sizes.push_back(same_as_x ? kKeptUnknownSize : *dim.number);
       }
     } else return "'sizes' is computed at run time";
   }
@@ -182,6 +189,12 @@ std::optional<std::string> read_sizes(const BuildContext& match, Resize& r, cons
   for (size_t i = 0; i < axes.size(); ++i) {
     const auto axis = static_cast<size_t>(axes[i]);
     const float in = static_cast<float>(r.in[axis]);
+    if (r.in[axis] < 0) {  // known only at run time: only an axis left as it is can say its output size
+      const bool kept = scales ? scales->numbers[i] == 1.0 : sizes[i] == kKeptUnknownSize && policy == "stretch";
+      if (!kept || r.transformation.starts_with("tf_")) return fmt::format("the size of 'x' on axis {} is known only at run time", axis);
+      continue;  // out = in = -1, scale 1
+    }
+    if (!scales && sizes[i] == kKeptUnknownSize) return "'sizes' is computed at run time";
     if (scales) {
       r.scales[axis] = static_cast<float>(scales->numbers[i]);
       if (!(r.scales[axis] > 0 && r.scales[axis] * in < kMaxOutputSize)) {
@@ -254,8 +267,8 @@ std::optional<std::string> read_resize(const BuildContext& match, Resize& r) {
   if (r.mode == "nearest" && r.antialias) return "antialias in mode nearest, which the specification leaves undefined";
   const auto dims = match.facts("x").static_dims();
   if (!dims) return "the rank of 'x' is unknown";
+  // A size known only at run time (-1) is fine on an axis the node leaves as it is (read_sizes).
   for (size_t axis = 0; axis < dims->size(); ++axis) {
-    if ((*dims)[axis] < 0) return fmt::format("the size of 'x' on axis {} is known only at run time", axis);
     if ((*dims)[axis] == 0) return fmt::format("'x' is empty on axis {}", axis);
   }
   r.in = r.out = *dims;
@@ -272,7 +285,7 @@ std::optional<std::string> read_resize(const BuildContext& match, Resize& r) {
   if (std::set<int64_t>(axes.begin(), axes.end()).size() != axes.size()) return "an axis is repeated";
   if (auto why = read_sizes(match, r, axes)) return why;
   for (size_t axis = 0; axis < r.out.size(); ++axis) {
-    if (r.out[axis] <= 0) return fmt::format("the output is empty on axis {}", axis);
+    if (r.out[axis] == 0 || (r.out[axis] < 0 && r.in[axis] >= 0)) return fmt::format("the output is empty on axis {}", axis);
   }
   return read_roi(match, r, axes);
 }
@@ -285,7 +298,7 @@ std::optional<std::vector<AxisMap>> axis_maps(const Resize& r, std::string& why)
   for (size_t axis = 0; axis < r.in.size(); ++axis) {
     const int64_t in = r.in[axis], out = r.out[axis];
     if (in == out && r.scales[axis] == 1.f && !r.transformation.starts_with("tf_")) {
-      maps.push_back({.inside = std::vector<bool>(static_cast<size_t>(out), true)});
+      maps.push_back({.inside = std::vector<bool>(static_cast<size_t>(std::max<int64_t>(out, 1)), true)});
       continue;
     }
     const int64_t elements = r.mode == "nearest" ? out : in * out;  // Gather's indices, or a matrix
@@ -411,7 +424,7 @@ BuildResult resize_as_matrices(const BuildContext& match, GraphBuilder& b) {
   }
   if (const auto declared = match.facts("y").static_dims(); declared && declared->size() == r.out.size()) {
     for (size_t axis = 0; axis < r.out.size(); ++axis) {
-      if ((*declared)[axis] >= 0 && (*declared)[axis] != r.out[axis]) {
+      if ((*declared)[axis] >= 0 && r.out[axis] >= 0 && (*declared)[axis] != r.out[axis]) {
         return decline(fmt::format("'y' is declared with size {} on axis {}, the node computes {}", (*declared)[axis], axis, r.out[axis]));
       }
     }

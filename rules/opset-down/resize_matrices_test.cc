@@ -222,6 +222,27 @@ TEST(ResizeAsMatrices, SizesFromTheShapeOfX) {
   EXPECT_TRUE(comparison.ok) << comparison.output;
 }
 
+// torchvision's LRASPP: the batch known only at run time, sizes taking it from Shape (x): the
+// batch axis is left as it is, the others resized (and a scale of 1 on it does the same).
+TEST(ResizeAsMatrices, ABatchKnownOnlyAtRunTime) {
+  TempDir dir;
+  const fs::path original = write_model_text(R"(
+    <ir_version: 8, opset_import: ["": 13]>
+    g (float[N, 2, 4, 6] x) => (float[N, 2, 8, 9] y, float[N, 2, 8, 12] z)
+      <int64[1] start = {0}, int64[1] end = {2}, int64[2] hw = {8, 9}, float[4] scales = {1.0, 1.0, 2.0, 2.0}> {
+      shape = Shape (x)
+      nc = Slice (shape, start, end)
+      sizes = Concat <axis = 0> (nc, hw)
+      y = Resize <mode = "linear", coordinate_transformation_mode = "half_pixel"> (x, , , sizes)
+      z = Resize <mode = "cubic"> (x, , scales)
+    })", dir / "original.onnx");
+  const auto lowered = rewrite_and_check(original, dir / "lowered.onnx", "onnx", 10);
+  ASSERT_TRUE(lowered);
+  EXPECT_EQ(op_count(lowered->ops, {"", "Resize"}), 0);
+  const auto comparison = ort_compare(original, dir / "lowered.onnx", {"--dim", "N=3", "--rtol", "1e-5", "--atol", "1e-5"});
+  EXPECT_TRUE(comparison.ok) << comparison.output;
+}
+
 // The corpus's Resize cases feed scales, sizes and roi as graph inputs; here they are constants
 // (their test data as initializers), x alone stays an input.
 const std::vector<std::string> kConformance = {
