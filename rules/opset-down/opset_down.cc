@@ -23,7 +23,6 @@
 // - bitwise_as_bits: Bitwise And/Or/Xor/Not-18 of integers up to 32 bits, bit by bit in int64.
 // - gather_elements_flat: GatherElements-11 as one Gather from the flattened data (toolkit).
 // - scatter_elements_as_scatter: ScatterElements-11 as Scatter-9, indices made non-negative.
-// - runtime_axes_as_reshape: Unsqueeze/Squeeze-13 with run-time axes as a Reshape to the static output.
 // - is_inf_widened: IsInf-20 of float16 as IsInf of float.
 // - slice_as_gather: Slice-10 with run-time bounds at 9 as Gathers of Range (its Loop).
 // - clip_as_max_min: Clip-11 with bounds known at run time as Max and Min.
@@ -956,17 +955,6 @@ BuildResult scatter_elements_as_scatter(const BuildContext& match, GraphBuilder&
   return built();
 }
 
-// Unsqueeze/Squeeze-13 with axes known only at run time, below 13: the output's static dims (the
-// model declares them) are all the node can give, so a Reshape to them.
-BuildResult runtime_axes_as_reshape(const BuildContext& match, GraphBuilder& b) {
-  if (match.constant("axes")) return decline("constant axes: the attribute form");
-  const auto dims = match.facts("y").static_dims();
-  if (!dims) return decline("the output's dims are not all static");
-  if (std::find(dims->begin(), dims->end(), 0) != dims->end()) return decline("an output dim of 0 (Reshape would copy the input's)");
-  b.output(match.value("y"), b.Reshape(match.value("x"), b.ints(*dims)));
-  return built();
-}
-
 // IsInf-20 of float16 below 20: of the operand widened to float, the node's attributes kept.
 BuildResult is_inf_widened(const BuildContext& match, GraphBuilder& b) {
   const Value wide = b.Cast(match.value("x"), onnx::TensorProto::FLOAT);
@@ -1297,7 +1285,6 @@ void register_opset_down_builders(BuilderRegistry& registry) {
   registry.add("gather_elements_flat", {.values = {"data", "indices", "y"}, .node_attributes = {"axis"}}, gather_elements_flat);
   registry.add("scatter_elements_as_scatter", {.values = {"data", "indices", "updates", "y"}, .node_attributes = {"axis", "reduction"}},
                scatter_elements_as_scatter);
-  registry.add("runtime_axes_as_reshape", {.values = {"x", "axes", "y"}}, runtime_axes_as_reshape);
   registry.add("is_inf_widened", {.values = {"x", "y"}, .node_attributes = {"detect_negative", "detect_positive"}}, is_inf_widened);
   registry.add("slice_as_gather", {.values = {"data", "starts", "ends", "y"}, .optional_values = {"axes", "steps"}}, slice_as_gather);
   registry.add("clip_as_max_min", {.values = {"data", "y"}, .optional_values = {"min", "max"}}, clip_as_max_min);

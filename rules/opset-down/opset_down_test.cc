@@ -60,7 +60,6 @@ const std::vector<Adapted> kAdapted = {
     {"gather-elements-11-lowering", 9, {"test_gather_elements_0", "test_gather_elements_1", "test_gather_elements_negative_indices"}},
     {"scatter-elements-11-lowering", 10,
      {"test_scatter_elements_with_axis", "test_scatter_elements_with_negative_indices", "test_scatter_elements_without_axis"}},
-    {"runtime-axes-13-lowering", 11, {"test_unsqueeze_axis_0", "test_squeeze", "test_squeeze_negative_axes"}},
     {"arg-select-last-index-12-lowering (below 10: reversed by a Gather)", 9, {"test_argmax_negative_axis_keepdims_example_select_last_index"}},
     {"clip-runtime-bounds-11-lowering", 10, {"test_clip", "test_clip_splitbounds"}},
     {"qlinear-matmul-float16-scales-21-lowering", 17, {"test_qlinearmatmul_2D_int8_float16"}},
