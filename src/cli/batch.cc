@@ -462,156 +462,10 @@ PathGuard guard_batch_paths(const BatchCommand& command) {
   return guard;
 }
 
-int batch_all(const BatchCommand& command, PathGuard& guard, PendingFile* report, PendingFile* junit, std::ostream& out,
-              std::ostream& err) {
-  const auto started = std::chrono::steady_clock::now();
-  const Target& target = find_target(command.options.target);
-  const Shard shard = command.shard.empty() ? Shard{} : parse_shard(command.shard);
-  const RuleSet rules = command.rules.load();
-  const RewriteOptions options = effective_options(command.options, command.overrides);
-  active_rules(rules, options);
-  const VerifyOptions* verify = command.verify ? &command.verify_options : nullptr;
-  const auto run_fields = [&](JsonWriter& json) { write_run_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance, false, verify); };
-  const std::string options_text = [&] {
-    JsonWriter json(true);
-    write_options_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance, verify);
-    return json.str();
-  }();
-  // Found before any work: without a runtime to run them in, nothing is worth doing.
-  const std::optional<Runtime> runtime = command.verify ? std::optional(find_runtime(command.verify_options.runtime)) : std::nullopt;
-  const auto all = collect_batch(command);
-  for (const auto& item : all) {
-    guard.reads(item.input, "the input model");
-    if (item.error.empty()) guard.writes(item.output, "its output in -o OUT_DIR", false);
-  }
-  const Resumable resumable = read_resumable(command, options_text);
-  std::unique_ptr<LineStream> lines;
-  if (!command.report_jsonl.empty()) lines = std::make_unique<LineStream>(command.report_jsonl);
-  std::error_code ec;
-  const bool lines_are_resume_file =
-      lines && !command.resume.empty() && fs::exists(command.resume, ec) && fs::equivalent(command.report_jsonl, command.resume, ec);
-  const bool made_output_dir = !fs::exists(command.output_dir, ec);
-  fs::create_directories(command.output_dir, ec);
-  if (!fs::is_directory(command.output_dir)) {
-    throw UsageError(command.output_dir + ": cannot create the output directory" + (ec ? ": " + ec.message() : ""));
-  }
-
-  std::vector<size_t> mine;  // indexes into `all` of this shard's items
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (in_shard(all[i].relative, shard)) mine.push_back(i);
-  }
-  const int jobs = command.jobs > 0 ? command.jobs : std::max(1u, std::thread::hardware_concurrency());
-  ProcessOptions how;
-  how.in_batch = true;
-  how.provenance = command.provenance;
-  how.write.inside = command.output_dir;
-  how.guard = &guard;
-  // Each worker's ONNX Runtime gets its share of the cores.
-  VerifyOptions verify_options = command.verify_options;
-  verify_options.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / jobs);
-  if (runtime) how.runtime = &*runtime, how.verify = &verify_options;
-
-  // A line: the run's fields, where the model stands in the whole batch, its input's stamp, then
-  // the model's report object.
-  const auto line_for = [&](const JsonValue& object, size_t index) {
-    JsonWriter json(true);
-    json.begin_object();
-    run_fields(json);
-    json.key("index").value(static_cast<int64_t>(index));
-    json.key("batch_size").value(static_cast<int64_t>(all.size()));
-    const InputStamp stamp = stamp_of(all[index].input);
-    json.key("input_stamp").begin_object().key("size").value(stamp.size).key("mtime_ns").value(std::to_string(stamp.mtime_ns)).end_object();
-    for (const auto& [key, member] : object.members) {
-      json.key(key);
-      write_json(json, member);
-    }
-    json.end_object();
-    return json.str();
-  };
-
-  std::vector<Entry> entries(mine.size());
-  std::vector<size_t> todo;  // positions in `entries`
-  for (size_t k = 0; k < mine.size(); ++k) {
-    entries[k].index = mine[k];
-    const BatchItem& item = all[mine[k]];
-    auto previous = resumable.done.find(item.input);
-    if (previous != resumable.done.end() && still_done(previous->second, item)) {
-      entries[k].object = report_object(previous->second);
-      entries[k].resumed = true;
-      if (lines && !lines_are_resume_file) lines->write(line_for(entries[k].object, mine[k]));
-    } else {
-      todo.push_back(k);
-    }
-  }
-
-  if (jobs > 1) {
-    // Biggest first: the models left at the end are then the quickest, and no worker waits long
-    // for another's last one.
-    const auto size = [&](size_t k) { return all[entries[k].index].size; };
-    std::stable_sort(todo.begin(), todo.end(), [&](size_t a, size_t b) { return size(a) > size(b); });
-  }
-  std::atomic<size_t> next{0};
-  std::atomic<size_t> done{0};
-  std::mutex print;
-  std::exception_ptr stream_error;
-  std::exception_ptr collision;  // a model's data file is a report's path: the batch stops, no report written
-  auto work = [&] {
-    for (size_t t = next++; t < todo.size(); t = next++) {
-      const size_t k = todo[t];
-      const BatchItem& item = all[entries[k].index];
-      ModelOutcome outcome;
-      try {
-        if (!item.error.empty()) throw InputError(item.input, item.error);
-        Processed processed = process(item.input, item.output, rules, options, target, how);
-        if (processed.outcome.status != "verify-failed") {
-          const auto start = std::chrono::steady_clock::now();
-          processed.output->commit();
-          processed.outcome.timing.write += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        }
-        outcome = std::move(processed.outcome);
-      } catch (...) {
-        if (is_path_collision(std::current_exception())) {
-          std::lock_guard lock(print);
-          if (!collision) collision = std::current_exception();
-          next = todo.size();
-          continue;
-        }
-        outcome = ModelOutcome{};
-        outcome.input = item.input;
-        outcome.output = item.output;
-        outcome.status = "failed";
-        outcome.error = describe_error(std::current_exception());
-      }
-      entries[k].object = outcome_object(outcome, target.name);
-      std::lock_guard lock(print);
-      if (lines && !stream_error) {
-        try {
-          lines->write(line_for(entries[k].object, entries[k].index));
-        } catch (...) {
-          stream_error = std::current_exception();
-        }
-      }
-      const size_t finished = ++done;
-      if (command.progress_line) {
-        err << fmt::format("\r\033[K[{}/{}] {}", finished, todo.size(), item.input) << std::flush;
-      } else {
-        err << fmt::format("[{}/{}] {} {}{}\n", finished, todo.size(), outcome.status, item.input,
-                           outcome.error ? ": " + error_text(outcome) : "");
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int t = 0; t < std::min<int>(jobs, static_cast<int>(std::max<size_t>(todo.size(), 1))); ++t) threads.emplace_back(work);
-  for (auto& thread : threads) thread.join();
-  if (command.progress_line && !todo.empty()) err << "\n";
-  if (collision) {
-    if (made_output_dir) fs::remove(command.output_dir, ec);  // only if still empty: nothing was written
-    std::rethrow_exception(collision);
-  }
-  if (stream_error) std::rethrow_exception(stream_error);
-
-  const BatchTotals totals = totals_of(entries);
-  std::string scope = command.shard.empty() ? "" : fmt::format(" (shard {} of {} models)", command.shard, all.size());
+// The batch's line of totals, then a line for each model that failed or missed the target.
+void print_summary(const BatchCommand& command, const Target& target, const std::vector<Entry>& entries, const BatchTotals& totals,
+                   size_t batch_size, std::ostream& out) {
+  std::string scope = command.shard.empty() ? "" : fmt::format(" (shard {} of {} models)", command.shard, batch_size);
   out << fmt::format("batch: {} model(s){}: {} rewritten, {} unchanged, {} target not met, {} failed", entries.size(), scope,
                      totals.count("rewritten"), totals.count("unchanged"), totals.count("target-not-met"), totals.count("failed"));
   if (command.verify) out << fmt::format(", {} failed verification", totals.count("verify-failed"));
@@ -635,12 +489,213 @@ int batch_all(const BatchCommand& command, PathGuard& guard, PendingFile* report
     std::replace(kinds.begin(), kinds.end(), '\n', ';');
     out << fmt::format("  target {} not met: {}: {}\n", target.name, entry.object.string_or("model", ""), kinds);
   }
+}
+
+// One model of the batch, rewritten and written; a model that fails is an outcome, not an
+// exception. A path collision (a model's data file is a report's path) is the exception that
+// stops the batch.
+ModelOutcome rewrite_one(const BatchItem& item, const RuleSet& rules, const RewriteOptions& options, const Target& target,
+                         const ProcessOptions& how) {
+  try {
+    if (!item.error.empty()) throw InputError(item.input, item.error);
+    Processed processed = process(item.input, item.output, rules, options, target, how);
+    if (processed.outcome.status != "verify-failed") {
+      const auto start = std::chrono::steady_clock::now();
+      processed.output->commit();
+      processed.outcome.timing.write += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    return std::move(processed.outcome);
+  } catch (...) {
+    if (is_path_collision(std::current_exception())) throw;
+    ModelOutcome outcome;
+    outcome.input = item.input;
+    outcome.output = item.output;
+    outcome.status = "failed";
+    outcome.error = describe_error(std::current_exception());
+    return outcome;
+  }
+}
+
+// What every model of one batch run shares.
+struct BatchRun {
+  const BatchCommand& command;
+  const Target& target;
+  const RuleSet& rules;
+  const RewriteOptions& options;
+  const ProcessOptions& how;
+  const std::vector<BatchItem>& all;
+  std::function<void(JsonWriter&)> run_fields;
+  LineStream* lines;  // --report-jsonl, or null
+
+  // A line: the run's fields, where the model stands in the whole batch, its input's stamp, then
+  // the model's report object.
+  std::string line_for(const JsonValue& object, size_t index) const {
+    JsonWriter json(true);
+    json.begin_object();
+    run_fields(json);
+    json.key("index").value(static_cast<int64_t>(index));
+    json.key("batch_size").value(static_cast<int64_t>(all.size()));
+    const InputStamp stamp = stamp_of(all[index].input);
+    json.key("input_stamp").begin_object().key("size").value(stamp.size).key("mtime_ns").value(std::to_string(stamp.mtime_ns)).end_object();
+    for (const auto& [key, member] : object.members) {
+      json.key(key);
+      write_json(json, member);
+    }
+    json.end_object();
+    return json.str();
+  }
+};
+
+// The options as a line records them: --resume takes only lines written with the same.
+std::string recorded_options(const BatchCommand& command) {
+  JsonWriter json(true);
+  write_options_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance,
+                     command.verify ? &command.verify_options : nullptr);
+  return json.str();
+}
+
+// The entries of this shard's models (`mine`, indexes into the batch); those an earlier run
+// finished with the same options are taken from its lines. Returns the positions left to do.
+std::vector<size_t> resume_entries(const BatchRun& run, const Resumable& resumable, const std::vector<size_t>& mine,
+                                   bool lines_are_resume_file, std::vector<Entry>& entries) {
+  entries.assign(mine.size(), Entry{});
+  std::vector<size_t> todo;
+  for (size_t k = 0; k < mine.size(); ++k) {
+    entries[k].index = mine[k];
+    const BatchItem& item = run.all[mine[k]];
+    auto previous = resumable.done.find(item.input);
+    if (previous != resumable.done.end() && still_done(previous->second, item)) {
+      entries[k].object = report_object(previous->second);
+      entries[k].resumed = true;
+      if (run.lines && !lines_are_resume_file) run.lines->write(run.line_for(entries[k].object, mine[k]));
+    } else {
+      todo.push_back(k);
+    }
+  }
+  return todo;
+}
+
+// Rewrites the entries at positions `todo` on `jobs` threads, each model's line and progress as
+// it finishes. A path collision stops the batch and is thrown once the threads are done, as is a
+// failure to write a line.
+void rewrite_entries(const BatchRun& run, std::vector<size_t> todo, int jobs, std::vector<Entry>& entries, std::ostream& err) {
+  if (jobs > 1) {
+    // Biggest first: the models left at the end are then the quickest, and no worker waits long
+    // for another's last one.
+    const auto size = [&](size_t k) { return run.all[entries[k].index].size; };
+    std::stable_sort(todo.begin(), todo.end(), [&](size_t a, size_t b) { return size(a) > size(b); });
+  }
+  std::atomic<size_t> next{0};
+  size_t done = 0;
+  std::mutex print;
+  std::exception_ptr stream_error;
+  std::exception_ptr collision;  // a model's data file is a report's path: the batch stops, no report written
+  auto work = [&] {
+    for (size_t t = next++; t < todo.size(); t = next++) {
+      const size_t k = todo[t];
+      const BatchItem& item = run.all[entries[k].index];
+      ModelOutcome outcome;
+      try {
+        outcome = rewrite_one(item, run.rules, run.options, run.target, run.how);
+      } catch (...) {
+        std::lock_guard lock(print);
+        if (!collision) collision = std::current_exception();
+        next = todo.size();
+        continue;
+      }
+      entries[k].object = outcome_object(outcome, run.target.name);
+      std::lock_guard lock(print);
+      if (run.lines && !stream_error) {
+        try {
+          run.lines->write(run.line_for(entries[k].object, entries[k].index));
+        } catch (...) {
+          stream_error = std::current_exception();
+        }
+      }
+      ++done;
+      if (run.command.progress_line) {
+        err << fmt::format("\r\033[K[{}/{}] {}", done, todo.size(), item.input) << std::flush;
+      } else {
+        err << fmt::format("[{}/{}] {} {}{}\n", done, todo.size(), outcome.status, item.input, outcome.error ? ": " + error_text(outcome) : "");
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < std::min<int>(jobs, static_cast<int>(std::max<size_t>(todo.size(), 1))); ++t) threads.emplace_back(work);
+  for (auto& thread : threads) thread.join();
+  if (run.command.progress_line && !todo.empty()) err << "\n";
+  if (collision) std::rethrow_exception(collision);
+  if (stream_error) std::rethrow_exception(stream_error);
+}
+
+// Makes -o OUT_DIR; whether it was made by this run.
+bool make_output_dir(const std::string& dir) {
+  std::error_code ec;
+  const bool made = !fs::exists(dir, ec);
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir)) throw UsageError(dir + ": cannot create the output directory" + (ec ? ": " + ec.message() : ""));
+  return made;
+}
+
+int batch_all(const BatchCommand& command, PathGuard& guard, PendingFile* report, PendingFile* junit, std::ostream& out,
+              std::ostream& err) {
+  const auto started = std::chrono::steady_clock::now();
+  const Target& target = find_target(command.options.target);
+  const Shard shard = command.shard.empty() ? Shard{} : parse_shard(command.shard);
+  const RuleSet rules = command.rules.load();
+  const RewriteOptions options = effective_options(command.options, command.overrides);
+  active_rules(rules, options);
+  // Found before any work: without a runtime to run them in, nothing is worth doing.
+  const std::optional<Runtime> runtime = command.verify ? std::optional(find_runtime(command.verify_options.runtime)) : std::nullopt;
+  const auto all = collect_batch(command);
+  for (const auto& item : all) {
+    guard.reads(item.input, "the input model");
+    if (item.error.empty()) guard.writes(item.output, "its output in -o OUT_DIR", false);
+  }
+  const Resumable resumable = read_resumable(command, recorded_options(command));
+  std::unique_ptr<LineStream> lines;
+  if (!command.report_jsonl.empty()) lines = std::make_unique<LineStream>(command.report_jsonl);
+  std::error_code ec;
+  const bool lines_are_resume_file =
+      lines && !command.resume.empty() && fs::exists(command.resume, ec) && fs::equivalent(command.report_jsonl, command.resume, ec);
+  const bool made_output_dir = make_output_dir(command.output_dir);
+
+  std::vector<size_t> mine;  // indexes into `all` of this shard's items
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (in_shard(all[i].relative, shard)) mine.push_back(i);
+  }
+  const int jobs = command.jobs > 0 ? command.jobs : std::max(1u, std::thread::hardware_concurrency());
+  ProcessOptions how;
+  how.in_batch = true;
+  how.provenance = command.provenance;
+  how.write.inside = command.output_dir;
+  how.guard = &guard;
+  // Each worker's ONNX Runtime gets its share of the cores.
+  VerifyOptions verify_options = command.verify_options;
+  verify_options.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / jobs);
+  if (runtime) how.runtime = &*runtime, how.verify = &verify_options;
+  const VerifyOptions* verify = command.verify ? &command.verify_options : nullptr;
+  const BatchRun run{command, target, rules, options, how, all,
+                     [&](JsonWriter& json) {
+                       write_run_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance, false, verify);
+                     },
+                     lines.get()};
+
+  std::vector<Entry> entries;
+  const std::vector<size_t> todo = resume_entries(run, resumable, mine, lines_are_resume_file, entries);
+  try {
+    rewrite_entries(run, todo, jobs, entries, err);
+  } catch (...) {
+    if (made_output_dir && is_path_collision(std::current_exception())) fs::remove(command.output_dir, ec);  // only if still empty: nothing was written
+    throw;
+  }
+
+  const BatchTotals totals = totals_of(entries);
+  print_summary(command, target, entries, totals, all.size(), out);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::vector<std::string> notes;
   if (!command.shard.empty()) notes.push_back(fmt::format("shard {}: {} of the batch's {} models", command.shard, entries.size(), all.size()));
-  if (report) {
-    report->set_contents(batch_report(run_fields, target.name, entries, wall, notes));
-  }
+  if (report) report->set_contents(batch_report(run.run_fields, target.name, entries, wall, notes));
   if (junit) junit->set_contents(junit_report("batch", target.name, entries));
   if (report) report->commit();
   if (junit) junit->commit();

@@ -180,94 +180,101 @@ ModelTotals model_totals(const onnx::ModelProto& proto) {
 
 namespace {
 
-int inspect_one(const std::string& input, const RuleSources& sources, bool json, std::ostream& out) {
-  const RuleSet rules = sources.load();
-  LoadedModel loaded(input, true, kGraphOnly);
-  const Model& model = *loaded;
+// What inspect reports of one model, read once for either form.
+struct Inspection {
+  const std::string& input;
+  const RuleSet& rules;
+  const Model& model;
   const onnx::ModelProto& proto = model.proto;
   const OpCounts ops = count_ops(proto);
   const InitializerStats initializers = initializer_stats(model);
   const ModelTotals totals = model_totals(proto);
-  const auto inputs = real_inputs(proto.graph());
-  std::set<std::pair<std::string, std::string>> functions;
-  for (const auto& function : proto.functions()) functions.insert({normalize_domain(function.domain()), function.name()});
+  const std::vector<const onnx::ValueInfoProto*> inputs = real_inputs(proto.graph());
+  const std::set<std::pair<std::string, std::string>> functions = [&] {
+    std::set<std::pair<std::string, std::string>> names;
+    for (const auto& function : proto.functions()) names.insert({normalize_domain(function.domain()), function.name()});
+    return names;
+  }();
+};
 
-  if (json) {
-    JsonWriter writer;
-    writer.begin_object();
-    writer.key("model").value(input);
-    writer.key("ir_version").value(static_cast<int64_t>(proto.ir_version()));
-    writer.key("producer_name").value(proto.producer_name());
-    writer.key("producer_version").value(proto.producer_version());
-    writer.key("opset_imports").begin_array();
-    for (const auto& import : proto.opset_import()) {
-      writer.begin_object().key("domain").value(display_domain(normalize_domain(import.domain())));
-      writer.key("version").value(static_cast<int64_t>(import.version())).end_object();
-    }
-    writer.end_array();
-    writer.key("inputs").begin_array();
-    for (const auto* input : inputs) write_value_json(writer, *input);
-    writer.end_array();
-    writer.key("outputs").begin_array();
-    for (const auto& output : proto.graph().output()) write_value_json(writer, output);
-    writer.end_array();
-    writer.key("nodes").begin_object();
-    writer.key("total").value(totals.total());
-    writer.key("main_graph").value(totals.main_graph);
-    writer.key("subgraphs").value(totals.subgraphs);
-    writer.key("functions").value(totals.functions);
-    writer.key("training").value(totals.training);
-    writer.end_object();
-    writer.key("ops").begin_array();
-    for (const auto& [key, count] : ops) {
-      writer.begin_object().key("domain").value(display_domain(key.first)).key("op_type").value(key.second);
-      writer.key("count").value(count);
-      const bool custom = is_custom_op(key);
-      writer.key("custom").value(custom);
-      writer.key("local_function").value(functions.count(key) != 0);
-      if (custom) writer.key("rules").strings(covering_rules(rules, key));
-      writer.end_object();
-    }
-    writer.end_array();
-    writer.key("functions").begin_array();
-    for (const auto& [domain, name] : functions) writer.value(display_domain(domain) + "." + name);
-    writer.end_array();
-    writer.key("initializers").begin_object();
-    writer.key("count").value(initializers.count);
-    writer.key("inline_bytes").value(initializers.inline_bytes);
-    writer.key("external_bytes").value(initializers.external_bytes);
-    writer.key("external_files").begin_array();
-    for (const auto& [file, size] : initializers.external_files) {
-      writer.begin_object().key("location").value(file).key("bytes");
-      if (size) writer.value(*size);
-      else writer.null();
-      writer.key("missing").value(!size).end_object();
-    }
-    writer.end_array().end_object();
-    writer.key("metadata_props").begin_object();
-    for (const auto& entry : proto.metadata_props()) writer.key(entry.key()).value(entry.value());
-    writer.end_object();
-    writer.key("constant_nodes").begin_object().key("count").value(totals.constants).key("bytes").value(totals.constant_bytes).end_object();
-    writer.key("sparse_initializers").begin_object();
-    writer.key("count").value(totals.sparse_initializers).key("bytes").value(totals.sparse_bytes).end_object();
-    writer.key("training_info").begin_array();
-    for (const auto& info : proto.training_info()) {
-      writer.begin_object();
-      writer.key("initialization_nodes").value(info.initialization().node_size());
-      writer.key("algorithm_nodes").value(info.algorithm().node_size());
-      writer.key("initialization_bindings").value(info.initialization_binding_size());
-      writer.key("update_bindings").value(info.update_binding_size());
-      writer.end_object();
-    }
-    writer.end_array();
-    writer.key("notes").begin_array();
-    if (!model.missing_external_data.empty()) writer.value(missing_data_note(model));
-    writer.end_array();
-    writer.end_object();
-    out << writer.str();
-    return 0;
+void write_inspection_json(const Inspection& inspection, std::ostream& out) {
+  const auto& [input, rules, model, proto, ops, initializers, totals, inputs, functions] = inspection;
+  JsonWriter writer;
+  writer.begin_object();
+  writer.key("model").value(input);
+  writer.key("ir_version").value(static_cast<int64_t>(proto.ir_version()));
+  writer.key("producer_name").value(proto.producer_name());
+  writer.key("producer_version").value(proto.producer_version());
+  writer.key("opset_imports").begin_array();
+  for (const auto& import : proto.opset_import()) {
+    writer.begin_object().key("domain").value(display_domain(normalize_domain(import.domain())));
+    writer.key("version").value(static_cast<int64_t>(import.version())).end_object();
   }
+  writer.end_array();
+  writer.key("inputs").begin_array();
+  for (const auto* input : inputs) write_value_json(writer, *input);
+  writer.end_array();
+  writer.key("outputs").begin_array();
+  for (const auto& output : proto.graph().output()) write_value_json(writer, output);
+  writer.end_array();
+  writer.key("nodes").begin_object();
+  writer.key("total").value(totals.total());
+  writer.key("main_graph").value(totals.main_graph);
+  writer.key("subgraphs").value(totals.subgraphs);
+  writer.key("functions").value(totals.functions);
+  writer.key("training").value(totals.training);
+  writer.end_object();
+  writer.key("ops").begin_array();
+  for (const auto& [key, count] : ops) {
+    writer.begin_object().key("domain").value(display_domain(key.first)).key("op_type").value(key.second);
+    writer.key("count").value(count);
+    const bool custom = is_custom_op(key);
+    writer.key("custom").value(custom);
+    writer.key("local_function").value(functions.count(key) != 0);
+    if (custom) writer.key("rules").strings(covering_rules(rules, key));
+    writer.end_object();
+  }
+  writer.end_array();
+  writer.key("functions").begin_array();
+  for (const auto& [domain, name] : functions) writer.value(display_domain(domain) + "." + name);
+  writer.end_array();
+  writer.key("initializers").begin_object();
+  writer.key("count").value(initializers.count);
+  writer.key("inline_bytes").value(initializers.inline_bytes);
+  writer.key("external_bytes").value(initializers.external_bytes);
+  writer.key("external_files").begin_array();
+  for (const auto& [file, size] : initializers.external_files) {
+    writer.begin_object().key("location").value(file).key("bytes");
+    if (size) writer.value(*size);
+    else writer.null();
+    writer.key("missing").value(!size).end_object();
+  }
+  writer.end_array().end_object();
+  writer.key("metadata_props").begin_object();
+  for (const auto& entry : proto.metadata_props()) writer.key(entry.key()).value(entry.value());
+  writer.end_object();
+  writer.key("constant_nodes").begin_object().key("count").value(totals.constants).key("bytes").value(totals.constant_bytes).end_object();
+  writer.key("sparse_initializers").begin_object();
+  writer.key("count").value(totals.sparse_initializers).key("bytes").value(totals.sparse_bytes).end_object();
+  writer.key("training_info").begin_array();
+  for (const auto& info : proto.training_info()) {
+    writer.begin_object();
+    writer.key("initialization_nodes").value(info.initialization().node_size());
+    writer.key("algorithm_nodes").value(info.algorithm().node_size());
+    writer.key("initialization_bindings").value(info.initialization_binding_size());
+    writer.key("update_bindings").value(info.update_binding_size());
+    writer.end_object();
+  }
+  writer.end_array();
+  writer.key("notes").begin_array();
+  if (!model.missing_external_data.empty()) writer.value(missing_data_note(model));
+  writer.end_array();
+  writer.end_object();
+  out << writer.str();
+}
 
+void print_inspection(const Inspection& inspection, std::ostream& out) {
+  const auto& [input, rules, model, proto, ops, initializers, totals, inputs, functions] = inspection;
   out << fmt::format("{}\n", input);
   out << fmt::format("  IR version {}, producer {} {}\n", proto.ir_version(),
                      proto.producer_name().empty() ? "(none)" : proto.producer_name(), proto.producer_version());
@@ -319,6 +326,14 @@ int inspect_one(const std::string& input, const RuleSources& sources, bool json,
   }
   for (const auto& entry : proto.metadata_props()) out << fmt::format("  metadata: {} = {}\n", printable(entry.key()), printable(entry.value()));
   if (!model.missing_external_data.empty()) out << "  note: " << missing_data_note(model) << "\n";
+}
+
+int inspect_one(const std::string& input, const RuleSources& sources, bool json, std::ostream& out) {
+  const RuleSet rules = sources.load();
+  LoadedModel loaded(input, true, kGraphOnly);
+  const Inspection inspection{input, rules, *loaded};
+  if (json) write_inspection_json(inspection, out);
+  else print_inspection(inspection, out);
   return 0;
 }
 

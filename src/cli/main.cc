@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
+#include <memory>
 #include <iostream>
 #include <sstream>
 
@@ -171,6 +173,136 @@ std::string parse_error_text(const CLI::App& app, int argc, char** argv, const C
   return "unknown subcommand '" + first + "' (known: " + known + ")";
 }
 
+// A subcommand: its CLI11 app, and what runs it once the command line is parsed. The runner owns
+// the values the options parse into.
+struct Subcommand {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+Subcommand add_rewrite(CLI::App& app) {
+  auto rewrite = std::make_shared<RewriteCommand>();
+  auto* command = app.add_subcommand("rewrite", "Apply rules to one model and write the result");
+  command->add_option("model", rewrite->input, "Input model (.onnx)")->required();
+  command->add_option("-o,--output", rewrite->output, "Output model (.onnx)");
+  add_rewrite_options(*command, rewrite->options, rewrite->rules, rewrite->overrides, rewrite->report, rewrite->provenance);
+  command->add_option("--html", rewrite->html,
+                      "Also write a page showing the op table and each rule's first matches before and after (needs Graphviz)");
+  command->add_flag("--dry-run", rewrite->dry_run, "Rewrite and report, but write nothing");
+  command->add_flag("--in-place", rewrite->in_place, "Replace the input file");
+  command->add_option("--explain", rewrite->options.explain,
+                      "For nodes with this op type or name, print each rule tried and why it matched or not");
+  auto* verify_flag = add_verify_flag(*command, rewrite->verify, rewrite->verify_options);
+  add_input_files(*command, rewrite->verify_options.input_files)->needs(verify_flag);
+  return {command, [rewrite] {
+            rewrite->options.explain_out = &std::cout;
+            if (::isatty(STDERR_FILENO)) rewrite->options.progress_out = &std::cerr;
+            return run_rewrite(*rewrite, std::cout, std::cerr);
+          }};
+}
+
+Subcommand add_check(CLI::App& app) {
+  struct CheckCommand {
+    std::string model, target = "onnx", junit;
+    std::optional<int> opset;
+    bool json = false;
+    RuleSources rules;
+    InputShapes shapes;
+  };
+  auto check = std::make_shared<CheckCommand>();
+  auto* command = app.add_subcommand("check", "List the nodes a target runtime can't load (exit 1 if any)");
+  command->add_option("model", check->model, "Model (.onnx)")->required();
+  add_target(*command, check->target, check->opset);
+  command->add_flag("--json", check->json, "Machine-readable output");
+  command->add_option("--junit", check->junit, "Also write JUnit XML to FILE: a testcase for the model and target");
+  add_rule_sources(*command, check->rules);
+  add_input_shapes(*command, check->shapes);
+  return {command, [check] {
+            return run_check(check->model, check->target, check->opset, check->rules, check->json, std::cout, std::cerr, check->junit,
+                             check->shapes);
+          }};
+}
+
+Subcommand add_verify(CLI::App& app) {
+  auto verify = std::make_shared<VerifyCommand>();
+  auto* command = app.add_subcommand(
+      "verify", "Run a model and its rewrite in ONNX Runtime on the same inputs and compare every output (exit 4 if they differ)");
+  command->add_option("original", verify->original, "The model as it was (.onnx)")->required();
+  command->add_option("rewritten", verify->rewritten, "Its rewrite (.onnx)")->required();
+  add_verify_options(*command, verify->options, nullptr);
+  add_input_files(*command, verify->options.input_files);
+  add_input_shapes(*command, verify->input_shapes);
+  command->add_flag("--json", verify->json, "Machine-readable output");
+  return {command, [verify] { return run_verify(*verify, std::cout); }};
+}
+
+Subcommand add_inspect(CLI::App& app) {
+  struct InspectCommand {
+    std::string model;
+    bool json = false;
+    RuleSources rules;
+  };
+  auto inspect = std::make_shared<InspectCommand>();
+  auto* command = app.add_subcommand("inspect", "Describe a model: opsets, ops, custom ops and covering rules, weights");
+  command->add_option("model", inspect->model, "Model (.onnx)")->required();
+  command->add_flag("--json", inspect->json, "Machine-readable output");
+  add_rule_sources(*command, inspect->rules);
+  return {command, [inspect] { return run_inspect(inspect->model, inspect->rules, inspect->json, std::cout); }};
+}
+
+Subcommand add_rules(CLI::App& app) {
+  struct RulesCommand {
+    RuleSources listed;
+    bool json = false;
+    std::vector<std::string> tested;
+  };
+  auto rules = std::make_shared<RulesCommand>();
+  auto* command = app.add_subcommand("rules", "List the rules: ids, descriptions, targets, what they match and need");
+  add_rule_sources(*command, rules->listed);
+  command->add_flag("--json", rules->json, "Machine-readable output");
+  one_value_each(command->add_option(
+      "--test", rules->tested, "Rule file or directory: run each of its rules' examples against their expect (repeatable)"));
+  return {command, [rules] {
+            return rules->tested.empty() ? run_rules(rules->listed, rules->json, std::cout)
+                                         : run_rule_tests(rules->tested, rules->listed, rules->json, std::cout);
+          }};
+}
+
+Subcommand add_targets(CLI::App& app) {
+  auto json = std::make_shared<bool>(false);
+  auto* command = app.add_subcommand("targets", "List the targets: what each runtime loads, and what it builds on");
+  command->add_flag("--json", *json, "Machine-readable output");
+  return {command, [json] { return run_targets(*json, std::cout); }};
+}
+
+Subcommand add_batch(CLI::App& app) {
+  auto batch = std::make_shared<BatchCommand>();
+  auto* command = app.add_subcommand("batch", "Rewrite every *.onnx under directories into OUT_DIR");
+  command->add_option("inputs", batch->inputs, "Input directories (or model files)")->required();
+  command->add_option("-o,--output", batch->output_dir, "Output directory")->required();
+  command->add_option("-j,--jobs", batch->jobs, "Models rewritten in parallel (default: one per core)")->check(CLI::Range(1, 1024));
+  add_rewrite_options(*command, batch->options, batch->rules, batch->overrides, batch->report, batch->provenance);
+  command->add_option("--junit", batch->junit, "Also write JUnit XML to FILE: a testcase per model");
+  command->add_option("--report-jsonl", batch->report_jsonl, "Append a JSON line to FILE as each model finishes");
+  command->add_option("--resume", batch->resume,
+                      "Skip models that FILE (an earlier --report-jsonl) shows done with the same options and input");
+  command->add_option("--shard", batch->shard, "Rewrite only shard K of N (K/N, 1-based; a stable split by relative path)");
+  add_verify_flag(*command, batch->verify, batch->verify_options);
+  return {command, [batch] {
+            batch->progress_line = ::isatty(STDERR_FILENO);
+            return run_batch(*batch, std::cout, std::cerr);
+          }};
+}
+
+Subcommand add_merge_reports(CLI::App& app) {
+  auto merge = std::make_shared<MergeCommand>();
+  auto* command = app.add_subcommand("merge-reports", "Join batch --report-jsonl files (shards) into one --report");
+  command->add_option("reports", merge->inputs, "JSON Lines files from batch --report-jsonl")->required();
+  command->add_option("-o,--output", merge->output, "The merged report (JSON)");
+  command->add_option("--junit", merge->junit, "Also write JUnit XML to FILE");
+  return {command, [merge] { return run_merge_reports(*merge, std::cout, std::cerr); }};
+}
+
 }  // namespace
 
 namespace onnx_rewrite {
@@ -181,85 +313,9 @@ int run_command_line(int argc, char** argv) {
   CLI::App app{"Rewrites ONNX models with pattern rules so that a target runtime can load them.", kProgram};
   app.set_version_flag("--version", std::string(kProgram) + " " + ONNX_REWRITE_VERSION);
   app.require_subcommand(1);
-
-  RewriteCommand rewrite;
-  auto* rewrite_app = app.add_subcommand("rewrite", "Apply rules to one model and write the result");
-  rewrite_app->add_option("model", rewrite.input, "Input model (.onnx)")->required();
-  rewrite_app->add_option("-o,--output", rewrite.output, "Output model (.onnx)");
-  add_rewrite_options(*rewrite_app, rewrite.options, rewrite.rules, rewrite.overrides, rewrite.report, rewrite.provenance);
-  rewrite_app->add_option("--html", rewrite.html,
-                          "Also write a page showing the op table and each rule's first matches before and after (needs Graphviz)");
-  rewrite_app->add_flag("--dry-run", rewrite.dry_run, "Rewrite and report, but write nothing");
-  rewrite_app->add_flag("--in-place", rewrite.in_place, "Replace the input file");
-  rewrite_app->add_option("--explain", rewrite.options.explain,
-                          "For nodes with this op type or name, print each rule tried and why it matched or not");
-  auto* rewrite_verify = add_verify_flag(*rewrite_app, rewrite.verify, rewrite.verify_options);
-  add_input_files(*rewrite_app, rewrite.verify_options.input_files)->needs(rewrite_verify);
-
-  std::string check_model_path, check_target = "onnx";
-  std::optional<int> check_opset;
-  bool check_json = false;
-  RuleSources check_rules;
-  auto* check_app = app.add_subcommand("check", "List the nodes a target runtime can't load (exit 1 if any)");
-  check_app->add_option("model", check_model_path, "Model (.onnx)")->required();
-  add_target(*check_app, check_target, check_opset);
-  check_app->add_flag("--json", check_json, "Machine-readable output");
-  std::string check_junit;
-  check_app->add_option("--junit", check_junit, "Also write JUnit XML to FILE: a testcase for the model and target");
-  add_rule_sources(*check_app, check_rules);
-  InputShapes check_shapes;
-  add_input_shapes(*check_app, check_shapes);
-
-  VerifyCommand verify;
-  auto* verify_app = app.add_subcommand(
-      "verify", "Run a model and its rewrite in ONNX Runtime on the same inputs and compare every output (exit 4 if they differ)");
-  verify_app->add_option("original", verify.original, "The model as it was (.onnx)")->required();
-  verify_app->add_option("rewritten", verify.rewritten, "Its rewrite (.onnx)")->required();
-  add_verify_options(*verify_app, verify.options, nullptr);
-  add_input_files(*verify_app, verify.options.input_files);
-  add_input_shapes(*verify_app, verify.input_shapes);
-  verify_app->add_flag("--json", verify.json, "Machine-readable output");
-
-  std::string inspect_path;
-  bool inspect_json = false;
-  RuleSources inspect_rules;
-  auto* inspect_app = app.add_subcommand("inspect", "Describe a model: opsets, ops, custom ops and covering rules, weights");
-  inspect_app->add_option("model", inspect_path, "Model (.onnx)")->required();
-  inspect_app->add_flag("--json", inspect_json, "Machine-readable output");
-  add_rule_sources(*inspect_app, inspect_rules);
-
-  RuleSources listed_rules;
-  bool rules_json = false;
-  std::vector<std::string> tested_rules;
-  auto* rules_app = app.add_subcommand("rules", "List the rules: ids, descriptions, targets, what they match and need");
-  add_rule_sources(*rules_app, listed_rules);
-  rules_app->add_flag("--json", rules_json, "Machine-readable output");
-  one_value_each(rules_app->add_option(
-      "--test", tested_rules, "Rule file or directory: run each of its rules' examples against their expect (repeatable)"));
-
-  bool targets_json = false;
-  auto* targets_app = app.add_subcommand("targets", "List the targets: what each runtime loads, and what it builds on");
-  targets_app->add_flag("--json", targets_json, "Machine-readable output");
-
-  BatchCommand batch;
-  auto* batch_app = app.add_subcommand("batch", "Rewrite every *.onnx under directories into OUT_DIR");
-  batch_app->add_option("inputs", batch.inputs, "Input directories (or model files)")->required();
-  batch_app->add_option("-o,--output", batch.output_dir, "Output directory")->required();
-  batch_app->add_option("-j,--jobs", batch.jobs, "Models rewritten in parallel (default: one per core)")->check(CLI::Range(1, 1024));
-  add_rewrite_options(*batch_app, batch.options, batch.rules, batch.overrides, batch.report, batch.provenance);
-  batch_app->add_option("--junit", batch.junit, "Also write JUnit XML to FILE: a testcase per model");
-  batch_app->add_option("--report-jsonl", batch.report_jsonl, "Append a JSON line to FILE as each model finishes");
-  batch_app->add_option("--resume", batch.resume,
-                        "Skip models that FILE (an earlier --report-jsonl) shows done with the same options and input");
-  batch_app->add_option("--shard", batch.shard, "Rewrite only shard K of N (K/N, 1-based; a stable split by relative path)");
-  add_verify_flag(*batch_app, batch.verify, batch.verify_options);
-
-  MergeCommand merge;
-  auto* merge_app = app.add_subcommand("merge-reports", "Join batch --report-jsonl files (shards) into one --report");
-  merge_app->add_option("reports", merge.inputs, "JSON Lines files from batch --report-jsonl")->required();
-  merge_app->add_option("-o,--output", merge.output, "The merged report (JSON)");
-  merge_app->add_option("--junit", merge.junit, "Also write JUnit XML to FILE");
-
+  // In the order --help lists them.
+  const std::vector<Subcommand> subcommands = {add_rewrite(app), add_check(app),   add_verify(app), add_inspect(app),
+                                               add_rules(app),   add_targets(app), add_batch(app),  add_merge_reports(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -274,24 +330,9 @@ int run_command_line(int argc, char** argv) {
   }
 
   try {
-    if (*rewrite_app) {
-      rewrite.options.explain_out = &std::cout;
-      if (::isatty(STDERR_FILENO)) rewrite.options.progress_out = &std::cerr;
-      return run_rewrite(rewrite, std::cout, std::cerr);
+    for (const auto& subcommand : subcommands) {
+      if (*subcommand.app) return subcommand.run();
     }
-    if (*check_app) {
-      return run_check(check_model_path, check_target, check_opset, check_rules, check_json, std::cout, std::cerr, check_junit, check_shapes);
-    }
-    if (*verify_app) return run_verify(verify, std::cout);
-    if (*inspect_app) return run_inspect(inspect_path, inspect_rules, inspect_json, std::cout);
-    if (*rules_app) return (tested_rules.empty() ? run_rules(listed_rules, rules_json, std::cout)
-                                           : run_rule_tests(tested_rules, listed_rules, rules_json, std::cout));
-    if (*targets_app) return run_targets(targets_json, std::cout);
-    if (*batch_app) {
-      batch.progress_line = ::isatty(STDERR_FILENO);
-      return run_batch(batch, std::cout, std::cerr);
-    }
-    if (*merge_app) return run_merge_reports(merge, std::cout, std::cerr);
   } catch (...) {
     // One mapping from exception to message and exit code, shared with the JSON error objects.
     const ErrorInfo error = describe_error(std::current_exception());

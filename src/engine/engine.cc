@@ -734,6 +734,47 @@ std::map<std::string, int> imports(const onnx::ModelProto& model) {
   return versions;
 }
 
+// Before matching, and again whenever the model is reloaded: the rules see the fixed shapes.
+void fix_input_shapes(Model& model, const RewriteOptions& options, RewriteResult& result) {
+  if (apply_input_shapes(*model.proto.mutable_graph(), options.input_shapes, model.path.string())) {
+    result.input_shapes_fixed = model.changed = true;
+  }
+}
+
+// --simplify's run, after the rules; whether its rounds checked the node lists as they are now.
+bool simplify_after_rules(Model& model, const std::vector<const Rule*>& simplifying, const RewriteOptions& options, RewriteResult& result) {
+  const auto domains_before = domains_in_use(model.proto);  // the run holds a reference
+  Run run(model, simplifying, options, /*lower=*/false, domains_before, result, std::nullopt);
+  run.execute();  // an opset it can't reach was reported by the run above (an Identity needs none)
+  if (simplify_main_graph(model, result)) {
+    model.changed = true;
+    return false;
+  }
+  return run.nodes_checked();
+}
+
+// Whether only canonicalization rules fired, and nothing else changed: their spellings serve the
+// rules that follow them, so alone they are undone. (Under --simplify the folds are wanted: they
+// would only be made again.)
+bool canonicalized_only(const Model& model, const RewriteOptions& options, const std::map<std::string, int>& imports_before,
+                        const RewriteResult& result) {
+  return !options.simplify && !result.rules.empty() && result.functions_inlined == 0 && result.function_imports_raised == 0 &&
+         imports(model.proto) == imports_before && std::all_of(result.rules.begin(), result.rules.end(), [&](const auto& fired) {
+           return is_canonicalization(fired.first) && !options.only.count(fired.first);
+         });
+}
+
+void record_opset_changes(const std::map<std::string, int>& before, const std::map<std::string, int>& after, RewriteResult& result) {
+  for (const auto& [domain, version] : before) {
+    auto it = after.find(domain);
+    const int now = it == after.end() ? 0 : it->second;
+    if (now != version) result.opset_changes[domain] = {version, now};
+  }
+  for (const auto& [domain, version] : after) {
+    if (!before.count(domain)) result.opset_changes[domain] = {0, version};
+  }
+}
+
 // --ir-version N, or else the IR version ONNX released with --opset N (what a runtime that stops
 // at that opset reads: ONNX Runtime 1.6 refuses IR 8 at opset 13), lowered only, never raised.
 // An explicit version the model can't be written as is a target not met; an implied one stays a note.
@@ -778,13 +819,7 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
   RewriteResult result;
   result.before = count_ops(model.proto);
   const auto imports_before = imports(model.proto);
-  // Before matching, and again whenever the model is reloaded: the rules see the fixed shapes.
-  const auto fix_input_shapes = [&] {
-    if (apply_input_shapes(*model.proto.mutable_graph(), options.input_shapes, model.path.string())) {
-      result.input_shapes_fixed = model.changed = true;
-    }
-  };
-  fix_input_shapes();
+  fix_input_shapes(model, options, result);
 
   std::vector<std::string> lowering_declines;  // of the attempt that lowered
   auto attempt = [&](bool lower) {
@@ -806,24 +841,18 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
   if (auto problem = attempt(true)) {
     // The requested opset can't be reached: rewrite again at the model's own opset.
     model = reload_model(model);
-    fix_input_shapes();
+    fix_input_shapes(model, options, result);
     const auto declines = lowering_declines;
     auto again = attempt(false);
     result.notes.push_back(*problem);
     result.notes.insert(result.notes.end(), declines.begin(), declines.end());
     if (again) result.notes.push_back(*again);
   }
-  // (Under --simplify the folds are wanted: they would only be made again.)
-  const bool canonicalized_only = !options.simplify && !result.rules.empty() && result.functions_inlined == 0 && result.function_imports_raised == 0 &&
-                                  imports(model.proto) == imports_before &&
-                                  std::all_of(result.rules.begin(), result.rules.end(), [&](const auto& fired) {
-                                    return is_canonicalization(fired.first) && !options.only.count(fired.first);
-                                  });
-  if (canonicalized_only) {
+  if (canonicalized_only(model, options, imports_before, result)) {
     // Nothing matched what canonicalization made: the model stays an exact copy (but for the
     // input shapes asked for).
     model = reload_model(model);
-    fix_input_shapes();
+    fix_input_shapes(model, options, result);
     std::string what;
     for (const auto& [id, stats] : result.rules) what += fmt::format("{}{} ({})", what.empty() ? "" : ", ", id, stats.matches);
     result.notes.push_back("canonicalization alone was undone, no other rule fired after it: " + what);
@@ -831,23 +860,9 @@ RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOpt
     result.recorded.clear();
   }
 
-  if (options.simplify) {
-    const auto domains_before = domains_in_use(model.proto);  // the run holds a reference
-    Run run(model, simplifying, options, /*lower=*/false, domains_before, result, std::nullopt);
-    run.execute();  // an opset it can't reach was reported by the run above (an Identity needs none)
-    nodes_checked = nodes_checked && run.nodes_checked();
-    if (simplify_main_graph(model, result)) model.changed = true, nodes_checked = false;
-  }
+  if (options.simplify) nodes_checked = simplify_after_rules(model, simplifying, options, result) && nodes_checked;
 
-  const auto imports_after = imports(model.proto);
-  for (const auto& [domain, version] : imports_before) {
-    auto it = imports_after.find(domain);
-    const int after = it == imports_after.end() ? 0 : it->second;
-    if (after != version) result.opset_changes[domain] = {version, after};
-  }
-  for (const auto& [domain, version] : imports_after) {
-    if (!imports_before.count(domain)) result.opset_changes[domain] = {0, version};
-  }
+  record_opset_changes(imports_before, imports(model.proto), result);
   if (!result.opset_changes.empty()) model.changed = true;
   write_ir_version(model, options, result);
   if (model.changed && input_valid) {

@@ -57,6 +57,9 @@ struct Scope::Index {
 
   void add_type(const onnx::ValueInfoProto& info);
   void build(const Scope& scope);
+  void declare_interface(const Scope& scope, const onnx::GraphProto& graph);
+  bool index_writes(NodeList& nodes);
+  void mark_interface_values(const onnx::GraphProto* graph);
   void index_reads(NodeList& nodes);
   void index_reads_in_halves(NodeList& nodes);
 };
@@ -160,33 +163,7 @@ void Scope::Index::build(const Scope& scope) {
   }
 
   if (graph) {
-    for (const auto& input : graph->input()) {
-      graph_inputs.insert(input.name());
-      add_type(input);
-    }
-    for (const auto& output : graph->output()) {
-      outputs.insert(output.name());
-      add_type(output);
-    }
-    if (scope.kind_ == Kind::kMainGraph) {
-      // Training graphs read the main graph's values: what they read must stay as it is.
-      std::vector<const onnx::GraphProto*> training_graphs;
-      for (const auto& training : scope.model_.proto.training_info()) {
-        if (training.has_initialization()) training_graphs.push_back(&training.initialization());
-        if (training.has_algorithm()) training_graphs.push_back(&training.algorithm());
-      }
-      for (const auto name : free_names(training_graphs)) outputs.insert(name);
-    }
-    types.reserve(static_cast<size_t>(graph->value_info_size() + graph->initializer_size()));
-    for (const auto& info : graph->value_info()) add_type(info);
-    initializers.reserve(static_cast<size_t>(graph->initializer_size()));
-    for (const auto& initializer : graph->initializer()) {
-      initializers[initializer.name()] = &initializer;
-      Declared type;
-      type.elem_type = initializer.data_type();
-      type.dims = std::vector<int64_t>(initializer.dims().begin(), initializer.dims().end());
-      types[initializer.name()] = std::move(type);
-    }
+    declare_interface(scope, *graph);
   } else {
     for (const auto& output : scope.function_->output()) outputs.insert(output);
   }
@@ -200,6 +177,48 @@ void Scope::Index::build(const Scope& scope) {
   // be a fifth of the peak memory on a graph of a million nodes.
   positions.reserve(count);
   values.reserve(count);
+  const bool any_subgraph = index_writes(nodes);
+  if (count >= kBigGraphNodes && !any_subgraph) index_reads_in_halves(nodes);
+  else index_reads(nodes);
+
+  mark_interface_values(graph);
+}
+
+// The graph's inputs, outputs (and, for the main graph, what training graphs read), declared
+// types and initializers.
+void Scope::Index::declare_interface(const Scope& scope, const onnx::GraphProto& graph) {
+  for (const auto& input : graph.input()) {
+    graph_inputs.insert(input.name());
+    add_type(input);
+  }
+  for (const auto& output : graph.output()) {
+    outputs.insert(output.name());
+    add_type(output);
+  }
+  if (scope.kind_ == Kind::kMainGraph) {
+    // Training graphs read the main graph's values: what they read must stay as it is.
+    std::vector<const onnx::GraphProto*> training_graphs;
+    for (const auto& training : scope.model_.proto.training_info()) {
+      if (training.has_initialization()) training_graphs.push_back(&training.initialization());
+      if (training.has_algorithm()) training_graphs.push_back(&training.algorithm());
+    }
+    for (const auto name : free_names(training_graphs)) outputs.insert(name);
+  }
+  types.reserve(static_cast<size_t>(graph.value_info_size() + graph.initializer_size()));
+  for (const auto& info : graph.value_info()) add_type(info);
+  initializers.reserve(static_cast<size_t>(graph.initializer_size()));
+  for (const auto& initializer : graph.initializer()) {
+    initializers[initializer.name()] = &initializer;
+    Declared type;
+    type.elem_type = initializer.data_type();
+    type.dims = std::vector<int64_t>(initializer.dims().begin(), initializer.dims().end());
+    types[initializer.name()] = std::move(type);
+  }
+}
+
+// Who writes each value, node by node; whether any node holds a subgraph.
+bool Scope::Index::index_writes(NodeList& nodes) {
+  const size_t count = static_cast<size_t>(nodes.size());
   int position = 0;
   written.reserve(count);
   writes_begin.reserve(count + 1);
@@ -217,9 +236,11 @@ void Scope::Index::build(const Scope& scope) {
     positions[&node] = position++;
   }
   writes_begin.push_back(static_cast<uint32_t>(written.size()));
-  if (count >= kBigGraphNodes && !any_subgraph) index_reads_in_halves(nodes);
-  else index_reads(nodes);
+  return any_subgraph;
+}
 
+// Flags the values that are graph outputs, initializers and graph inputs.
+void Scope::Index::mark_interface_values(const onnx::GraphProto* graph) {
   output_values.resize(values.size());
   for (const auto name : outputs) {
     if (const uint32_t entry = values.entry_of(name); entry != values.npos) output_values[entry] = true;

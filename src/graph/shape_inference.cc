@@ -396,16 +396,7 @@ class ShapeInference::Worker {
     } else if (op == "Slice") {
       infer_slice(node, first, out, result);
     } else if (op == "Expand") {
-      result.elem_type = first.elem_type;
-      const ShapeFacts& shape = input(node, 1);
-      if (shape.values) {
-        ShapeFacts target;
-        target.shape = shape.values;
-        result.shape = broadcast({&first, &target}, out);
-      } else if (const auto length = known_length(shape); length && first.shape) {
-        // A shape computed at run time, of a known length: the rank is known, the sizes are not.
-        result.shape = fresh_dims(std::max(first.shape->size(), *length), out);
-      }
+      infer_expand(first, input(node, 1), out, result);
     } else if (op.starts_with("Reduce")) {
       infer_reduce(node, first, result);
     } else if (op == "Gemm") {
@@ -430,14 +421,30 @@ class ShapeInference::Worker {
     } else if (op == "Range") {
       infer_range(node, first, result);
     } else if (op == "ConstantOfShape") {
-      result.elem_type = onnx::TensorProto::FLOAT;
-      for (const auto& attribute : node.attribute()) {
-        if (attribute.name() == "value") result.elem_type = attribute.t().data_type();
-      }
-      result.shape = input(node, 0).values;
-      if (!result.shape) {
-        if (const auto length = known_length(input(node, 0))) result.shape = fresh_dims(*length, out);
-      }
+      infer_constant_of_shape(node, first, out, result);
+    }
+  }
+
+  void infer_expand(const ShapeFacts& first, const ShapeFacts& shape, const std::string& out, ShapeFacts& result) {
+    result.elem_type = first.elem_type;
+    if (shape.values) {
+      ShapeFacts target;
+      target.shape = shape.values;
+      result.shape = broadcast({&first, &target}, out);
+    } else if (const auto length = known_length(shape); length && first.shape) {
+      // A shape computed at run time, of a known length: the rank is known, the sizes are not.
+      result.shape = fresh_dims(std::max(first.shape->size(), *length), out);
+    }
+  }
+
+  void infer_constant_of_shape(const onnx::NodeProto& node, const ShapeFacts& shape, const std::string& out, ShapeFacts& result) {
+    result.elem_type = onnx::TensorProto::FLOAT;
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.name() == "value") result.elem_type = attribute.t().data_type();
+    }
+    result.shape = shape.values;
+    if (!result.shape) {
+      if (const auto length = known_length(shape)) result.shape = fresh_dims(*length, out);
     }
   }
 

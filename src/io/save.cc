@@ -81,6 +81,52 @@ void add_assembled(std::vector<Piece>& pieces, const std::vector<FileRange>& raw
   }
 }
 
+// The graph's initializer fields, in order: copies of the source file's bytes where they can be,
+// serialized otherwise; `size` gets their length in all.
+std::vector<Piece> initializer_pieces(const Model& model, size_t& size) {
+  std::vector<Piece> initializers;
+  for (const auto& tensor : model.proto.graph().initializer()) {
+    if (const FileRange* range = model.deferred_field(tensor)) {
+      add_copy(initializers, *range);
+      size += range->size();
+    } else if (const auto* pieces = model.assembled_raw_data(tensor)) {
+      // The header's own fields, then raw_data (field 9, after every field a header made so has).
+      size_t raw = 0;
+      for (const FileRange& piece : *pieces) raw += piece.size();
+      std::string bytes = tensor.SerializeAsString() + wire::len_header(wire::kTensorRawData, raw);
+      initializers.push_back(Piece::own(wire::len_header(wire::kGraphInitializer, bytes.size() + raw) + bytes));
+      size += initializers.back().bytes.size() + raw;
+      add_assembled(initializers, *pieces);
+    } else {
+      std::string bytes = tensor.SerializeAsString();
+      initializers.push_back(Piece::own(wire::len_header(wire::kGraphInitializer, bytes.size()) + bytes));
+      size += initializers.back().bytes.size();
+    }
+  }
+  return initializers;
+}
+
+// The graph serialized without its nodes and initializers.
+std::string serialized_without_nodes_and_initializers(onnx::GraphProto& graph) {
+  // Held aside while the rest is serialized, and given back even if that throws.
+  struct Aside {
+    onnx::GraphProto& graph;
+    google::protobuf::RepeatedPtrField<onnx::TensorProto> initializers;
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+    explicit Aside(onnx::GraphProto& from) : graph(from) {
+      initializers.Swap(graph.mutable_initializer());
+      nodes.Swap(graph.mutable_node());
+    }
+    ~Aside() {
+      nodes.Swap(graph.mutable_node());
+      initializers.Swap(graph.mutable_initializer());
+    }
+    Aside(const Aside&) = delete;
+    Aside& operator=(const Aside&) = delete;
+  } aside(graph);
+  return graph.SerializeAsString();
+}
+
 // Protobuf writes fields in field-number order, so serializing the model without its graph and
 // the graph without its nodes and initializers, then putting the missing pieces where their
 // field number belongs, reproduces what a full serialization would write, without copying
@@ -91,46 +137,9 @@ void serialize_pieces(const Model& model, size_t chunk, Emit&& emit) {
   auto& proto = const_cast<onnx::ModelProto&>(model.proto);  // restored before returning
   auto& graph = *proto.mutable_graph();
 
-  std::vector<Piece> initializers;
   size_t initializers_size = 0;
-  for (const auto& tensor : graph.initializer()) {
-    if (const FileRange* range = model.deferred_field(tensor)) {
-      add_copy(initializers, *range);
-      initializers_size += range->size();
-    } else if (const auto* pieces = model.assembled_raw_data(tensor)) {
-      // The header's own fields, then raw_data (field 9, after every field a header made so has).
-      size_t raw = 0;
-      for (const FileRange& piece : *pieces) raw += piece.size();
-      std::string bytes = tensor.SerializeAsString() + wire::len_header(wire::kTensorRawData, raw);
-      initializers.push_back(Piece::own(wire::len_header(wire::kGraphInitializer, bytes.size() + raw) + bytes));
-      initializers_size += initializers.back().bytes.size() + raw;
-      add_assembled(initializers, *pieces);
-    } else {
-      std::string bytes = tensor.SerializeAsString();
-      initializers.push_back(Piece::own(wire::len_header(wire::kGraphInitializer, bytes.size()) + bytes));
-      initializers_size += initializers.back().bytes.size();
-    }
-  }
-  std::string graph_rest;
-  {
-    // Held aside while the rest is serialized, and given back even if that throws.
-    struct Aside {
-      onnx::GraphProto& graph;
-      google::protobuf::RepeatedPtrField<onnx::TensorProto> initializers;
-      google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
-      explicit Aside(onnx::GraphProto& from) : graph(from) {
-        initializers.Swap(graph.mutable_initializer());
-        nodes.Swap(graph.mutable_node());
-      }
-      ~Aside() {
-        nodes.Swap(graph.mutable_node());
-        initializers.Swap(graph.mutable_initializer());
-      }
-      Aside(const Aside&) = delete;
-      Aside& operator=(const Aside&) = delete;
-    } aside(graph);
-    graph_rest = graph.SerializeAsString();
-  }
+  std::vector<Piece> initializers = initializer_pieces(model, initializers_size);
+  const std::string graph_rest = serialized_without_nodes_and_initializers(graph);
 
   // Each node's size is worked out (and kept in it) before any is written: the graph's length
   // comes first.

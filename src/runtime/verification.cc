@@ -36,34 +36,20 @@ OutputComparison alone(const std::string& name, const fs::path& file) {
   return output;
 }
 
-}  // namespace
-
-Verification verification_skipped(const std::string& status, const std::string& reason, const VerifyOptions& options) {
-  Verification verification;
-  verification.status = status;
-  verification.reason = reason;
-  verification.seed = options.seed;
-  verification.tolerance = options.tolerance;
-  return verification;
-}
-
-Verification verify_models(const Runtime& runtime, const VerifiedModel& original, const VerifiedModel& rewritten,
-                           const VerifyOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  Verification verification = verification_skipped("", "", options);
-  const auto feeds = make_feeds(original.interface, original.path.string(), options.seed, options.input_files);
-  const TemporaryDirectory work(fs::temp_directory_path(), "onnx-rewrite-verify-");
-
+// The two runs: the original on every input fed (each written to `work`, and listed in
+// `verification`), the rewrite on those it declares (a rewritten model lacking one it does not
+// read is fine); each asked for the original's tensor outputs it has.
+std::vector<ModelRun> plan_runs(const VerifiedModel& original, const VerifiedModel& rewritten, const fs::path& work,
+                                const VerifyOptions& options, Verification& verification) {
   std::vector<ModelRun> runs(2);
-  for (const auto& feed : feeds) {
-    const fs::path file = work.path() / fmt::format("input{}.pb", verification.inputs.size());
+  for (const auto& feed : make_feeds(original.interface, original.path.string(), options.seed, options.input_files)) {
+    const fs::path file = work / fmt::format("input{}.pb", verification.inputs.size());
     write_file_atomically(file, feed.SerializeAsString());
     auto source = options.input_files.find(feed.name());
     verification.inputs.push_back({feed.name(), feed.data_type(), {feed.dims().begin(), feed.dims().end()},
                                    source == options.input_files.end() ? "" : source->second.string()});
     runs[0].inputs.emplace_back(feed.name(), file);
   }
-  // Each model is fed the inputs it declares: a rewritten model lacking one it does not read is fine.
   std::set<std::string> rewritten_inputs;
   for (const auto& input : rewritten.interface.inputs) rewritten_inputs.insert(input.name());
   for (const auto& input : runs[0].inputs) {
@@ -85,6 +71,83 @@ Verification verify_models(const Runtime& runtime, const VerifiedModel& original
   }
   runs[0].path = original.path;
   runs[1].path = rewritten.path;
+  return runs;
+}
+
+// When the two runs can't be compared, says why in `verification` and returns true.
+bool judged_without_comparing(const RunResult& before, const RunResult& after, const ModelRun& rewritten_run, Verification& verification) {
+  if (after.status == "unsupported" || before.status == "unsupported") {
+    verification.status = "not-compared";
+    verification.reason = after.status == "unsupported" ? after.message : before.message;
+    return true;
+  }
+  // The original loaded but did not run: the inputs don't fit it (a length a Conv can't take, an
+  // id the model checks), and the rewrite can't be judged on them, unless it does not even load.
+  const bool inputs_unfit = before.status == "run-error" || before.status == "crashed";
+  if (after.status == "load-error" || (after.status != "ran" && !inputs_unfit)) {
+    verification.status = "rewritten-failed";
+    verification.reason = fmt::format("ONNX Runtime {} the rewritten model: {}", after.status == "load-error" ? "does not load" : "fails to run",
+                                      after.message);
+    return true;
+  }
+  if (before.status == "ran") return false;
+  const std::string rewritten_too = after.status == "ran" ? "" : ", nor does the rewritten model";
+  verification.status = "not-compared";
+  if (before.status == "crashed") {
+    verification.reason = fmt::format("ONNX Runtime died running the original ({}){}", before.message, rewritten_too);
+  } else if (inputs_unfit) {
+    verification.reason = fmt::format("the original does not run on these inputs ({}){}; give inputs that fit it (--input-shape, --inputs)",
+                                      before.message, rewritten_too);
+  } else {
+    verification.reason = fmt::format("the original does not load in ONNX Runtime ({}), so there is nothing to compare with; the "
+                                      "rewritten model loads and runs",
+                                      before.message);
+  }
+  for (const auto& name : rewritten_run.outputs) {
+    if (after.outputs.count(name)) verification.outputs.push_back(alone(name, after.outputs.at(name)));
+  }
+  return true;
+}
+
+// Every output of the original against the rewrite's; the verdict.
+void compare_outputs(const RunResult& before, const RunResult& after, const ModelRun& original_run, const Tolerance& tolerance,
+                     Verification& verification) {
+  for (const auto& name : original_run.outputs) {
+    const onnx::TensorProto expected = read_tensor(before.outputs.at(name));
+    auto got = after.outputs.find(name);
+    if (got == after.outputs.end()) {
+      verification.outputs.push_back(compare_output(name, expected, nullptr, tolerance));
+      continue;
+    }
+    const onnx::TensorProto actual = read_tensor(got->second);
+    verification.outputs.push_back(compare_output(name, expected, &actual, tolerance));
+  }
+  int differing = 0;
+  for (const auto& output : verification.outputs) differing += output.status == "mismatch" || output.status == "missing";
+  verification.status = differing ? "mismatch" : "match";
+  if (differing) {
+    verification.reason = fmt::format("{} of {} output{} differ{}", differing, verification.outputs.size(), verification.outputs.size() == 1 ? "" : "s",
+                                      differing == 1 ? "s" : "");
+  }
+}
+
+}  // namespace
+
+Verification verification_skipped(const std::string& status, const std::string& reason, const VerifyOptions& options) {
+  Verification verification;
+  verification.status = status;
+  verification.reason = reason;
+  verification.seed = options.seed;
+  verification.tolerance = options.tolerance;
+  return verification;
+}
+
+Verification verify_models(const Runtime& runtime, const VerifiedModel& original, const VerifiedModel& rewritten,
+                           const VerifyOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  Verification verification = verification_skipped("", "", options);
+  const TemporaryDirectory work(fs::temp_directory_path(), "onnx-rewrite-verify-");
+  const std::vector<ModelRun> runs = plan_runs(original, rewritten, work.path(), options, verification);
 
   const auto results = run_models(runtime, runs, work.path(), options.threads);
   const RunResult& before = results[0];
@@ -98,56 +161,7 @@ Verification verify_models(const Runtime& runtime, const VerifiedModel& original
   if (before.status != "ran") verification.original_error = before.message;
   if (after.status != "ran") verification.rewritten_error = after.message;
   verification.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
-  if (after.status == "unsupported" || before.status == "unsupported") {
-    verification.status = "not-compared";
-    verification.reason = after.status == "unsupported" ? after.message : before.message;
-    return verification;
-  }
-  // The original loaded but did not run: the inputs don't fit it (a length a Conv can't take, an
-  // id the model checks), and the rewrite can't be judged on them, unless it does not even load.
-  const bool inputs_unfit = before.status == "run-error" || before.status == "crashed";
-  if (after.status == "load-error" || (after.status != "ran" && !inputs_unfit)) {
-    verification.status = "rewritten-failed";
-    verification.reason = fmt::format("ONNX Runtime {} the rewritten model: {}", after.status == "load-error" ? "does not load" : "fails to run",
-                                      after.message);
-    return verification;
-  }
-  if (before.status != "ran") {
-    const std::string rewritten_too = after.status == "ran" ? "" : ", nor does the rewritten model";
-    verification.status = "not-compared";
-    if (before.status == "crashed") {
-      verification.reason = fmt::format("ONNX Runtime died running the original ({}){}", before.message, rewritten_too);
-    } else if (inputs_unfit) {
-      verification.reason = fmt::format("the original does not run on these inputs ({}){}; give inputs that fit it (--input-shape, --inputs)",
-                                        before.message, rewritten_too);
-    } else {
-      verification.reason = fmt::format("the original does not load in ONNX Runtime ({}), so there is nothing to compare with; the "
-                                        "rewritten model loads and runs",
-                                        before.message);
-    }
-    for (const auto& name : runs[1].outputs) {
-      if (after.outputs.count(name)) verification.outputs.push_back(alone(name, after.outputs.at(name)));
-    }
-    return verification;
-  }
-  for (const auto& name : runs[0].outputs) {
-    const onnx::TensorProto expected = read_tensor(before.outputs.at(name));
-    auto got = after.outputs.find(name);
-    if (got == after.outputs.end()) {
-      verification.outputs.push_back(compare_output(name, expected, nullptr, options.tolerance));
-      continue;
-    }
-    const onnx::TensorProto actual = read_tensor(got->second);
-    verification.outputs.push_back(compare_output(name, expected, &actual, options.tolerance));
-  }
-  int differing = 0;
-  for (const auto& output : verification.outputs) differing += output.status == "mismatch" || output.status == "missing";
-  verification.status = differing ? "mismatch" : "match";
-  if (differing) {
-    verification.reason = fmt::format("{} of {} output{} differ{}", differing, verification.outputs.size(), verification.outputs.size() == 1 ? "" : "s",
-                                      differing == 1 ? "s" : "");
-  }
+  if (!judged_without_comparing(before, after, runs[1], verification)) compare_outputs(before, after, runs[0], options.tolerance, verification);
   return verification;
 }
 

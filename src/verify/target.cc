@@ -163,6 +163,97 @@ std::string text_after(const std::string& line, int words) {
   return rest;
 }
 
+// One `KEY ARGUMENTS...` line of a .target file, with the checks its keys share.
+struct TargetLine {
+  const std::string& file;
+  int number = 0;
+  std::string text;  // without its comment
+  std::string key;
+  std::vector<std::string> arguments;
+
+  [[noreturn]] void fail(const std::string& what) const { throw InputError(fmt::format("{}:{}", file, number), what); }
+  void need(size_t low, size_t high, const char* form) const {
+    if (arguments.size() < low || arguments.size() > high) fail(fmt::format("expected '{}'", form));
+  }
+  bool yes_or_no() const {  // `KEY yes` or `KEY no`
+    if (arguments.size() != 1 || (arguments[0] != "yes" && arguments[0] != "no")) fail(fmt::format("expected '{} yes' or '{} no'", key, key));
+    return arguments[0] == "yes";
+  }
+  std::string domain_of(const std::string& domain) const {
+    const std::string normalized = normalize_domain(domain);
+    if (!OpRegistry::builtin().table(normalized)) fail(fmt::format("no op table for domain '{}' (targets/*.ops)", domain));
+    return normalized;
+  }
+};
+
+void inherit(Target& target, const Target& parent) {
+  target.domains = parent.domains;
+  target.max_opsets = parent.max_opsets;
+  target.exceptions = parent.exceptions;
+  target.local_functions = parent.local_functions;
+  target.simplify = parent.simplify;
+  target.description = parent.description;
+  target.source = parent.source;  // its tables still apply; load-tested is this file's own word
+  target.caveats = parent.caveats;
+  target.lineage = parent.lineage;
+}
+
+// `op DOMAIN OP VERSIONS` or `no-op DOMAIN OP [VERSIONS]`.
+Target::OpException op_exception(const TargetLine& line) {
+  const bool loads = line.key == "op";
+  line.need(loads ? 3 : 2, 4, loads ? "op DOMAIN OP VERSIONS" : "no-op DOMAIN OP [VERSIONS]");
+  // Any domain: a runtime loads ops of domains no table describes (TensorRT's plugins).
+  Target::OpException exception{normalize_domain(line.arguments[0]), line.arguments[1], 1, INT64_MAX, loads};
+  if (line.arguments.size() > 2) {  // ">= 14" may be written in two words
+    const std::string text = fmt::format("{}", fmt::join(line.arguments.begin() + 2, line.arguments.end(), " "));
+    auto versions = parse_versions(text);
+    if (!versions) line.fail(fmt::format("'{}' is not a version range (5, 1..16, >= 14, <= 16)", text));
+    std::tie(exception.min, exception.max) = *versions;
+  }
+  return exception;
+}
+
+void apply_line(Target& target, const TargetLine& line, bool first, const std::function<const Target*(const std::string&)>& lookup) {
+  const auto& [file, number, text, key, arguments] = line;
+  if (key == "inherits") {
+    line.need(1, 1, "inherits TARGET");
+    if (!first) line.fail("'inherits' must come first");
+    const Target* parent = lookup(arguments[0]);
+    if (!parent) line.fail(fmt::format("unknown target '{}' to inherit", arguments[0]));
+    inherit(target, *parent);
+  } else if (key == "description" || key == "source") {
+    if (arguments.empty()) line.fail(fmt::format("expected '{} TEXT'", key));
+    (key == "description" ? target.description : target.source) = text_after(text, 1);
+  } else if (key == "load-tested") {
+    target.load_tested = line.yes_or_no();
+  } else if (key == "domain") {
+    line.need(1, 1, "domain DOMAIN");
+    const std::string domain = line.domain_of(arguments[0]);
+    if (std::find(target.domains.begin(), target.domains.end(), domain) == target.domains.end()) target.domains.push_back(domain);
+  } else if (key == "no-domain") {
+    line.need(1, 1, "no-domain DOMAIN");
+    std::erase(target.domains, normalize_domain(arguments[0]));
+  } else if (key == "max-opset") {
+    line.need(2, 2, "max-opset DOMAIN VERSION");
+    auto version = parse_versions(arguments[1]);
+    if (!version || version->first != version->second) line.fail(fmt::format("'{}' is not an opset version", arguments[1]));
+    target.max_opsets[line.domain_of(arguments[0])] = version->first;
+  } else if (key == "op" || key == "no-op") {
+    target.exceptions.push_back(op_exception(line));
+  } else if (key == "caveat") {
+    if (arguments.size() < 3) line.fail("expected 'caveat DOMAIN OP TEXT'");
+    target.caveats.push_back({normalize_domain(arguments[0]), arguments[1], text_after(text, 3)});
+  } else if (key == "local-functions") {
+    target.local_functions = line.yes_or_no();
+  } else if (key == "simplify") {
+    target.simplify = line.yes_or_no();
+  } else {
+    line.fail(fmt::format("unknown key '{}' (inherits, description, source, load-tested, domain, no-domain, max-opset, op, no-op, "
+                          "caveat, local-functions, simplify)",
+                          key));
+  }
+}
+
 }  // namespace
 
 Target parse_target(const std::string& name, const std::string& file, std::string_view text,
@@ -171,87 +262,15 @@ Target parse_target(const std::string& name, const std::string& file, std::strin
   target.name = name;
   target.file = file;
   std::istringstream lines{std::string(text)};
-  std::string line;
-  int line_number = 0;
   bool first = true;
-  while (std::getline(lines, line)) {
-    ++line_number;
-    auto fail = [&](const std::string& what) { throw InputError(fmt::format("{}:{}", file, line_number), what); };
-    line = line.substr(0, line.find('#'));
-    std::istringstream words(line);
-    std::string key;
-    if (!(words >> key)) continue;
-    std::vector<std::string> arguments;
-    for (std::string word; words >> word;) arguments.push_back(word);
-    auto need = [&](size_t low, size_t high, const char* form) {
-      if (arguments.size() < low || arguments.size() > high) fail(fmt::format("expected '{}'", form));
-    };
-    auto yes_or_no = [&] {  // `KEY yes` or `KEY no`
-      if (arguments.size() != 1 || (arguments[0] != "yes" && arguments[0] != "no")) fail(fmt::format("expected '{} yes' or '{} no'", key, key));
-      return arguments[0] == "yes";
-    };
-    auto domain_of = [&](const std::string& domain) {
-      const std::string normalized = normalize_domain(domain);
-      if (!OpRegistry::builtin().table(normalized)) fail(fmt::format("no op table for domain '{}' (targets/*.ops)", domain));
-      return normalized;
-    };
-    if (key == "inherits") {
-      need(1, 1, "inherits TARGET");
-      if (!first) fail("'inherits' must come first");
-      const Target* parent = lookup(arguments[0]);
-      if (!parent) fail(fmt::format("unknown target '{}' to inherit", arguments[0]));
-      target.domains = parent->domains;
-      target.max_opsets = parent->max_opsets;
-      target.exceptions = parent->exceptions;
-      target.local_functions = parent->local_functions;
-      target.simplify = parent->simplify;
-      target.description = parent->description;
-      target.source = parent->source;  // its tables still apply; load-tested is this file's own word
-      target.caveats = parent->caveats;
-      target.lineage = parent->lineage;
-    } else if (key == "description") {
-      if (arguments.empty()) fail("expected 'description TEXT'");
-      target.description = text_after(line, 1);
-    } else if (key == "source") {
-      if (arguments.empty()) fail("expected 'source TEXT'");
-      target.source = text_after(line, 1);
-    } else if (key == "load-tested") {
-      target.load_tested = yes_or_no();
-    } else if (key == "domain") {
-      need(1, 1, "domain DOMAIN");
-      const std::string domain = domain_of(arguments[0]);
-      if (std::find(target.domains.begin(), target.domains.end(), domain) == target.domains.end()) target.domains.push_back(domain);
-    } else if (key == "no-domain") {
-      need(1, 1, "no-domain DOMAIN");
-      std::erase(target.domains, normalize_domain(arguments[0]));
-    } else if (key == "max-opset") {
-      need(2, 2, "max-opset DOMAIN VERSION");
-      auto version = parse_versions(arguments[1]);
-      if (!version || version->first != version->second) fail(fmt::format("'{}' is not an opset version", arguments[1]));
-      target.max_opsets[domain_of(arguments[0])] = version->first;
-    } else if (key == "op" || key == "no-op") {
-      need(key == "op" ? 3 : 2, 4, key == "op" ? "op DOMAIN OP VERSIONS" : "no-op DOMAIN OP [VERSIONS]");
-      // Any domain: a runtime loads ops of domains no table describes (TensorRT's plugins).
-      Target::OpException exception{normalize_domain(arguments[0]), arguments[1], 1, INT64_MAX, key == "op"};
-      if (arguments.size() > 2) {  // ">= 14" may be written in two words
-        const std::string text = fmt::format("{}", fmt::join(arguments.begin() + 2, arguments.end(), " "));
-        auto versions = parse_versions(text);
-        if (!versions) fail(fmt::format("'{}' is not a version range (5, 1..16, >= 14, <= 16)", text));
-        std::tie(exception.min, exception.max) = *versions;
-      }
-      target.exceptions.push_back(std::move(exception));
-    } else if (key == "caveat") {
-      if (arguments.size() < 3) fail("expected 'caveat DOMAIN OP TEXT'");
-      target.caveats.push_back({normalize_domain(arguments[0]), arguments[1], text_after(line, 3)});
-    } else if (key == "local-functions") {
-      target.local_functions = yes_or_no();
-    } else if (key == "simplify") {
-      target.simplify = yes_or_no();
-    } else {
-      fail(fmt::format("unknown key '{}' (inherits, description, source, load-tested, domain, no-domain, max-opset, op, no-op, "
-                       "caveat, local-functions, simplify)",
-                       key));
-    }
+  for (TargetLine line{file, 0, {}, {}, {}}; std::getline(lines, line.text);) {
+    ++line.number;
+    line.text = line.text.substr(0, line.text.find('#'));
+    std::istringstream words(line.text);
+    line.arguments.clear();
+    if (!(words >> line.key)) continue;
+    for (std::string word; words >> word;) line.arguments.push_back(word);
+    apply_line(target, line, first, lookup);
     first = false;
   }
   target.lineage.insert(target.lineage.begin(), target.name);
@@ -370,6 +389,81 @@ const Target& find_target(const std::string& name_or_file) {
   throw UsageError(fmt::format("unknown target '{}' (known: {}; or the path of a .target file)", name_or_file, fmt::join(names, ", ")));
 }
 
+namespace {
+
+// Which ai.onnx nodes keep an import above (or, exact, off) `max_opset`, and why: what `rewrite
+// --opset N` would have to lower with a rule (its own rules lower many: rules/opset-down).
+// (op, why) -> count, first place.
+using OpsetBlockers = std::map<std::pair<std::string, std::string>, std::pair<int, std::string>>;
+
+OpsetBlockers nodes_keeping_the_import(const Model& model, const ImportMap& model_imports, int max_opset, bool exact) {
+  const OpTable* table = OpRegistry::builtin().table("");
+  const auto types = model_types(model.proto);
+  std::unique_ptr<NodeTypes> node_types;  // inferred once a node is in the way
+  std::map<const onnx::FunctionProto*, int64_t> imported;  // ai.onnx import per owner (0: none)
+  std::map<const onnx::FunctionProto*, std::map<std::string, const onnx::TensorProto*>> constants;  // per owner
+  OpsetBlockers blocked;
+  for_each_node(model.proto, [&](const onnx::NodeProto& node, const Place& place) {
+    if (!table || !normalize_domain(node.domain()).empty()) return;
+    const onnx::FunctionProto* function = place.function();
+    auto known = imported.find(function);
+    if (known == imported.end()) {
+      const ImportMap imports = function ? import_map(function->opset_import()) : model_imports;
+      auto it = imports.find("");
+      known = imported.emplace(function, it == imports.end() ? 0 : it->second).first;
+    }
+    if (known->second == max_opset || (!exact && known->second < max_opset) || known->second > std::numeric_limits<int>::max()) return;
+    auto values = constants.find(function);
+    if (values == constants.end()) values = constants.emplace(function, constant_values(model.proto, ImportOwner{function})).first;
+    const OpTable::ConstantOf constant = [&](const std::string& name) -> const onnx::TensorProto* {
+      auto it = values->second.find(name);
+      return it == values->second.end() ? nullptr : it->second;
+    };
+    auto why = table->move_blocker(node, static_cast<int>(known->second), max_opset, types, constant);
+    if (why) {  // the node's own types can clear it (a float Relu in a model with int64 shapes)
+      if (!node_types) node_types = std::make_unique<NodeTypes>(model);
+      if (auto own = node_types->of(node)) why = table->move_blocker(node, static_cast<int>(known->second), max_opset, *own, constant);
+    }
+    if (why) {
+      auto& [count, first] = blocked[{node.op_type(), *why}];
+      if (count++ == 0) first = place.text();
+    }
+  });
+  return blocked;
+}
+
+// The imports above `max_opset` (or, exact, off it) and the nodes that keep them there.
+void check_opset_limit(const Model& model, const ImportMap& model_imports, int max_opset, bool exact, CheckReport& report) {
+  auto check_import = [&](const ImportMap& imports, const std::string& owner) {
+    auto it = imports.find("");
+    if (it != imports.end() && it->second > max_opset) {
+      report.opset_problems.push_back(fmt::format("{} imports ai.onnx opset {}, above --{}opset {}", owner, it->second,
+                                                  exact ? "to-" : "", max_opset));
+    }
+    if (exact && it != imports.end() && it->second < max_opset) {
+      report.opset_problems.push_back(fmt::format("{} imports ai.onnx opset {}, below --to-opset {}", owner, it->second, max_opset));
+    }
+  };
+  check_import(model_imports, "the model");
+  for (const auto& function : model.proto.functions()) {
+    check_import(import_map(function.opset_import()), fmt::format("function {}.{}", function.domain(), function.name()));
+  }
+  const OpsetBlockers blocked = nodes_keeping_the_import(model, model_imports, max_opset, exact);
+  for (const auto& [key, entry] : blocked) {
+    report.opset_problems.push_back(fmt::format("  {} x{} ({}) keeps it there as it is: {}", key.first, entry.first, entry.second, key.second));
+  }
+  if (!blocked.empty()) {
+    report.notes.push_back(exact ? fmt::format("`rewrite --to-opset {}` converts many such nodes with rules (rules/opset-up, "
+                                               "rules/opset-down); what it can't is named then",
+                                               max_opset)
+                                 : fmt::format("`rewrite --opset {}` lowers many such nodes with rules (rules/opset-down); what it "
+                                               "can't is named then",
+                                               max_opset));
+  }
+}
+
+}  // namespace
+
 CheckReport check_model(const Model& model, const Target& target, std::optional<int> max_opset, bool exact) {
   Checker checker(model, target);
   std::set<std::string> notes;
@@ -412,67 +506,7 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
     check_cap(import_map(function.opset_import()), fmt::format("function {}.{}", function.domain(), function.name()));
   }
   report.notes.assign(notes.begin(), notes.end());
-  if (max_opset) {
-    auto check_import = [&](const ImportMap& imports, const std::string& owner) {
-      auto it = imports.find("");
-      if (it != imports.end() && it->second > *max_opset) {
-        report.opset_problems.push_back(fmt::format("{} imports ai.onnx opset {}, above --{}opset {}", owner, it->second,
-                                                    exact ? "to-" : "", *max_opset));
-      }
-      if (exact && it != imports.end() && it->second < *max_opset) {
-        report.opset_problems.push_back(fmt::format("{} imports ai.onnx opset {}, below --to-opset {}", owner, it->second, *max_opset));
-      }
-    };
-    check_import(model_imports, "the model");
-    for (const auto& function : model.proto.functions()) {
-      check_import(import_map(function.opset_import()), fmt::format("function {}.{}", function.domain(), function.name()));
-    }
-    // Which nodes keep the import above N, and why: what `rewrite --opset N` would have to lower
-    // with a rule (its own rules lower many: rules/opset-down).
-    const OpTable* table = OpRegistry::builtin().table("");
-    const auto types = model_types(model.proto);
-    std::unique_ptr<NodeTypes> node_types;  // inferred once a node is in the way
-    std::map<const onnx::FunctionProto*, int64_t> imported;  // ai.onnx import per owner (0: none)
-    std::map<const onnx::FunctionProto*, std::map<std::string, const onnx::TensorProto*>> constants;  // per owner
-    std::map<std::pair<std::string, std::string>, std::pair<int, std::string>> blocked;  // (op, why) -> count, first place
-    for_each_node(model.proto, [&](const onnx::NodeProto& node, const Place& place) {
-      if (!table || !normalize_domain(node.domain()).empty()) return;
-      const onnx::FunctionProto* function = place.function();
-      auto known = imported.find(function);
-      if (known == imported.end()) {
-        const ImportMap imports = function ? import_map(function->opset_import()) : model_imports;
-        auto it = imports.find("");
-        known = imported.emplace(function, it == imports.end() ? 0 : it->second).first;
-      }
-      if (known->second == *max_opset || (!exact && known->second < *max_opset) || known->second > std::numeric_limits<int>::max()) return;
-      auto values = constants.find(function);
-      if (values == constants.end()) values = constants.emplace(function, constant_values(model.proto, ImportOwner{function})).first;
-      const OpTable::ConstantOf constant = [&](const std::string& name) -> const onnx::TensorProto* {
-        auto it = values->second.find(name);
-        return it == values->second.end() ? nullptr : it->second;
-      };
-      auto why = table->move_blocker(node, static_cast<int>(known->second), *max_opset, types, constant);
-      if (why) {  // the node's own types can clear it (a float Relu in a model with int64 shapes)
-        if (!node_types) node_types = std::make_unique<NodeTypes>(model);
-        if (auto own = node_types->of(node)) why = table->move_blocker(node, static_cast<int>(known->second), *max_opset, *own, constant);
-      }
-      if (why) {
-        auto& [count, first] = blocked[{node.op_type(), *why}];
-        if (count++ == 0) first = place.text();
-      }
-    });
-    for (const auto& [key, entry] : blocked) {
-      report.opset_problems.push_back(fmt::format("  {} x{} ({}) keeps it there as it is: {}", key.first, entry.first, entry.second, key.second));
-    }
-    if (!blocked.empty()) {
-      report.notes.push_back(exact ? fmt::format("`rewrite --to-opset {}` converts many such nodes with rules (rules/opset-up, "
-                                                 "rules/opset-down); what it can't is named then",
-                                                 *max_opset)
-                                   : fmt::format("`rewrite --opset {}` lowers many such nodes with rules (rules/opset-down); what it "
-                                                 "can't is named then",
-                                                 *max_opset));
-    }
-  }
+  if (max_opset) check_opset_limit(model, model_imports, *max_opset, exact, report);
   return report;
 }
 
