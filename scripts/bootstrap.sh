@@ -9,12 +9,13 @@ cd "$(dirname "$0")/.."
 # pybind11-dev, python3-dev: the Python package (python/, docs/python.md), built with the rest;
 # python3-pip, -setuptools, -wheel: its offline `pip install` (the tests check it, and a venv).
 # The Python tests export the seed scenarios with PyTorch and compare in ONNX Runtime.
-# The tests also build with clang (the same bytes from both compilers) and read the builders'
-# syntax trees with it (tools/check_builder_order.py).
+# The tests also build with clang (the same bytes from both compilers), read the sources' syntax
+# trees with it (tools/check_builder_order.py, tools/check_function_length.py) and check their
+# layout with clang-format (.clang-format).
 packages=(cmake make g++ libonnx-dev libprotobuf-dev libcli11-dev libfmt-dev libmimalloc-dev libgtest-dev ca-certificates dpkg-dev graphviz
           pybind11-dev python3-dev python3-pip python3-setuptools python3-wheel)
 [ "${ONNX_REWRITE_TESTS:-0}" = 1 ] && packages+=(chromium jq git python3-pytest python3-onnx python3-numpy python3-torch python3-torchvision python3-venv python3-mypy
-                                                 clang-14 python3-clang-14)
+                                                 clang-14 python3-clang-14 clang-format-14)
 node_ok() { command -v node >/dev/null && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 18 ]; }
 node_ok && command -v npm >/dev/null || packages+=(nodejs npm)
 

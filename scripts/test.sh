@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, fetches the data sets the tests need (scripts/fetch-test-data.sh)
 # and runs the whole test suite (what CI runs); then the tool built with clang in build-clang/ must
-# write the same bytes as the g++ build on every test and conformance model, and no builder may
-# leave the order of its nodes to the compiler; then the same suite built with AddressSanitizer
-# (leak checks on) and UndefinedBehaviorSanitizer in build-asan/. After each run, the tests
-# skipped and why.
+# write the same bytes as the g++ build on every test and conformance model, no builder may leave
+# the order of its nodes to the compiler, and no function in src/ may be over 80 lines; then the
+# same suite built with AddressSanitizer (leak checks on) and UndefinedBehaviorSanitizer in
+# build-asan/. After each run, the tests skipped and why.
 #
 # ONNX_REWRITE_SKIP_DATA=SET[,SET...] does without those data sets (conformance, models): they
 # are not fetched, and the tests that need them are skipped instead of failed. CI sets none.
@@ -28,6 +28,7 @@ cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang+
 cmake --build build-clang -j "$(nproc)" --target onnx-rewrite
 tools/compare_binaries.sh build/onnx-rewrite build-clang/onnx-rewrite
 /usr/bin/python3 tools/check_builder_order.py build
+/usr/bin/python3 tools/check_function_length.py build
 
 # Every sanitizer finding is fatal (-fno-sanitize-recover). The install tests build a consumer
 # project against the installed library, which the instrumented build can't serve: they run above,
