@@ -2,9 +2,10 @@
 # Installs what is missing, builds, fetches the data sets the tests need (scripts/fetch-test-data.sh)
 # and runs the whole test suite (what CI runs); then the tool built with clang in build-clang/ must
 # write the same bytes as the g++ build on every test and conformance model, no builder may leave
-# the order of its nodes to the compiler, and no function in src/ may be over 80 lines; then the
-# same suite built with AddressSanitizer (leak checks on) and UndefinedBehaviorSanitizer in
-# build-asan/. After each run, the tests skipped and why.
+# the order of its nodes to the compiler, no function in src/ may be over 80 lines, and src/ and
+# include/ must be laid out as .clang-format says; then the same suite built with
+# AddressSanitizer (leak checks on) and UndefinedBehaviorSanitizer in build-asan/. After each
+# run, the tests skipped and why.
 #
 # ONNX_REWRITE_SKIP_DATA=SET[,SET...] does without those data sets (conformance, models): they
 # are not fetched, and the tests that need them are skipped instead of failed. CI sets none.
@@ -29,6 +30,8 @@ cmake --build build-clang -j "$(nproc)" --target onnx-rewrite
 tools/compare_binaries.sh build/onnx-rewrite build-clang/onnx-rewrite
 /usr/bin/python3 tools/check_builder_order.py build
 /usr/bin/python3 tools/check_function_length.py build
+find src include \( -name '*.cc' -o -name '*.h' \) -print0 | sort -z | xargs -0 clang-format-14 --dry-run --Werror
+echo "layout: src/ and include/ as .clang-format lays them out"
 
 # Every sanitizer finding is fatal (-fno-sanitize-recover). The install tests build a consumer
 # project against the installed library, which the instrumented build can't serve: they run above,

@@ -35,7 +35,7 @@ class NodeView {
   // What it reads and computes, in order; an absent optional input or output is an absent Value.
   std::vector<Value> inputs() const;
   std::vector<Value> outputs() const;
-  Value input(size_t i) const;   // absent beyond the last
+  Value input(size_t i) const;  // absent beyond the last
   Value output(size_t i) const;
   const onnx::AttributeProto* attribute(std::string_view name) const;
   bool has_attribute(std::string_view name) const { return attribute(name) != nullptr; }

@@ -33,12 +33,8 @@ onnx::AttributeProto attr(const std::string& name, const T& value) {
   return onnx::MakeAttribute(name, value);
 }
 inline onnx::AttributeProto attr(const std::string& name, int value) { return onnx::MakeAttribute(name, int64_t{value}); }
-inline onnx::AttributeProto attr(const std::string& name, double value) {
-  return onnx::MakeAttribute(name, static_cast<float>(value));
-}
-inline onnx::AttributeProto attr(const std::string& name, const char* value) {
-  return onnx::MakeAttribute(name, std::string(value));
-}
+inline onnx::AttributeProto attr(const std::string& name, double value) { return onnx::MakeAttribute(name, static_cast<float>(value)); }
+inline onnx::AttributeProto attr(const std::string& name, const char* value) { return onnx::MakeAttribute(name, std::string(value)); }
 
 // Hands out names no other value or node of the model has.
 using FreshName = std::function<std::string(const std::string& hint)>;
@@ -51,8 +47,8 @@ class GraphBuilder {
   int opset(std::string_view domain = "") const;
 
   Value op(std::string_view op_type, std::vector<Value> inputs, Attributes attributes = {}, std::string_view domain = "");
-  std::vector<Value> op_outputs(std::string_view op_type, std::vector<Value> inputs, size_t outputs,
-                                Attributes attributes = {}, std::string_view domain = "");
+  std::vector<Value> op_outputs(std::string_view op_type, std::vector<Value> inputs, size_t outputs, Attributes attributes = {},
+                                std::string_view domain = "");
   // A node whose output names are hints (text replacements keep the names their rule uses).
   std::vector<Value> op_named(const onnx::NodeProto& node, const std::vector<Value>& inputs);
 
@@ -97,8 +93,8 @@ class GraphBuilder {
   Value Unsqueeze(Value x, const std::vector<int64_t>& axes);
   Value Squeeze(Value x, const std::vector<int64_t>& axes);
   Value Reduce(std::string_view op_type, Value x, const std::vector<int64_t>& axes, bool keepdims = true);
-  Value Slice(Value x, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
-              const std::vector<int64_t>& axes, const std::vector<int64_t>& steps = {});
+  Value Slice(Value x, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends, const std::vector<int64_t>& axes,
+              const std::vector<int64_t>& steps = {});
   Value Clip(Value x, std::optional<double> low, std::optional<double> high, int32_t data_type = onnx::TensorProto::FLOAT);
   std::vector<Value> Split(Value x, int64_t axis, const std::vector<int64_t>& sizes);
 
@@ -115,8 +111,7 @@ class GraphBuilder {
   const std::map<std::string, int>& opsets() const { return opsets_; }
 
  private:
-  onnx::NodeProto& add_node(std::string_view op_type, std::string_view domain, const std::vector<Value>& inputs,
-                            Attributes attributes);
+  onnx::NodeProto& add_node(std::string_view op_type, std::string_view domain, const std::vector<Value>& inputs, Attributes attributes);
   std::string fresh_value(const std::string& hint) { return fresh_(base_ + "/" + hint); }
   // A constant (type and dims in `header`) whose raw_data is the model source's bytes in
   // `raw_data`: BuildContext::concatenated_constants, which alone knows they are right.
@@ -130,8 +125,8 @@ class GraphBuilder {
   std::vector<onnx::NodeProto> nodes_;
   std::vector<std::pair<std::string, onnx::TensorProto>> constants_;
   std::map<std::string, std::vector<FileRange>> assembled_;  // constant -> raw_data ranges
-  std::map<std::string, std::string> outputs_;  // graph name -> value
-  std::map<std::string, std::string> renamed_;  // a value that took a graph name -> that name
+  std::map<std::string, std::string> outputs_;               // graph name -> value
+  std::map<std::string, std::string> renamed_;               // a value that took a graph name -> that name
   std::vector<std::string> notes_;
 };
 

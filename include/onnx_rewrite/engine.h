@@ -20,19 +20,19 @@ using InputShapes = std::map<std::string, std::vector<int64_t>>;
 
 struct RewriteOptions {
   std::string target = "onnx";
-  std::optional<int> max_opset;          // --opset: highest ai.onnx opset the runtime loads
-  bool exact_opset = false;              // --to-opset: max_opset is also the least (lower imports are raised)
-  std::set<std::string> only;            // --only: rule ids (empty = all)
-  std::set<std::string> skip;            // --skip
-  bool inline_functions = false;         // inline calls to model-local functions first
-  bool fuse = false;                     // --fuse: also rules that fuse for the target on request (`fuses for:`)
-  bool canonicalize = true;              // --no-canonicalize: false skips the canonicalize-* rules
+  std::optional<int> max_opset;   // --opset: highest ai.onnx opset the runtime loads
+  bool exact_opset = false;       // --to-opset: max_opset is also the least (lower imports are raised)
+  std::set<std::string> only;     // --only: rule ids (empty = all)
+  std::set<std::string> skip;     // --skip
+  bool inline_functions = false;  // inline calls to model-local functions first
+  bool fuse = false;              // --fuse: also rules that fuse for the target on request (`fuses for:`)
+  bool canonicalize = true;       // --no-canonicalize: false skips the canonicalize-* rules
   // --simplify: fold what the model already decides (the canonicalize-* rules, for any target),
   // drop Identity and dead nodes, Constant nodes as initializers, unused and duplicate
   // initializers (engine/simplify.h). The CLI's default is the target's (`simplify yes`).
   bool simplify = false;
   int max_rounds = 16;
-  std::string explain;                   // --explain: op type or node name
+  std::string explain;  // --explain: op type or node name
   std::ostream* explain_out = nullptr;
   std::ostream* progress_out = nullptr;  // a terminal: a line of rounds and matches once a model takes over a second
   int record_matches = 0;                // per rule, keep the first N matches' nodes (--html)
@@ -73,13 +73,13 @@ struct RewriteResult {
   // After the first, a round tries only nodes near what the one before changed.
   std::vector<int> nodes_tried;
   int functions_inlined = 0;
-  int function_imports_raised = 0;  // model-local functions whose too-low ai.onnx import was raised
+  int function_imports_raised = 0;                           // model-local functions whose too-low ai.onnx import was raised
   std::map<std::string, std::pair<int, int>> opset_changes;  // domain -> (before, after); 0 = absent
-  std::vector<std::string> notes;  // e.g. why --opset could not be reached
-  std::vector<RecordedMatch> recorded;  // options.record_matches per rule, in the order applied
-  std::optional<std::pair<int64_t, int64_t>> ir_change;  // IR version (before, after) when options.ir_version changed it
-  std::optional<std::string> ir_version_problem;         // why options.ir_version could not be written
-  bool input_shapes_fixed = false;  // options.input_shapes changed a declared dim
+  std::vector<std::string> notes;                            // e.g. why --opset could not be reached
+  std::vector<RecordedMatch> recorded;                       // options.record_matches per rule, in the order applied
+  std::optional<std::pair<int64_t, int64_t>> ir_change;      // IR version (before, after) when options.ir_version changed it
+  std::optional<std::string> ir_version_problem;             // why options.ir_version could not be written
+  bool input_shapes_fixed = false;                           // options.input_shapes changed a declared dim
   bool changed() const {
     return !rules.empty() || functions_inlined > 0 || function_imports_raised > 0 || !opset_changes.empty() || ir_change.has_value() ||
            input_shapes_fixed;
@@ -97,8 +97,7 @@ bool apply_input_shapes(onnx::GraphProto& graph, const InputShapes& shapes, cons
 // Rewrites `model` in place, its input shapes fixed first (options.input_shapes). Throws
 // InputError when rules keep firing past max_rounds, UsageError for input shapes that don't fit. `input`:
 // check_input of the model as given, if the caller has it (on big graphs a pass worth saving).
-RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOptions& options,
-                            const InputCheck* input = nullptr);
+RewriteResult rewrite_model(Model& model, const RuleSet& rules, const RewriteOptions& options, const InputCheck* input = nullptr);
 
 // Records in the model's metadata_props what `result` did to it, under keys "onnx_rewrite.*"
 // (tool and version, target, ai.onnx opset, rules with match counts, functions inlined),

@@ -18,8 +18,7 @@ enum class ExitCode : int {
 // Something wrong with an input file: the CLI prints `onnx-rewrite: error: <file>: <what>` and exits 3.
 class InputError : public std::runtime_error {
  public:
-  InputError(std::string file, const std::string& what)
-      : std::runtime_error(what), file_(std::move(file)) {}
+  InputError(std::string file, const std::string& what) : std::runtime_error(what), file_(std::move(file)) {}
   const std::string& file() const { return file_; }
 
  private:

@@ -19,10 +19,10 @@
 // onnx_rewrite::onnx_rewrite.
 #pragma once
 
-#include "onnx_rewrite/engine.h"     // RewriteOptions, rewrite_model, RewriteResult
-#include "onnx_rewrite/error.h"      // InputError, UsageError, exit codes
-#include "onnx_rewrite/model.h"      // Model
-#include "onnx_rewrite/model_io.h"   // load_model, write_model, serialize_model
-#include "onnx_rewrite/rule_set.h"   // RuleSet
-#include "onnx_rewrite/target.h"     // find_target, check_model, CheckReport
-#include "onnx_rewrite/verify.h"     // input_problem: what ONNX Runtime would refuse before any rewrite
+#include "onnx_rewrite/engine.h"    // RewriteOptions, rewrite_model, RewriteResult
+#include "onnx_rewrite/error.h"     // InputError, UsageError, exit codes
+#include "onnx_rewrite/model.h"     // Model
+#include "onnx_rewrite/model_io.h"  // load_model, write_model, serialize_model
+#include "onnx_rewrite/rule_set.h"  // RuleSet
+#include "onnx_rewrite/target.h"    // find_target, check_model, CheckReport
+#include "onnx_rewrite/verify.h"    // input_problem: what ONNX Runtime would refuse before any rewrite

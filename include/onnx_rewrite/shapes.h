@@ -42,9 +42,9 @@ inline std::string dims_text(const std::optional<Dims>& dims) {
 }
 
 struct ShapeFacts {
-  int32_t elem_type = 0;        // 0 = unknown
-  std::optional<Dims> shape;    // nullopt = rank unknown
-  std::optional<Dims> values;   // the elements of a small integer tensor (a shape being computed)
+  int32_t elem_type = 0;       // 0 = unknown
+  std::optional<Dims> shape;   // nullopt = rank unknown
+  std::optional<Dims> values;  // the elements of a small integer tensor (a shape being computed)
   std::optional<size_t> rank() const { return shape ? std::optional<size_t>(shape->size()) : std::nullopt; }
   // The dims as numbers, -1 where a size is known only at run time; nullopt when the rank is unknown.
   std::optional<std::vector<int64_t>> static_dims() const {

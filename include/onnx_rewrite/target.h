@@ -40,16 +40,16 @@ struct Target {
 
   std::string name;
   std::string description;
-  std::string source;                  // the published tables and the runtime version it follows
-  bool load_tested = false;            // does the test suite hold it to the runtime itself?
-  std::string file;                    // where it was read from
-  std::vector<std::string> lineage;    // this target's name, then what it builds on, nearest first
-  std::vector<std::string> domains;    // normalized; each has an op table in targets/
+  std::string source;                         // the published tables and the runtime version it follows
+  bool load_tested = false;                   // does the test suite hold it to the runtime itself?
+  std::string file;                           // where it was read from
+  std::vector<std::string> lineage;           // this target's name, then what it builds on, nearest first
+  std::vector<std::string> domains;           // normalized; each has an op table in targets/
   std::map<std::string, int64_t> max_opsets;  // normalized domain -> highest import loaded
   std::vector<OpException> exceptions;        // the last one that applies wins
   std::vector<Caveat> caveats;
-  bool local_functions = false;        // does the runtime run calls to model-local functions?
-  bool simplify = false;               // is --simplify on unless --no-simplify says otherwise?
+  bool local_functions = false;  // does the runtime run calls to model-local functions?
+  bool simplify = false;         // is --simplify on unless --no-simplify says otherwise?
 
   // Whether `name` is this target or one it builds on: rules for it serve this target too.
   bool builds_on(std::string_view name) const;
@@ -80,7 +80,7 @@ struct Unloadable {
   std::string domain;  // as written in the model ("" = ai.onnx)
   std::string op_type;
   std::string aten_operator;  // for org.pytorch.aten::ATen, which op it dispatches to
-  std::string place;   // "main graph", "subgraph", "function DOMAIN.NAME"
+  std::string place;          // "main graph", "subgraph", "function DOMAIN.NAME"
   std::string reason;
   int count = 0;
 };

@@ -46,8 +46,7 @@ class BodyGraph {
 
  private:
   std::string name(std::string_view local) const;
-  void declare(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* infos, std::string_view local, int32_t element,
-               bool scalar);
+  void declare(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* infos, std::string_view local, int32_t element, bool scalar);
   std::string prefix_;
   onnx::GraphProto graph_;
 };
@@ -95,7 +94,6 @@ namespace onnx_rewrite {
 //   interleaved: y[2k] = x[2k]·c[k] - x[2k + 1]·s[k],  y[2k + 1] = x[2k + 1]·c[k] + x[2k]·s[k]
 // Computed in x's own type: widen float16 first where the kernel computes in float. A head size
 // of 0 or less means unknown (the values from R on are sliced off and rejoined, maybe none).
-Value rotary_embedding(GraphBuilder& b, Value x, Value cos, Value sin, int64_t head_size, int64_t rotary_dim,
-                       bool interleaved);
+Value rotary_embedding(GraphBuilder& b, Value x, Value cos, Value sin, int64_t head_size, int64_t rotary_dim, bool interleaved);
 
 }  // namespace onnx_rewrite

@@ -97,8 +97,7 @@ class BatchWalk {
       if (out_dir_ && id == *out_dir_) return;  // never read our own outputs
       for (const auto& [ancestor, ancestor_path] : ancestors_) {
         if (ancestor == id) {
-          unreadable_.push_back(
-              {path, relative, "leads to '" + ancestor_path.string() + "', a directory it is in: not followed (a loop)"});
+          unreadable_.push_back({path, relative, "leads to '" + ancestor_path.string() + "', a directory it is in: not followed (a loop)"});
           return;
         }
       }
@@ -136,8 +135,8 @@ std::vector<BatchItem> collect_batch(const BatchCommand& command) {
       found.push_back({input, fs::path(input).filename(), {}, static_cast<int64_t>(st.st_size)});
     }
     for (const auto& entry : found) {
-      BatchItem item{entry.path.string(), entry.relative.generic_string(), (fs::path(command.output_dir) / entry.relative).string(), {},
-                     entry.size};
+      BatchItem item{
+          entry.path.string(), entry.relative.generic_string(), (fs::path(command.output_dir) / entry.relative).string(), {}, entry.size};
       if (!outputs.insert(item.output).second) {
         throw UsageError("two inputs would both be written to " + item.output);
       }
@@ -446,13 +445,15 @@ PathGuard guard_batch_paths(const BatchCommand& command) {
     std::error_code ec;
     if (!fs::is_directory(input, ec)) continue;
     if (same_file(identify(input), out_dir)) {
-      throw PathCollision(input + ": -o names this input directory, and batch writes each model to its own relative path under "
-                                  "OUT_DIR: that would replace the inputs; choose another OUT_DIR (batch never rewrites in place; "
-                                  "`rewrite --in-place` replaces one model)");
+      throw PathCollision(input +
+                          ": -o names this input directory, and batch writes each model to its own relative path under "
+                          "OUT_DIR: that would replace the inputs; choose another OUT_DIR (batch never rewrites in place; "
+                          "`rewrite --in-place` replaces one model)");
     }
     guard.reads_tree(input, command.output_dir);
   }
-  for (const auto& [path, what] : {std::pair{command.report, "--report"}, {command.junit, "--junit"}, {command.report_jsonl, "--report-jsonl"}}) {
+  for (const auto& [path, what] :
+       {std::pair{command.report, "--report"}, {command.junit, "--junit"}, {command.report_jsonl, "--report-jsonl"}}) {
     if (!path.empty()) guard.writes(path, what);
   }
   // Resuming from the file the new lines are appended to is what --resume is for.
@@ -616,7 +617,8 @@ void rewrite_entries(const BatchRun& run, std::vector<size_t> todo, int jobs, st
       if (run.command.progress_line) {
         err << fmt::format("\r\033[K[{}/{}] {}", done, todo.size(), item.input) << std::flush;
       } else {
-        err << fmt::format("[{}/{}] {} {}{}\n", done, todo.size(), outcome.status, item.input, outcome.error ? ": " + error_text(outcome) : "");
+        err << fmt::format("[{}/{}] {} {}{}\n", done, todo.size(), outcome.status, item.input,
+                           outcome.error ? ": " + error_text(outcome) : "");
       }
     }
   };
@@ -675,9 +677,15 @@ int batch_all(const BatchCommand& command, PathGuard& guard, PendingFile* report
   verify_options.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / jobs);
   if (runtime) how.runtime = &*runtime, how.verify = &verify_options;
   const VerifyOptions* verify = command.verify ? &command.verify_options : nullptr;
-  const BatchRun run{command, target, rules, options, how, all,
+  const BatchRun run{command,
+                     target,
+                     rules,
+                     options,
+                     how,
+                     all,
                      [&](JsonWriter& json) {
-                       write_run_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance, false, verify);
+                       write_run_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance, false,
+                                      verify);
                      },
                      lines.get()};
 
@@ -686,7 +694,8 @@ int batch_all(const BatchCommand& command, PathGuard& guard, PendingFile* report
   try {
     rewrite_entries(run, todo, jobs, entries, err);
   } catch (...) {
-    if (made_output_dir && is_path_collision(std::current_exception())) fs::remove(command.output_dir, ec);  // only if still empty: nothing was written
+    if (made_output_dir && is_path_collision(std::current_exception()))
+      fs::remove(command.output_dir, ec);  // only if still empty: nothing was written
     throw;
   }
 
@@ -694,13 +703,15 @@ int batch_all(const BatchCommand& command, PathGuard& guard, PendingFile* report
   print_summary(command, target, entries, totals, all.size(), out);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::vector<std::string> notes;
-  if (!command.shard.empty()) notes.push_back(fmt::format("shard {}: {} of the batch's {} models", command.shard, entries.size(), all.size()));
+  if (!command.shard.empty())
+    notes.push_back(fmt::format("shard {}: {} of the batch's {} models", command.shard, entries.size(), all.size()));
   if (report) report->set_contents(batch_report(run.run_fields, target.name, entries, wall, notes));
   if (junit) junit->set_contents(junit_report("batch", target.name, entries));
   if (report) report->commit();
   if (junit) junit->commit();
-  return totals.count("failed") + totals.count("target-not-met") + totals.count("verify-failed") > 0 ? static_cast<int>(ExitCode::kTargetNotMet)
-                                                                                                 : 0;
+  return totals.count("failed") + totals.count("target-not-met") + totals.count("verify-failed") > 0
+             ? static_cast<int>(ExitCode::kTargetNotMet)
+             : 0;
 }
 
 }  // namespace
@@ -714,7 +725,8 @@ int run_batch(const BatchCommand& command, std::ostream& out, std::ostream& err)
     return batch_all(command, guard, report.get(), junit.get(), out, err);
   } catch (...) {
     report_failure(report.get(), std::current_exception(), [&](JsonWriter& json) {
-      write_run_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance, false, command.verify ? &command.verify_options : nullptr);
+      write_run_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance, false,
+                     command.verify ? &command.verify_options : nullptr);
       json.key("target").value(command.options.target);
     });
     throw;
@@ -757,7 +769,8 @@ int run_merge_reports(const MergeCommand& command, std::ostream& out, std::ostre
   std::vector<std::string> notes;
   const int64_t missing = batch_size - static_cast<int64_t>(entries.size());
   if (missing > 0) {
-    notes.push_back(fmt::format("incomplete: {} of the batch's {} models have no line (a shard missing or not finished)", missing, batch_size));
+    notes.push_back(
+        fmt::format("incomplete: {} of the batch's {} models have no line (a shard missing or not finished)", missing, batch_size));
     err << "onnx-rewrite: merge-reports: " << notes.back() << "\n";
   }
   const std::string target = run.string_or("target", "");
@@ -776,8 +789,9 @@ int run_merge_reports(const MergeCommand& command, std::ostream& out, std::ostre
   const BatchTotals totals = totals_of(entries);
   const int64_t verify_failed = totals.count("verify-failed");
   out << fmt::format("merged {} model(s) from {} file(s): {} rewritten, {} unchanged, {} target not met, {} failed{}{}\n", entries.size(),
-                     command.inputs.size(), totals.count("rewritten"), totals.count("unchanged"), totals.count("target-not-met"), totals.count("failed"),
-                     verify_failed ? fmt::format(", {} failed verification", verify_failed) : "", missing > 0 ? fmt::format(", {} missing", missing) : "");
+                     command.inputs.size(), totals.count("rewritten"), totals.count("unchanged"), totals.count("target-not-met"),
+                     totals.count("failed"), verify_failed ? fmt::format(", {} failed verification", verify_failed) : "",
+                     missing > 0 ? fmt::format(", {} missing", missing) : "");
   return totals.count("failed") + totals.count("target-not-met") + verify_failed + std::max<int64_t>(missing, 0) > 0
              ? static_cast<int>(ExitCode::kTargetNotMet)
              : 0;

@@ -42,8 +42,7 @@ int check_one(const std::string& input, const std::string& target_name, std::opt
   } else {
     out << fmt::format("{}: target {}: NOT loadable\n", input, target.name);
     for (const auto& entry : report.unloadable) {
-      out << fmt::format("  {} x{} ({}): {}{}\n", op_text(entry), entry.count, entry.place, entry.reason,
-                         coverage_text(coverage, entry));
+      out << fmt::format("  {} x{} ({}): {}{}\n", op_text(entry), entry.count, entry.place, entry.reason, coverage_text(coverage, entry));
     }
     for (const auto& problem : report.opset_problems) out << "  " << problem << "\n";
   }
@@ -55,9 +54,8 @@ int check_one(const std::string& input, const std::string& target_name, std::opt
 
 }  // namespace
 
-int run_check(const std::string& input, const std::string& target_name, std::optional<int> max_opset,
-              const RuleSources& rules, bool json, std::ostream& out, std::ostream& err, const std::string& junit,
-              const InputShapes& input_shapes) {
+int run_check(const std::string& input, const std::string& target_name, std::optional<int> max_opset, const RuleSources& rules, bool json,
+              std::ostream& out, std::ostream& err, const std::string& junit, const InputShapes& input_shapes) {
   (void)err;
   PathGuard guard;
   guard.reads(input, "the input model");

@@ -21,41 +21,41 @@ struct TargetDefaultOverrides {
 };
 
 struct RuleSources {
-  bool builtin = true;              // false: --no-builtin-rules
-  std::vector<std::string> paths;   // --rules
+  bool builtin = true;             // false: --no-builtin-rules
+  std::vector<std::string> paths;  // --rules
   RuleSet load() const;
 };
 
 struct RewriteCommand {
   std::string input;
-  std::string output;               // -o
+  std::string output;  // -o
   RewriteOptions options;
   RuleSources rules;
   TargetDefaultOverrides overrides;  // --inline-functions, --[no-]simplify
-  std::string report;               // --report FILE.json
-  std::string html;                 // --html FILE.html
+  std::string report;                // --report FILE.json
+  std::string html;                  // --html FILE.html
   bool dry_run = false;
   bool in_place = false;
-  bool provenance = true;           // false: --no-provenance
-  bool verify = false;              // --verify: proven in ONNX Runtime before anything is written
+  bool provenance = true;  // false: --no-provenance
+  bool verify = false;     // --verify: proven in ONNX Runtime before anything is written
   VerifyOptions verify_options;
 };
 
 struct BatchCommand {
   std::vector<std::string> inputs;  // directories (or single model files)
   std::string output_dir;
-  int jobs = 0;                     // 0: one per core
+  int jobs = 0;  // 0: one per core
   RewriteOptions options;
   RuleSources rules;
   TargetDefaultOverrides overrides;
   std::string report;
-  std::string junit;                // --junit FILE.xml
-  std::string report_jsonl;         // --report-jsonl FILE: a line per model as it finishes
-  std::string resume;               // --resume FILE: skip models an earlier run's lines show done
-  std::string shard;                // --shard K/N
+  std::string junit;         // --junit FILE.xml
+  std::string report_jsonl;  // --report-jsonl FILE: a line per model as it finishes
+  std::string resume;        // --resume FILE: skip models an earlier run's lines show done
+  std::string shard;         // --shard K/N
   bool provenance = true;
-  bool progress_line = false;       // a terminal: one updating line instead of a line per model
-  bool verify = false;              // --verify: each model proven before it is written
+  bool progress_line = false;  // a terminal: one updating line instead of a line per model
+  bool verify = false;         // --verify: each model proven before it is written
   VerifyOptions verify_options;
 };
 
@@ -63,7 +63,7 @@ struct BatchCommand {
 struct VerifyCommand {
   std::string original;
   std::string rewritten;
-  InputShapes input_shapes;         // --input-shape: the shapes the inputs are made with
+  InputShapes input_shapes;  // --input-shape: the shapes the inputs are made with
   VerifyOptions options;
   bool json = false;
 };
@@ -71,7 +71,7 @@ struct VerifyCommand {
 // `merge-reports`: shards' --report-jsonl files joined into the report one unsharded batch writes.
 struct MergeCommand {
   std::vector<std::string> inputs;
-  std::string output;               // -o REPORT.json
+  std::string output;  // -o REPORT.json
   std::string junit;
 };
 
@@ -84,9 +84,8 @@ void leave_models_to_process_exit();
 int run_command_line(int argc, char** argv);
 
 int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& err);
-int run_check(const std::string& input, const std::string& target, std::optional<int> max_opset,
-              const RuleSources& rules, bool json, std::ostream& out, std::ostream& err, const std::string& junit = "",
-              const InputShapes& input_shapes = {});
+int run_check(const std::string& input, const std::string& target, std::optional<int> max_opset, const RuleSources& rules, bool json,
+              std::ostream& out, std::ostream& err, const std::string& junit = "", const InputShapes& input_shapes = {});
 int run_inspect(const std::string& input, const RuleSources& rules, bool json, std::ostream& out);
 int run_rules(const RuleSources& rules, bool json, std::ostream& out);
 // `rules --test PATH...`: each rule in the files runs its example (with `rules` loaded too, for

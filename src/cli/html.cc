@@ -69,8 +69,9 @@ std::string dot_source(const std::vector<onnx::NodeProto>& nodes, const char* fi
   for (size_t i = 0; i < nodes.size(); ++i) {
     const auto& node = nodes[i];
     const std::string domain = normalize_domain(node.domain());
-    dot += fmt::format("  n{} [shape=box, style=\"rounded,filled\", fillcolor=\"{}\", label=\"{}\"];\n", i, fill,
-                       domain.empty() ? dot_escape(node.op_type()) : dot_escape(display_domain(domain)) + "\\n" + dot_escape(node.op_type()));
+    dot +=
+        fmt::format("  n{} [shape=box, style=\"rounded,filled\", fillcolor=\"{}\", label=\"{}\"];\n", i, fill,
+                    domain.empty() ? dot_escape(node.op_type()) : dot_escape(display_domain(domain)) + "\\n" + dot_escape(node.op_type()));
     for (const auto& input : node.input()) {
       if (input.empty()) continue;
       auto from = producer.find(input);
@@ -140,6 +141,39 @@ th{background:#f5f5f5}td.n{text-align:right}tr.changed td{background:#fff7e0}
 .side{flex:1;border:1px solid #e5e5e5;border-radius:6px;padding:8px;overflow:auto}.side h3{font-size:13px;margin:0 0 6px;color:#555}
 .place{color:#666;font-size:13px}svg{max-width:100%;height:auto})";
 
+// What ONNX Runtime said of the rewrite, output by output.
+std::string verification_section(const Verification& verification) {
+  std::string html;
+  html += "<h2>Verified in ONNX Runtime</h2>\n";
+  const bool good = !verification.failed();
+  html += fmt::format(
+      "<p><span class=\"{}\">{}</span>{}{}</p>\n", good ? "met" : "unmet", html_escape(verification.status),
+      verification.runtime.empty() ? "" : html_escape(fmt::format(" in {} {}", verification.runtime, verification.runtime_version)),
+      verification.reason.empty() ? "" : ": " + html_escape(verification.reason));
+  if (!verification.outputs.empty()) {
+    html += "<table><tr><th>output</th><th>status</th><th>max abs</th><th>max rel</th><th>over tolerance</th><th>notes</th></tr>\n";
+    for (const auto& output : verification.outputs) {
+      const bool compared = output.status == "match" || output.status == "mismatch";
+      std::vector<std::string> notes;
+      if (!output.message.empty()) notes.push_back(output.message);
+      if (output.non_finite()) notes.push_back("non-finite values");
+      if (compared && output.constant()) notes.push_back("constant on both sides");
+      html += fmt::format(
+          "<tr><td>{}</td><td class=\"{}\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
+          "class=\"n\">{}</td><td>{}</td></tr>\n",
+          html_escape(output.name),
+          output.status == "match"                 ? "met"
+          : compared || output.status == "missing" ? "unmet"
+                                                   : "",
+          html_escape(output.status), compared ? fmt::format("{:.3g}", output.max_abs) : "",
+          compared ? fmt::format("{:.3g}", output.max_rel) : "", compared ? std::to_string(output.over_tolerance) : "",
+          html_escape(fmt::format("{}", fmt::join(notes, "; "))));
+    }
+    html += "</table>\n";
+  }
+  return html;
+}
+
 }  // namespace
 
 void require_graphviz() {
@@ -158,8 +192,9 @@ std::string html_report(const HtmlPage& page) {
   if (result.rules.empty()) html += "<p>No rule applied.</p>\n";
   else html += "<table><tr><th>rule</th><th>matches</th><th>nodes replaced</th><th>nodes added</th></tr>\n";
   for (const auto& [id, stats] : result.rules) {
-    html += fmt::format("<tr><td><a href=\"#{0}\">{0}</a></td><td class=\"n\">{1}</td><td class=\"n\">{2}</td><td class=\"n\">{3}</td></tr>\n",
-                        html_escape(id), stats.matches, stats.nodes_removed, stats.nodes_added);
+    html +=
+        fmt::format("<tr><td><a href=\"#{0}\">{0}</a></td><td class=\"n\">{1}</td><td class=\"n\">{2}</td><td class=\"n\">{3}</td></tr>\n",
+                    html_escape(id), stats.matches, stats.nodes_removed, stats.nodes_added);
   }
   if (!result.rules.empty()) html += "</table>\n";
 
@@ -170,8 +205,9 @@ std::string html_report(const HtmlPage& page) {
   for (const auto& key : keys) {
     const auto before = result.before.count(key) ? result.before.at(key) : 0;
     const auto after = result.after.count(key) ? result.after.at(key) : 0;
-    html += fmt::format("<tr{}><td>{}.{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n", before != after ? " class=\"changed\"" : "",
-                        html_escape(display_domain(key.first)), html_escape(key.second), before, after);
+    html += fmt::format("<tr{}><td>{}.{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
+                        before != after ? " class=\"changed\"" : "", html_escape(display_domain(key.first)), html_escape(key.second),
+                        before, after);
   }
   html += "</table>\n";
 
@@ -182,42 +218,22 @@ std::string html_report(const HtmlPage& page) {
   for (const auto& [id, stats] : result.rules) {
     html += fmt::format("<h2 id=\"{0}\">{0}</h2>\n", html_escape(id));
     auto rule = by_id.find(id);
-    if (rule != by_id.end() && !rule->second->description.empty()) html += fmt::format("<p>{}</p>\n", html_escape(rule->second->description));
+    if (rule != by_id.end() && !rule->second->description.empty())
+      html += fmt::format("<p>{}</p>\n", html_escape(rule->second->description));
     int shown = 0;
     for (const auto& match : result.recorded) {
       if (match.rule != id) continue;
       ++shown;
-      html += fmt::format("<p class=\"place\">match {} of {}, in {}</p>\n<div class=\"match\">", shown, stats.matches, html_escape(match.place));
-      html += fmt::format("<div class=\"side\"><h3>before ({} node{})</h3>{}</div>", match.before.size(), match.before.size() == 1 ? "" : "s",
-                          render_svg(dot_source(match.before, "#fde2e1")));
+      html += fmt::format("<p class=\"place\">match {} of {}, in {}</p>\n<div class=\"match\">", shown, stats.matches,
+                          html_escape(match.place));
+      html += fmt::format("<div class=\"side\"><h3>before ({} node{})</h3>{}</div>", match.before.size(),
+                          match.before.size() == 1 ? "" : "s", render_svg(dot_source(match.before, "#fde2e1")));
       html += fmt::format("<div class=\"side\"><h3>after ({} node{})</h3>{}</div></div>\n", match.after.size(),
                           match.after.size() == 1 ? "" : "s", render_svg(dot_source(match.after, "#dcf5e3")));
     }
     if (stats.matches > shown) html += fmt::format("<p class=\"place\">{} more match(es) not shown</p>\n", stats.matches - shown);
   }
-  if (const Verification* verification = page.verification) {
-    html += "<h2>Verified in ONNX Runtime</h2>\n";
-    const bool good = !verification->failed();
-    html += fmt::format("<p><span class=\"{}\">{}</span>{}{}</p>\n", good ? "met" : "unmet", html_escape(verification->status),
-                        verification->runtime.empty() ? "" : html_escape(fmt::format(" in {} {}", verification->runtime, verification->runtime_version)),
-                        verification->reason.empty() ? "" : ": " + html_escape(verification->reason));
-    if (!verification->outputs.empty()) {
-      html += "<table><tr><th>output</th><th>status</th><th>max abs</th><th>max rel</th><th>over tolerance</th><th>notes</th></tr>\n";
-      for (const auto& output : verification->outputs) {
-        const bool compared = output.status == "match" || output.status == "mismatch";
-        std::vector<std::string> notes;
-        if (!output.message.empty()) notes.push_back(output.message);
-        if (output.non_finite()) notes.push_back("non-finite values");
-        if (compared && output.constant()) notes.push_back("constant on both sides");
-        html += fmt::format("<tr><td>{}</td><td class=\"{}\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
-                            html_escape(output.name), output.status == "match" ? "met" : compared || output.status == "missing" ? "unmet" : "",
-                            html_escape(output.status), compared ? fmt::format("{:.3g}", output.max_abs) : "",
-                            compared ? fmt::format("{:.3g}", output.max_rel) : "", compared ? std::to_string(output.over_tolerance) : "",
-                            html_escape(fmt::format("{}", fmt::join(notes, "; "))));
-      }
-      html += "</table>\n";
-    }
-  }
+  if (page.verification) html += verification_section(*page.verification);
   if (!result.notes.empty()) {
     html += "<h2>Notes</h2>\n<ul>\n";
     for (const auto& note : result.notes) html += "<li>" + html_escape(note) + "</li>\n";

@@ -20,7 +20,7 @@ struct HtmlPage {
   std::string input, output, target;
   bool target_met = true;
   const RewriteResult* result = nullptr;
-  const RuleSet* rules = nullptr;  // for the rules' descriptions
+  const RuleSet* rules = nullptr;              // for the rules' descriptions
   const Verification* verification = nullptr;  // --verify
 };
 std::string html_report(const HtmlPage& page);

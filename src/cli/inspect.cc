@@ -279,7 +279,8 @@ void print_inspection(const Inspection& inspection, std::ostream& out) {
   out << fmt::format("  IR version {}, producer {} {}\n", proto.ir_version(),
                      proto.producer_name().empty() ? "(none)" : proto.producer_name(), proto.producer_version());
   std::vector<std::string> imports;
-  for (const auto& import : proto.opset_import()) imports.push_back(fmt::format("{} {}", display_domain(normalize_domain(import.domain())), import.version()));
+  for (const auto& import : proto.opset_import())
+    imports.push_back(fmt::format("{} {}", display_domain(normalize_domain(import.domain())), import.version()));
   out << fmt::format("  opset imports: {}\n", fmt::join(imports, ", "));
   const auto print_values = [&](const char* title, const std::vector<const onnx::ValueInfoProto*>& values) {
     out << fmt::format("  {} ({}):\n", title, values.size());
@@ -324,7 +325,8 @@ void print_inspection(const Inspection& inspection, std::ostream& out) {
     out << fmt::format("  training_info[{}]: initialization {} node(s), algorithm {} node(s), {} update binding(s)\n", i,
                        info.initialization().node_size(), info.algorithm().node_size(), info.update_binding_size());
   }
-  for (const auto& entry : proto.metadata_props()) out << fmt::format("  metadata: {} = {}\n", printable(entry.key()), printable(entry.value()));
+  for (const auto& entry : proto.metadata_props())
+    out << fmt::format("  metadata: {} = {}\n", printable(entry.key()), printable(entry.value()));
   if (!model.missing_external_data.empty()) out << "  note: " << missing_data_note(model) << "\n";
 }
 

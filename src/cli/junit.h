@@ -9,12 +9,12 @@ namespace onnx_rewrite {
 
 struct JunitCase {
   enum class Result { kPassed, kFailed, kError };  // error: the model could not be processed
-  std::string name;       // the model
-  std::string classname;  // "onnx-rewrite.<command>.<target>"
+  std::string name;                                // the model
+  std::string classname;                           // "onnx-rewrite.<command>.<target>"
   double seconds = 0;
   Result result = Result::kPassed;
-  std::string message;    // one line
-  std::string details;    // the full reason, one item per line
+  std::string message;  // one line
+  std::string details;  // the full reason, one item per line
 };
 
 // A <testsuites> document holding one <testsuite>.

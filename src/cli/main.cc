@@ -41,11 +41,9 @@ std::string target_names() {
 }
 
 void add_target(CLI::App& command, std::string& target, std::optional<int>& opset) {
-  command.add_option("--target", target,
-                     "Runtime the model must load in: " + target_names() + " (see `targets`), or a .target file")
+  command.add_option("--target", target, "Runtime the model must load in: " + target_names() + " (see `targets`), or a .target file")
       ->capture_default_str();
-  command.add_option("--opset", opset, "Highest ai.onnx opset the runtime loads (default: no limit)")
-      ->check(CLI::Range(1, 1000));
+  command.add_option("--opset", opset, "Highest ai.onnx opset the runtime loads (default: no limit)")->check(CLI::Range(1, 1000));
 }
 
 // "NAME=VALUE" split at the last '=' (a value holds none; a name rarely does).
@@ -72,7 +70,8 @@ void add_input_shapes(CLI::App& command, InputShapes& shapes) {
             } catch (...) {
               used = 0;
             }
-            if (used == 0 || used != dim.size()) throw CLI::ValidationError("--input-shape", "'" + value + "': '" + dim + "' is not a whole number");
+            if (used == 0 || used != dim.size())
+              throw CLI::ValidationError("--input-shape", "'" + value + "': '" + dim + "' is not a whole number");
           }
           if (!shapes.emplace(name, dims).second) throw CLI::ValidationError("--input-shape", "'" + name + "' given twice");
         }
@@ -83,9 +82,10 @@ void add_input_shapes(CLI::App& command, InputShapes& shapes) {
 // What --verify and `verify` share; `verify_flag`: the flag they need, when there is one.
 void add_verify_options(CLI::App& command, VerifyOptions& options, CLI::Option* verify_flag) {
   std::vector<CLI::Option*> added;
-  added.push_back(command.add_option("--runtime", options.runtime,
-                                     "Run ONNX Runtime from node (npm onnxruntime-node) or python (pip onnxruntime); default: "
-                                     "$ONNX_REWRITE_RUNTIME, else the first found")
+  added.push_back(command
+                      .add_option("--runtime", options.runtime,
+                                  "Run ONNX Runtime from node (npm onnxruntime-node) or python (pip onnxruntime); default: "
+                                  "$ONNX_REWRITE_RUNTIME, else the first found")
                       ->check(CLI::IsMember({"node", "python"})));
   added.push_back(command.add_option("--seed", options.seed, "Seed of the random inputs")->capture_default_str());
   added.push_back(command.add_option("--rtol", options.tolerance.rtol, "Relative tolerance (default by element type: float32 1e-4)")
@@ -110,8 +110,8 @@ CLI::Option* add_input_files(CLI::App& command, std::map<std::string, std::files
       "Feed input NAME the array in FILE (.npy, or a TensorProto .pb) instead of random values (repeatable)"));
 }
 
-void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources& sources,
-                         TargetDefaultOverrides& overrides, std::string& report, bool& provenance) {
+void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources& sources, TargetDefaultOverrides& overrides,
+                         std::string& report, bool& provenance) {
   add_target(command, options.target, options.max_opset);
   add_rule_sources(command, sources);
   one_value_each(command.add_option("--only", options.only, "Apply only this rule id (repeatable)"));
@@ -124,7 +124,9 @@ void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources
       "--simplify", [&overrides] { overrides.simplify = true; },
       "Fold what the model already decides (constants, shape arithmetic of static dims), drop Identity and dead nodes, "
       "Constant nodes as initializers, unused and duplicate initializers (default: --target ort)");
-  command.add_flag_callback("--no-simplify", [&overrides] { overrides.simplify = false; }, "Don't simplify (for --target ort)")
+  command
+      .add_flag_callback(
+          "--no-simplify", [&overrides] { overrides.simplify = false; }, "Don't simplify (for --target ort)")
       ->excludes(simplify);
   command.add_flag("--fuse", options.fuse,
                    "Also fuse spelled-out patterns into the target's own ops where that is opt-in (--target onnx: "
@@ -136,8 +138,9 @@ void add_rewrite_options(CLI::App& command, RewriteOptions& options, RuleSources
       // Beyond the version tables nothing can be converted: a usage error before any work.
       ->check(CLI::Range(1, OpRegistry::builtin().table("")->highest_version(), "opset"))
       ->excludes("--opset");
-  command.add_option("--ir-version", options.ir_version,
-                     "Write this IR version (older runtimes refuse IR 9/10); exit 1 naming what the model uses that it lacks")
+  command
+      .add_option("--ir-version", options.ir_version,
+                  "Write this IR version (older runtimes refuse IR 9/10); exit 1 naming what the model uses that it lacks")
       ->check(CLI::Range(3, 11));
   command.add_flag("--no-canonicalize{false}", options.canonicalize,
                    "Don't canonicalize before matching (fold small constants, Sum of two as Add: the canonicalize-* rules)");
@@ -260,8 +263,8 @@ Subcommand add_rules(CLI::App& app) {
   auto* command = app.add_subcommand("rules", "List the rules: ids, descriptions, targets, what they match and need");
   add_rule_sources(*command, rules->listed);
   command->add_flag("--json", rules->json, "Machine-readable output");
-  one_value_each(command->add_option(
-      "--test", rules->tested, "Rule file or directory: run each of its rules' examples against their expect (repeatable)"));
+  one_value_each(command->add_option("--test", rules->tested,
+                                     "Rule file or directory: run each of its rules' examples against their expect (repeatable)"));
   return {command, [rules] {
             return rules->tested.empty() ? run_rules(rules->listed, rules->json, std::cout)
                                          : run_rule_tests(rules->tested, rules->listed, rules->json, std::cout);

@@ -144,7 +144,8 @@ std::string coverage_text(const Coverage& coverage, const Unloadable& entry) {
   const auto [own, above_limit, others] = covering_rules(coverage, entry);
   if (!own.empty()) return fmt::format("; `rewrite --target {}` covers it: {}", coverage.target.name, fmt::join(own, ", "));
   if (!above_limit.empty()) {
-    return fmt::format("; only rules needing a higher opset than --opset {} cover it: {}", *coverage.max_opset, fmt::join(above_limit, ", "));
+    return fmt::format("; only rules needing a higher opset than --opset {} cover it: {}", *coverage.max_opset,
+                       fmt::join(above_limit, ", "));
   }
   if (!others.empty()) return fmt::format("; only rules for another target cover it: {}", fmt::join(others, ", "));
   return "; no rule covers it";
@@ -380,8 +381,7 @@ std::unique_ptr<PendingFile> reserve_report(const std::string& path) {
 // On a failed command: the report holds `prefix`'s fields and the error object, and is committed
 // alone; not on a collision of paths, where it may be the very file to protect. The error
 // itself is what matters, so a report that fails now is left unwritten.
-void report_failure(PendingFile* report, const std::exception_ptr& error,
-                    const std::function<void(JsonWriter&)>& prefix) {
+void report_failure(PendingFile* report, const std::exception_ptr& error, const std::function<void(JsonWriter&)>& prefix) {
   if (!report || is_path_collision(error)) return;
   try {
     JsonWriter json;
@@ -402,7 +402,6 @@ InputCheck refuse_invalid(const Model& model) {
   return input;
 }
 
-
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -420,8 +419,8 @@ Verification verify_output(const Model& model, const ModelInterface& original, c
     std::vector<std::string> ops;
     for (const auto& entry : ort.unloadable) ops.push_back(op_text(entry));
     for (const auto& problem : ort.opset_problems) ops.push_back(problem);
-    return verification_skipped("not-compared", fmt::format("the rewritten model keeps what ONNX Runtime does not load: {}", fmt::join(ops, ", ")),
-                                *how.verify);
+    return verification_skipped(
+        "not-compared", fmt::format("the rewritten model keeps what ONNX Runtime does not load: {}", fmt::join(ops, ", ")), *how.verify);
   }
   return verify_models(*how.runtime, {input, original}, {output.expose(), interface_of(model.proto.graph())}, *how.verify);
 }
@@ -443,8 +442,8 @@ Processed process(const std::string& input, const std::string& output, const Rul
   const InputCheck checked = refuse_invalid(model);
   if (const auto opsets = impossible_opset_imports(model.proto); !opsets.empty()) throw InputError(input, opsets.front());
   // What the original takes and gives, before the rewrite: the inputs are made from it.
-  const ModelInterface original = how.runtime ? with_input_shapes(interface_of(model.proto.graph()), options.input_shapes, input)
-                                              : ModelInterface{};
+  const ModelInterface original =
+      how.runtime ? with_input_shapes(interface_of(model.proto.graph()), options.input_shapes, input) : ModelInterface{};
   outcome.result = rewrite_model(model, rules, options, &checked);
   outcome.check = check_model(model, target, options.max_opset, options.exact_opset);
   if (outcome.result.ir_version_problem) outcome.check.opset_problems.push_back(*outcome.result.ir_version_problem);
@@ -490,9 +489,10 @@ std::string missing_data_note(const Model& model) {
   const auto& missing = model.missing_external_data;
   std::vector<std::string> names;
   for (const auto& location : missing) names.push_back("'" + printable(location) + "'");
-  return fmt::format("the external-data file{} {} {} missing: the weights were not needed here, but the model can't run "
-                     "(or be rewritten) without them",
-                     missing.size() == 1 ? "" : "s", fmt::join(names, ", "), missing.size() == 1 ? "is" : "are");
+  return fmt::format(
+      "the external-data file{} {} {} missing: the weights were not needed here, but the model can't run "
+      "(or be rewritten) without them",
+      missing.size() == 1 ? "" : "s", fmt::join(names, ", "), missing.size() == 1 ? "is" : "are");
 }
 
 const LoadOptions kGraphOnly{.allow_missing_external_data = true};

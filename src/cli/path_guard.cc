@@ -47,7 +47,8 @@ void PathGuard::add(const FileIdentity& identity, Entry entry) {
 void PathGuard::collide(const Entry& written, const Entry& other) {
   const std::string also = other.path == written.path ? "" : " '" + other.path + "'";
   if (other.written) {
-    throw PathCollision(fmt::format("{}: {} and {}{} are the same file; nothing was written", written.path, written.what, other.what, also));
+    throw PathCollision(
+        fmt::format("{}: {} and {}{} are the same file; nothing was written", written.path, written.what, other.what, also));
   }
   throw PathCollision(fmt::format("{}: {} would replace {}{}; nothing was written", written.path, written.what, other.what, also));
 }
@@ -55,9 +56,10 @@ void PathGuard::collide(const Entry& written, const Entry& other) {
 void PathGuard::refuse_inside_trees(const Entry& entry) const {
   for (const auto& tree : trees_) {
     if (!lies_under(entry.resolved, tree.root) || (!tree.skipped.empty() && lies_under(entry.resolved, tree.skipped))) continue;
-    throw PathCollision(fmt::format("{}: {} lies inside the input directory '{}', where batch reads models and their data files; "
-                                    "write it outside the input directories (inside OUT_DIR is fine); nothing was written",
-                                    entry.path, entry.what, tree.path));
+    throw PathCollision(
+        fmt::format("{}: {} lies inside the input directory '{}', where batch reads models and their data files; "
+                    "write it outside the input directories (inside OUT_DIR is fine); nothing was written",
+                    entry.path, entry.what, tree.path));
   }
 }
 
@@ -82,7 +84,8 @@ void PathGuard::reads_rules(const std::vector<std::string>& paths) {
 }
 
 void PathGuard::reads_tree(const fs::path& directory, const fs::path& skipped) {
-  trees_.push_back({resolve_path(directory, true).string(), skipped.empty() ? "" : resolve_path(skipped, true).string(), directory.string()});
+  trees_.push_back(
+      {resolve_path(directory, true).string(), skipped.empty() ? "" : resolve_path(skipped, true).string(), directory.string()});
   for (const auto& entry : entries_) {
     if (entry.written) refuse_inside_trees(entry);
   }

@@ -20,7 +20,7 @@ namespace {
 
 void print_summary(const ModelOutcome& outcome, const std::string& target, bool dry_run, std::ostream& out) {
   const RewriteResult& result = outcome.result;
-  const std::string destination = dry_run ? "(dry run, nothing written)"
+  const std::string destination = dry_run                             ? "(dry run, nothing written)"
                                   : outcome.status == "verify-failed" ? outcome.output + " (not written: it failed its verification)"
                                                                       : outcome.output;
   if (!result.changed()) {
@@ -56,7 +56,6 @@ void print_summary(const ModelOutcome& outcome, const std::string& target, bool 
   for (const auto& note : outcome.check.notes) out << "  note: " << note << "\n";
   out << fmt::format("  target {}: {}\n", target, outcome.check.ok() ? "met" : "NOT met (see stderr)");
 }
-
 
 const VerifyOptions* verify_options(const RewriteCommand& command) { return command.verify ? &command.verify_options : nullptr; }
 
@@ -94,9 +93,8 @@ int rewrite_one(const RewriteCommand& command, const PathGuard& guard, PendingFi
   const bool verified = !outcome.verification || !outcome.verification->failed();
   // The page first: a picture that can't be drawn leaves nothing written.
   if (html) {
-    html->set_contents(html_report({command.input, command.dry_run ? "(dry run, nothing written)" : output, target.name,
-                                    outcome.check.ok(), &outcome.result, &rules,
-                                    outcome.verification ? &*outcome.verification : nullptr}));
+    html->set_contents(html_report({command.input, command.dry_run ? "(dry run, nothing written)" : output, target.name, outcome.check.ok(),
+                                    &outcome.result, &rules, outcome.verification ? &*outcome.verification : nullptr}));
   }
   // Everything is prepared: the model, its data files and the reports appear together (the
   // report alone when the model failed its verification).
@@ -108,7 +106,8 @@ int rewrite_one(const RewriteCommand& command, const PathGuard& guard, PendingFi
   if (report) {
     JsonWriter json;
     json.begin_object();
-    write_run_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance, command.dry_run, verify_options(command));
+    write_run_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance, command.dry_run,
+                   verify_options(command));
     write_outcome_fields(json, outcome, target.name);
     json.end_object();
     report->set_contents(json.str());
@@ -129,7 +128,8 @@ int rewrite_one(const RewriteCommand& command, const PathGuard& guard, PendingFi
 
 int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& err) {
   if (command.in_place && !command.output.empty()) throw UsageError("--in-place and -o exclude each other");
-  if (!command.in_place && !command.dry_run && command.output.empty()) throw UsageError("rewrite needs -o OUT.onnx (or --in-place, --dry-run)");
+  if (!command.in_place && !command.dry_run && command.output.empty())
+    throw UsageError("rewrite needs -o OUT.onnx (or --in-place, --dry-run)");
   const PathGuard guard = guard_paths(command);
   if (!command.html.empty()) require_graphviz();
   const auto report = reserve_report(command.report);
@@ -140,7 +140,8 @@ int run_rewrite(const RewriteCommand& command, std::ostream& out, std::ostream& 
     throw;  // its report is written already, with the verification
   } catch (...) {
     report_failure(report.get(), std::current_exception(), [&](JsonWriter& json) {
-      write_run_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance, command.dry_run, verify_options(command));
+      write_run_json(json, reported_options(command.options, command.overrides), command.rules, command.provenance, command.dry_run,
+                     verify_options(command));
       json.key("model").value(command.input);
       json.key("output").value(command.in_place ? command.input : command.output);
       json.key("target").value(command.options.target);

@@ -41,7 +41,8 @@ int run_targets(bool json, std::ostream& out) {
   }
   for (const Target* target : all_targets()) {
     out << fmt::format("{}\n    {}\n    domains {}", target->name, target->description, fmt::join(domains(*target), ", "));
-    if (target->lineage.size() > 1) out << fmt::format("; builds on {}", fmt::join(target->lineage.begin() + 1, target->lineage.end(), ", "));
+    if (target->lineage.size() > 1)
+      out << fmt::format("; builds on {}", fmt::join(target->lineage.begin() + 1, target->lineage.end(), ", "));
     if (!target->max_opsets.empty()) out << fmt::format("; imports {}", fmt::join(caps(*target), ", "));
     out << fmt::format("; model-local functions {} ({})\n", target->local_functions ? "run" : "inlined first", target->file);
     if (!target->source.empty()) out << fmt::format("    source: {}\n", target->source);

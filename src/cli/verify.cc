@@ -48,14 +48,15 @@ std::string output_line(const OutputComparison& output) {
   line += ": ";
   if (output.status == "match" || output.status == "mismatch") {
     line += output.status == "match" ? "match" : "MISMATCH, " + output.message;
-    line += fmt::format(", max abs {:.3g}, max rel {:.3g} (rtol {:g}, atol {:g})", output.max_abs, output.max_rel, output.rtol, output.atol);
+    line +=
+        fmt::format(", max abs {:.3g}, max rel {:.3g} (rtol {:g}, atol {:g})", output.max_abs, output.max_rel, output.rtol, output.atol);
   } else if (output.status == "missing") {
     line += "MISSING: " + output.message;
   } else {
     line += output.message.empty() ? "not compared" : "not compared: " + output.message;
   }
   const auto& sides = output.status == "not-compared" ? std::vector<const ValueStats*>{&output.rewritten}
-                                                       : std::vector<const ValueStats*>{&output.original, &output.rewritten};
+                                                      : std::vector<const ValueStats*>{&output.original, &output.rewritten};
   if (output.non_finite()) {
     std::vector<std::string> counts;
     for (const ValueStats* side : sides) counts.push_back(fmt::format("{} NaN, {} Inf", side->nan, side->inf));
@@ -117,8 +118,7 @@ void write_verify_json(JsonWriter& json, const Verification& verification) {
   optional_text(json, "original_error", verification.original_error);
   optional_text(json, "rewritten_error", verification.rewritten_error);
   json.key("timing").begin_object();
-  for (const auto& [side, run] :
-       {std::pair{"original", &verification.original_run}, {"rewritten", &verification.rewritten_run}}) {
+  for (const auto& [side, run] : {std::pair{"original", &verification.original_run}, {"rewritten", &verification.rewritten_run}}) {
     json.key(side).begin_object();
     json.key("load_seconds").value(run->load_seconds).key("run_seconds").value(run->run_seconds);
     json.end_object();
@@ -143,7 +143,8 @@ void print_verification(const Verification& verification, std::ostream& out) {
   std::string where = verification.runtime.empty() ? "" : fmt::format(" in {} {}", verification.runtime, verification.runtime_version);
   std::vector<std::string> inputs;
   for (const auto& input : verification.inputs) {
-    inputs.push_back(fmt::format("{} {} {}", input.name, type_text(input.data_type, input.dims), input.file.empty() ? "random" : "from " + input.file));
+    inputs.push_back(
+        fmt::format("{} {} {}", input.name, type_text(input.data_type, input.dims), input.file.empty() ? "random" : "from " + input.file));
   }
   const std::string fed = inputs.empty() ? "" : fmt::format(" (seed {}: {})", verification.seed, fmt::join(inputs, "; "));
   const std::string& status = verification.status;
@@ -159,14 +160,16 @@ void print_verification(const Verification& verification, std::ostream& out) {
 }
 
 VerifyError verify_error(const Verification& verification, const std::string& file, bool written) {
-  std::string what = verification.status == "rewritten-failed" ? verification.reason
-                                                                : "the rewritten model computes other numbers than the original: " + verification.reason;
+  std::string what = verification.status == "rewritten-failed"
+                         ? verification.reason
+                         : "the rewritten model computes other numbers than the original: " + verification.reason;
   if (verification.status == "mismatch") {
     std::vector<std::string> differing;
     for (const auto& output : verification.outputs) {
       if (output.status == "mismatch" || output.status == "missing") {
-        differing.push_back(output.status == "missing" ? fmt::format("'{}' missing", output.name)
-                                                       : fmt::format("'{}' ({}, max abs {:.3g})", output.name, output.message, output.max_abs));
+        differing.push_back(output.status == "missing"
+                                ? fmt::format("'{}' missing", output.name)
+                                : fmt::format("'{}' ({}, max abs {:.3g})", output.name, output.message, output.max_abs));
       }
     }
     what += fmt::format(": {}", fmt::join(differing, ", "));
@@ -178,7 +181,8 @@ int run_verify(const VerifyCommand& command, std::ostream& out) {
   const Runtime runtime = find_runtime(command.options.runtime);
   LoadedModel original(command.original);
   LoadedModel rewritten(command.rewritten);
-  const VerifiedModel before{command.original, with_input_shapes(interface_of((*original).proto.graph()), command.input_shapes, command.original)};
+  const VerifiedModel before{command.original,
+                             with_input_shapes(interface_of((*original).proto.graph()), command.input_shapes, command.original)};
   const VerifiedModel after{command.rewritten, interface_of((*rewritten).proto.graph())};
   const Verification verification = verify_models(runtime, before, after, command.options);
   if (command.json) {

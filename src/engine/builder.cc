@@ -16,12 +16,11 @@ int GraphBuilder::opset(std::string_view domain) const {
   return it == opsets_.end() ? 0 : it->second;
 }
 
-onnx::NodeProto& GraphBuilder::add_node(std::string_view op_type, std::string_view domain,
-                                        const std::vector<Value>& inputs, Attributes attributes) {
+onnx::NodeProto& GraphBuilder::add_node(std::string_view op_type, std::string_view domain, const std::vector<Value>& inputs,
+                                        Attributes attributes) {
   const std::string normalized = normalize_domain(domain);
   if (!opsets_.count(normalized)) {
-    throw std::logic_error("rule " + rule_id_ + " builds " + std::string(op_type) + " in domain '" + normalized +
-                           "' without requiring it");
+    throw std::logic_error("rule " + rule_id_ + " builds " + std::string(op_type) + " in domain '" + normalized + "' without requiring it");
   }
   onnx::NodeProto& node = nodes_.emplace_back();
   node.set_op_type(std::string(op_type));
@@ -38,8 +37,8 @@ Value GraphBuilder::op(std::string_view op_type, std::vector<Value> inputs, Attr
   return op_outputs(op_type, std::move(inputs), 1, std::move(attributes), domain).front();
 }
 
-std::vector<Value> GraphBuilder::op_outputs(std::string_view op_type, std::vector<Value> inputs, size_t outputs,
-                                            Attributes attributes, std::string_view domain) {
+std::vector<Value> GraphBuilder::op_outputs(std::string_view op_type, std::vector<Value> inputs, size_t outputs, Attributes attributes,
+                                            std::string_view domain) {
   onnx::NodeProto& node = add_node(op_type, domain, inputs, std::move(attributes));
   std::vector<Value> values;
   for (size_t i = 0; i < outputs; ++i) {
@@ -153,8 +152,8 @@ Value GraphBuilder::Reduce(std::string_view op_type, Value x, const std::vector<
   return op(op_type, {x}, attributes);
 }
 
-Value GraphBuilder::Slice(Value x, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
-                          const std::vector<int64_t>& axes, const std::vector<int64_t>& steps) {
+Value GraphBuilder::Slice(Value x, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends, const std::vector<int64_t>& axes,
+                          const std::vector<int64_t>& steps) {
   if (opset() < 10) {
     for (int64_t step : steps) {
       if (step != 1) throw std::logic_error("Slice with steps needs opset 10");

@@ -91,9 +91,8 @@ namespace {
 // the rules' own strings.
 CandidateIndex index_by_anchor(const std::vector<const Rule*>& rules) {
   std::vector<const Rule*> sorted = rules;
-  std::stable_sort(sorted.begin(), sorted.end(), [](const Rule* a, const Rule* b) {
-    return a->priority != b->priority ? a->priority > b->priority : a->id < b->id;
-  });
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const Rule* a, const Rule* b) { return a->priority != b->priority ? a->priority > b->priority : a->id < b->id; });
   CandidateIndex index;
   for (const Rule* rule : sorted) {
     for (const auto& pattern : rule->patterns) {
@@ -114,8 +113,7 @@ int required_opset(const Rule& rule) {
 
 bool explains(const RewriteOptions& options, const onnx::NodeProto& node) {
   if (options.explain.empty() || !options.explain_out) return false;
-  return options.explain == node.op_type() || options.explain == node.name() ||
-         options.explain == node.domain() + "." + node.op_type();
+  return options.explain == node.op_type() || options.explain == node.name() || options.explain == node.domain() + "." + node.op_type();
 }
 
 using Raise = OpsetPolicy::Raise;
@@ -205,11 +203,19 @@ class Run {
  public:
   // `ordered`: whether structural_problem finds nothing in the model as it is now, if known.
   Run(Model& model, const std::vector<const Rule*>& rules, const RewriteOptions& options, bool lower,
-      const std::set<std::pair<ImportOwner, std::string>>& domains_before, RewriteResult& result,
-      std::optional<bool> ordered)
-      : model_(model), options_(options), target_(find_target(options.target)), domains_before_(domains_before),
+      const std::set<std::pair<ImportOwner, std::string>>& domains_before, RewriteResult& result, std::optional<bool> ordered)
+      : model_(model),
+        options_(options),
+        target_(find_target(options.target)),
+        domains_before_(domains_before),
         candidates_(index_by_anchor(rules)),
-        local_functions_(local_functions(model.proto)), policy_(model, options.max_opset, lower, options.exact_opset), names_(model.proto), rewriter_(model), worklist_(rules), result_(result), ordered_(ordered),
+        local_functions_(local_functions(model.proto)),
+        policy_(model, options.max_opset, lower, options.exact_opset),
+        names_(model.proto),
+        rewriter_(model),
+        worklist_(rules),
+        result_(result),
+        ordered_(ordered),
         progress_(options.progress_out),
         canonicalizing_(options.simplify ||
                         std::any_of(rules.begin(), rules.end(), [](const Rule* rule) { return is_canonicalization(*rule); })) {
@@ -283,8 +289,8 @@ class Run {
         for (const auto& [id, last] : last_fired) {
           if (last > options_.max_rounds / 2) cycling.push_back(id);
         }
-        throw InputError(model_.path.string(), fmt::format("rules still fire after {} rounds (no fixed point): {}",
-                                                           options_.max_rounds, fmt::join(cycling, ", ")));
+        throw InputError(model_.path.string(), fmt::format("rules still fire after {} rounds (no fixed point): {}", options_.max_rounds,
+                                                           fmt::join(cycling, ", ")));
       }
       firing.clear();
       policy_.new_round();
@@ -358,7 +364,7 @@ class Run {
     const auto& created = rewriter_.created();
     if (std::none_of(created.begin(), created.end(), [](const onnx::NodeProto* node) { return node->op_type() == "Identity"; })) return;
     if (rewriter_.bypass_identities(collect_scopes(model_), [&](const onnx::NodeProto& node) { return created.contains(&node); })) {
-      nodes_checked_ = false;  // the node lists changed after the last round's check
+      nodes_checked_ = false;   // the node lists changed after the last round's check
       policy_.nodes_changed();  // and after the last round's types, which apply() may read
     }
   }
@@ -431,8 +437,8 @@ class Run {
       // A call of a model-local function means what the function says, whatever its name.
       const bool local_function = found != candidates_.end() && calls_local_function(node);
       if (explain) {
-        *options_.explain_out << fmt::format("node '{}' ({}.{}) in {}, round {}:\n", describe_node(node),
-                                             display_domain(node.domain()), node.op_type(), scope.where(), round);
+        *options_.explain_out << fmt::format("node '{}' ({}.{}) in {}, round {}:\n", describe_node(node), display_domain(node.domain()),
+                                             node.op_type(), scope.where(), round);
         if (local_function) *options_.explain_out << "  it calls a function the model defines: no rule replaces it\n";
         else if (found == candidates_.end()) *options_.explain_out << "  no active rule matches this op\n";
       }
@@ -512,9 +518,8 @@ class Run {
       }
     }
     // Raise as little as possible: the rule needing the lowest ai.onnx version first.
-    std::stable_sort(need_raise.begin(), need_raise.end(), [](const auto& a, const auto& b) {
-      return required_opset(*a.first.rule) < required_opset(*b.first.rule);
-    });
+    std::stable_sort(need_raise.begin(), need_raise.end(),
+                     [](const auto& a, const auto& b) { return required_opset(*a.first.rule) < required_opset(*b.first.rule); });
     for (auto& [candidate, match] : need_raise) {
       if (apply(scope, candidate, match, Raise::kIfSafe, explain)) return candidate.rule;
     }
@@ -529,7 +534,8 @@ class Run {
   // walk searches itself.
   bool take_found_ahead(const Scope& scope, MatchAhead::Answers& ahead, const Candidate& candidate, std::optional<Match>& match) {
     if (candidate.rank >= ahead.searched) return false;
-    auto found = std::find_if(ahead.found.begin(), ahead.found.end(), [&](const MatchAhead::Found& entry) { return entry.pattern == candidate.pattern; });
+    auto found = std::find_if(ahead.found.begin(), ahead.found.end(),
+                              [&](const MatchAhead::Found& entry) { return entry.pattern == candidate.pattern; });
     if (found == ahead.found.end()) return true;  // no match
     if (!found->match) return false;              // the search failed on the facts
     const NodeSet& claimed = rewriter_.replaced_in(scope);
@@ -603,9 +609,7 @@ class Run {
     return reason;
   }
 
-  static std::string base_name(const Match& match) {
-    return match.anchor->name().empty() ? match.anchor->output(0) : match.anchor->name();
-  }
+  static std::string base_name(const Match& match) { return match.anchor->name().empty() ? match.anchor->output(0) : match.anchor->name(); }
 
   // Whether the rule would build a replacement under `raise`, changing nothing.
   bool builds(const Candidate& candidate, Match match, Raise raise) {
@@ -688,8 +692,8 @@ class Run {
       if (value.empty()) continue;
       const auto uses = match.scope->uses(value);
       const bool read_outside = match.scope->is_output(value) || std::any_of(uses.begin(), uses.end(), [&](const Use& use) {
-        return std::find(match.nodes.begin(), match.nodes.end(), use.node) == match.nodes.end();
-      });
+                                  return std::find(match.nodes.begin(), match.nodes.end(), use.node) == match.nodes.end();
+                                });
       if (!read_outside) continue;
       const bool computed = std::any_of(builder.nodes().begin(), builder.nodes().end(), [&](const onnx::NodeProto& node) {
         return std::find(node.output().begin(), node.output().end(), value) != node.output().end();
@@ -700,8 +704,7 @@ class Run {
   }
 
   void say(const Candidate& candidate, const std::string& what) {
-    *options_.explain_out << fmt::format("  {} ({}:{}): {}\n", candidate.rule->id, candidate.rule->file,
-                                         candidate.pattern->line, what);
+    *options_.explain_out << fmt::format("  {} ({}:{}): {}\n", candidate.rule->id, candidate.rule->file, candidate.pattern->line, what);
   }
 
   Model& model_;
@@ -709,7 +712,7 @@ class Run {
   const Target& target_;
   const std::set<std::pair<ImportOwner, std::string>>& domains_before_;
   CandidateIndex candidates_;
-  std::unordered_map<const Rule*, const Target*> inherited_;  // rules serving the target through one it builds on
+  std::unordered_map<const Rule*, const Target*> inherited_;      // rules serving the target through one it builds on
   const std::unordered_set<OpView, OpViewHash> local_functions_;  // views of the functions' own strings
   std::map<std::pair<ImportOwner, const std::vector<Candidate>*>, std::vector<Candidate>> viable_;  // this round's
   OpsetPolicy policy_;
@@ -722,7 +725,7 @@ class Run {
   std::optional<bool> ordered_;
   bool verify_ = false;
   bool nodes_checked_ = false;
-  int matches_ = 0;  // in all rounds, for the progress line
+  int matches_ = 0;         // in all rounds, for the progress line
   RoundCheck round_check_;  // of the last round that fired, while the next one starts
   ProgressLine progress_;
   bool canonicalizing_;  // canonicalization rules are active: dead nodes go first
@@ -789,8 +792,8 @@ void write_ir_version(Model& model, const RewriteOptions& options, RewriteResult
   if (!wanted || *wanted == current) return;
   if (auto why = ir_version_blocker(model.proto, *wanted)) {
     if (implied) {
-      result.notes.push_back(fmt::format("IR version {} kept, although runtimes of opset {} read IR {}: {} (--ir-version insists)",
-                                         current, *options.max_opset, *wanted, *why));
+      result.notes.push_back(fmt::format("IR version {} kept, although runtimes of opset {} read IR {}: {} (--ir-version insists)", current,
+                                         *options.max_opset, *wanted, *why));
     } else {
       result.ir_version_problem = fmt::format("IR version {} can't be written as {}: {}", current, *wanted, *why);
     }

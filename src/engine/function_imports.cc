@@ -66,16 +66,18 @@ int raise_wrong_function_imports(Model& model, std::vector<std::string>& notes) 
       if ((blocker = table->move_blocker(*node, from, to, types))) break;
     }
     if (blocker) {
-      notes.push_back(fmt::format("function {} uses {} (ai.onnx {}) but imports ai.onnx {}; raising the import would change its "
-                                  "other nodes ({}): left as is",
-                                  name, newest_op, to, from, *blocker));
+      notes.push_back(
+          fmt::format("function {} uses {} (ai.onnx {}) but imports ai.onnx {}; raising the import would change its "
+                      "other nodes ({}): left as is",
+                      name, newest_op, to, from, *blocker));
       continue;
     }
     import->set_version(to);
     ++raised;
-    notes.push_back(fmt::format("function {} uses {}, which needs ai.onnx {}, but imported ai.onnx {}: its import is raised to {} "
-                                "(no other node of it changes meaning)",
-                                name, newest_op, to, from, to));
+    notes.push_back(
+        fmt::format("function {} uses {}, which needs ai.onnx {}, but imported ai.onnx {}: its import is raised to {} "
+                    "(no other node of it changes meaning)",
+                    name, newest_op, to, from, to));
   }
   if (raised) model.changed = true;
   return raised;

@@ -23,8 +23,8 @@
 namespace onnx_rewrite {
 namespace {
 
-constexpr int kNodeOverloadField = 8;      // NodeProto.overload (IR 10), unknown to ONNX 1.12
-constexpr int kFunctionOverloadField = 13;  // FunctionProto.overload (IR 10)
+constexpr int kNodeOverloadField = 8;             // NodeProto.overload (IR 10), unknown to ONNX 1.12
+constexpr int kFunctionOverloadField = 13;        // FunctionProto.overload (IR 10)
 constexpr int kFunctionAttributeProtoField = 11;  // FunctionProto.attribute_proto (IR 9): defaults
 constexpr size_t kNamePathLimit = 256;
 
@@ -175,8 +175,7 @@ class Inliner {
       const auto blocker = import_move_blocker(model_.proto, ImportOwner{&function}, domain, own, caller, model_types_,
                                                [&](const onnx::NodeProto& node) { return functions_.count(key_of(node)) != 0; });
       if (blocker) {
-        return fmt::format("its body imports {} {}, {} imports {}, and {}", display_domain(domain), own, owner.text(), caller,
-                           *blocker);
+        return fmt::format("its body imports {} {}, {} imports {}, and {}", display_domain(domain), own, owner.text(), caller, *blocker);
       }
     }
     return std::nullopt;
@@ -244,7 +243,7 @@ class Inliner {
   // chain of calls.
   struct Frame {
     NodeList* nodes;
-    const FunctionKey* expanding;  // for a body: the function it is the body of
+    const FunctionKey* expanding;    // for a body: the function it is the body of
     NodeList rebuilt;                // the nodes of `nodes` done so far (for a body: unused)
     NodeList* caller_out = nullptr;  // for a body: where its caller's done nodes go
     int next = 0;
@@ -359,7 +358,8 @@ class Inliner {
   // the functions that are left.
   void drop_unused_function_domains() {
     std::set<std::string> anywhere;
-    for_each_node(std::as_const(model_.proto), [&](const onnx::NodeProto& node, const Place&) { anywhere.insert(normalize_domain(node.domain())); });
+    for_each_node(std::as_const(model_.proto),
+                  [&](const onnx::NodeProto& node, const Place&) { anywhere.insert(normalize_domain(node.domain())); });
     auto drop = [&](Imports& imports, const std::set<std::string>& in_use) {
       for (int i = imports.size() - 1; i >= 0; --i) {
         const std::string domain = normalize_domain(imports.Get(i).domain());
@@ -404,7 +404,7 @@ class Inliner {
   std::map<FunctionKey, onnx::FunctionProto*> functions_;
   std::set<int32_t> model_types_;
   std::set<std::string> function_domains_;
-  std::vector<FunctionKey> kept_;   // functions some call to which stays
+  std::vector<FunctionKey> kept_;  // functions some call to which stays
   std::set<FunctionKey> noted_;
   std::set<FunctionKey> active_;  // functions whose bodies are being expanded (a call inside one of them recurses)
   int inlined_ = 0;

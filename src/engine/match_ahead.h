@@ -75,11 +75,11 @@ class MatchAhead {
   const NodeSet* only_;
   const CandidateIndex& candidates_;
   const int count_;
-  std::vector<Answers> slots_;             // by position modulo kLead
-  std::atomic<int> matched_below_{0};      // the thread has filled the slots of every position below
-  std::atomic<int> released_below_{0};     // the walk is done with every position below
-  std::atomic<int> failed_from_{-1};       // the first position the thread could not match, if any
-  int released_ = 0;                       // what the walk last told released_below_
+  std::vector<Answers> slots_;          // by position modulo kLead
+  std::atomic<int> matched_below_{0};   // the thread has filled the slots of every position below
+  std::atomic<int> released_below_{0};  // the walk is done with every position below
+  std::atomic<int> failed_from_{-1};    // the first position the thread could not match, if any
+  int released_ = 0;                    // what the walk last told released_below_
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

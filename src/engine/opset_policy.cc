@@ -89,15 +89,13 @@ std::optional<std::string> OpsetPolicy::model_wide_raise_blocker(const std::stri
     if (from >= to) continue;
     if (rewritten_owners_.count(owner)) return fmt::format("needs {} raised to {}; retried next round", display_domain(domain), to);
     if (auto blocker = move_blocker(owner, domain, from, to)) {
-      return fmt::format("needs {} {}, and raising it from {} would change the model: {}", display_domain(domain), to, from,
-                         *blocker);
+      return fmt::format("needs {} {}, and raising it from {} would change the model: {}", display_domain(domain), to, from, *blocker);
     }
   }
   return std::nullopt;
 }
 
-std::variant<OpsetPolicy::Plan, std::string> OpsetPolicy::plan(const Scope& scope,
-                                                               const std::vector<VersionRange>& requires_opsets,
+std::variant<OpsetPolicy::Plan, std::string> OpsetPolicy::plan(const Scope& scope, const std::vector<VersionRange>& requires_opsets,
                                                                Raise raise) const {
   const Owner owner = owner_of(scope);
   Plan plan;
@@ -194,9 +192,9 @@ std::optional<std::string> OpsetPolicy::apply(const NodeSet& created,
     auto original = original_.find(key);
     if (original == original_.end() || version == original->second) continue;
     if (version > original->second && !(key.second.empty() && exact_)) continue;
-    const auto blocker = import_move_blocker(model_.proto, key.first, key.second, original->second, version, model_types_, {},
-                                             [&](const onnx::NodeProto& node) { return created.contains(&node); },
-                                             [this] { return node_types(); });
+    const auto blocker = import_move_blocker(
+        model_.proto, key.first, key.second, original->second, version, model_types_, {},
+        [&](const onnx::NodeProto& node) { return created.contains(&node); }, [this] { return node_types(); });
     if (blocker) {
       return fmt::format("{} opset {} can't be {} to {}: {}", display_domain(key.second), original->second,
                          version < original->second ? "lowered" : "raised", version, *blocker);

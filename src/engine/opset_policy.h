@@ -67,8 +67,7 @@ class OpsetPolicy {
 
   // Writes the decided versions into the imports and drops imports of custom domains that no
   // node uses any more. Returns why a lowering is impossible (then nothing was written).
-  std::optional<std::string> apply(const NodeSet& created,
-                                   const std::set<std::pair<ImportOwner, std::string>>& domains_used_before);
+  std::optional<std::string> apply(const NodeSet& created, const std::set<std::pair<ImportOwner, std::string>>& domains_used_before);
 
  private:
   using Owner = ImportOwner;

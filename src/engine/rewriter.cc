@@ -303,9 +303,8 @@ size_t Rewriter::remove_unused(const std::vector<std::unique_ptr<Scope>>& scopes
       const std::string domain = normalize_domain(node.domain());
       if ((!domain.empty() && domain != "ai.onnx.ml") || node.output_size() == 0 || !which(node)) continue;
       const auto writes = scope->writes_at(position);  // the present outputs
-      const bool unused = std::all_of(writes.begin(), writes.end(), [&](Scope::ValueId output) {
-        return !scope->is_output(output) && scope->uses(output).empty();
-      });
+      const bool unused = std::all_of(writes.begin(), writes.end(),
+                                      [&](Scope::ValueId output) { return !scope->is_output(output) && scope->uses(output).empty(); });
       if (unused) pending_[scope.get()].removed.insert(&node);
     }
   }
@@ -320,8 +319,8 @@ size_t Rewriter::bypass_identities(const std::vector<std::unique_ptr<Scope>>& sc
     // In node order, so a chain of Identities collapses onto its first input.
     std::unordered_map<std::string, std::string> bypassed;  // an Identity's output -> what its readers read instead
     for (auto& node : scope->nodes()) {
-      if (node.op_type() != "Identity" || !normalize_domain(node.domain()).empty() || node.input_size() != 1 ||
-          node.output_size() != 1 || node.input(0).empty() || !which(node)) {
+      if (node.op_type() != "Identity" || !normalize_domain(node.domain()).empty() || node.input_size() != 1 || node.output_size() != 1 ||
+          node.input(0).empty() || !which(node)) {
         continue;
       }
       const std::string& output = node.output(0);
@@ -367,8 +366,8 @@ void merge_insertion_runs(std::vector<Rewriter::Insertion>& inserted) {
 
 // value_info of values that no longer exist: computed by a node that went and by no new one, or
 // a dead initializer.
-void drop_vanished_value_info(const Scope& scope, const std::vector<Rewriter::Insertion>& inserted,
-                              const std::vector<int>& gone, const std::unordered_set<std::string>& dead_initializers) {
+void drop_vanished_value_info(const Scope& scope, const std::vector<Rewriter::Insertion>& inserted, const std::vector<int>& gone,
+                              const std::unordered_set<std::string>& dead_initializers) {
   if (!scope.graph() || scope.graph()->value_info_size() == 0) return;
   FlatMap<std::string_view, bool> computed_by_new;
   for (const auto& insertion : inserted) {
@@ -430,9 +429,8 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
   rebuild_nodes(scope, pending, removals);
   if (scope.graph()) {
     if (!dead_initializers.empty()) {
-      model_.remove_initializers(*scope.graph(), [&](const onnx::TensorProto& tensor) {
-        return dead_initializers.count(tensor.name()) != 0;
-      });
+      model_.remove_initializers(*scope.graph(),
+                                 [&](const onnx::TensorProto& tensor) { return dead_initializers.count(tensor.name()) != 0; });
     }
     auto& initializers = *scope.graph()->mutable_initializer();
     for (size_t i = 0; i < pending.initializers.size(); ++i) {
@@ -447,8 +445,8 @@ void Rewriter::commit_scope(const Scope& scope, Pending& pending) {
 // Producers and initializers the removals leave without any use (and only those), found with
 // the round's index before anything changes: the producers join the removals, the initializers'
 // names are returned.
-std::unordered_set<std::string> Rewriter::sweep_unused(const Scope& scope, const Pending& pending,
-                                                       const std::vector<char>& read_by_new, Removals& removals) {
+std::unordered_set<std::string> Rewriter::sweep_unused(const Scope& scope, const Pending& pending, const std::vector<char>& read_by_new,
+                                                       Removals& removals) {
   std::vector<ValueId> maybe_dead;
   auto inputs_maybe_dead = [&](int position) {
     const auto reads = scope.reads_at(position);
@@ -475,7 +473,7 @@ std::unordered_set<std::string> Rewriter::sweep_unused(const Scope& scope, const
     const auto* produced = scope.producer(value);
     if (produced) {
       if (removals.is_gone(produced->position)) continue;  // most: values between two nodes of one match
-      touched_.insert(produced->node);  // it loses a reader (and leaves touched_ again if it goes too)
+      touched_.insert(produced->node);                     // it loses a reader (and leaves touched_ again if it goes too)
     }
     if (!unused(value)) continue;
     if (produced) {

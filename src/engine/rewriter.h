@@ -52,7 +52,7 @@ class NameRegistry {
 
  private:
   void collect();
-  void forget();  // what collect() found: collected again on first use
+  void forget();                  // what collect() found: collected again on first use
   bool taken(size_t hash) const;  // of a name
   void add(size_t hash);          // grows the set to keep it at most three quarters full
 
@@ -62,7 +62,7 @@ class NameRegistry {
   bool handed_out_ = false;
   std::thread collecting_;
   bool collect_failed_ = false;  // on that thread
-  std::vector<size_t> slots_;         // hashes, kEmptySlot where none; a size that is a power of two
+  std::vector<size_t> slots_;    // hashes, kEmptySlot where none; a size that is a power of two
   size_t count_ = 0;
   FlatMap<size_t, int> next_suffix_;  // by the hint's hash: the last suffix tried
 };
@@ -84,13 +84,11 @@ class Rewriter {
   // node, subgraph or graph output), and what only they read: dead code the model came with,
   // which would block a fusion by reading a value inside it, or what a round's replacements left
   // unread (a folded constant the next fold took). Returns how many nodes went.
-  size_t remove_unused(const std::vector<std::unique_ptr<Scope>>& scopes,
-                       const std::function<bool(const onnx::NodeProto&)>& which);
+  size_t remove_unused(const std::vector<std::unique_ptr<Scope>>& scopes, const std::function<bool(const onnx::NodeProto&)>& which);
 
   // Removes the Identity nodes `which` picks whose output is not a graph output nor read inside a
   // subgraph: their readers read the Identity's input instead. Returns how many went.
-  size_t bypass_identities(const std::vector<std::unique_ptr<Scope>>& scopes,
-                           const std::function<bool(const onnx::NodeProto&)>& which);
+  size_t bypass_identities(const std::vector<std::unique_ptr<Scope>>& scopes, const std::function<bool(const onnx::NodeProto&)>& which);
 
   // Nodes created by rules since this rewriter was made (valid after commit).
   const NodeSet& created() const { return created_; }
@@ -98,9 +96,8 @@ class Rewriter {
   const NodeSet& replaced_in(const Scope& scope) { return pending_[&scope].removed; }
   // Whether every recorded replacement is in `scope`.
   bool pending_only_in(const Scope& scope) const {
-    return std::all_of(pending_.begin(), pending_.end(), [&](const auto& entry) {
-      return entry.first == &scope || entry.second.removed.empty();
-    });
+    return std::all_of(pending_.begin(), pending_.end(),
+                       [&](const auto& entry) { return entry.first == &scope || entry.second.removed.empty(); });
   }
   // Marks a node where a later round should try the rules again: one matched there but was
   // declined, or a type or rank condition failed (the plans and facts may differ next round).
@@ -123,7 +120,7 @@ class Rewriter {
 
  private:
   struct Pending {
-    NodeSet removed;  // every change removes a node: empty, nothing was recorded
+    NodeSet removed;                  // every change removes a node: empty, nothing was recorded
     std::vector<Insertion> inserted;  // sorted by `before` at commit
     std::vector<onnx::TensorProto> initializers;
     std::vector<std::vector<FileRange>> raw_data_ranges;  // per initializer: assembled from these, or empty

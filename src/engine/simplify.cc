@@ -21,8 +21,8 @@ constexpr size_t kLargestDeduplicated = 1 << 20;
 bool is_standard_domain(const std::string& domain) { return normalize_domain(domain).empty(); }
 
 // Ops two of which with the same inputs may compute different values.
-const std::unordered_set<std::string> kNondeterministic = {
-    "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"};
+const std::unordered_set<std::string> kNondeterministic = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                                                           "Multinomial",  "Bernoulli",        "Dropout"};
 
 // The tensor a Constant node holds, named after its output; nothing for a sparse value (an
 // initializer can't hold one) or a node that is not a plain Constant.
@@ -164,13 +164,12 @@ class MainGraphSimplifier {
     count("simplify-duplicate-initializers", static_cast<int>(replaced_by.size()));
   }
 
-
   // A node computing what an earlier one computes (same op, inputs and attributes) goes; its
   // readers read the earlier node's outputs. In node order, which is topological, so that a chain
   // merges in one pass: torch writes a Shape (x) → Gather for every x.size(i) it reads.
   void merge_common_subexpressions() {
     std::unordered_map<std::string, std::string> replaced_by;  // output -> the equal earlier output
-    std::unordered_map<std::string, int> first_with_key;        // key -> position
+    std::unordered_map<std::string, int> first_with_key;       // key -> position
     auto& nodes = *graph_.mutable_node();
     std::vector<char> merged(static_cast<size_t>(nodes.size()), 0);
     for (int i = 0; i < nodes.size(); ++i) {
@@ -260,16 +259,19 @@ class MainGraphSimplifier {
   // Nodes reading a value of `replaced_by` read its replacement: in the graphs nested in the main
   // graph (which may read its values by name), and in the main graph itself if asked.
   void rename_reads(const std::unordered_map<std::string, std::string>& replaced_by, bool main_graph_too) {
-    for_each_graph(model_.proto, [&](const auto& view) {
-      if (view.place->root().kind() != Place::Kind::kMainGraph) return;
-      if (view.place->kind() == Place::Kind::kMainGraph && !main_graph_too) return;
-      for (auto& node : *view.nodes) {
-        for (auto& input : *node.mutable_input()) {
-          auto found = replaced_by.find(input);
-          if (found != replaced_by.end()) input = found->second;
-        }
-      }
-    }, /*with_training=*/false);
+    for_each_graph(
+        model_.proto,
+        [&](const auto& view) {
+          if (view.place->root().kind() != Place::Kind::kMainGraph) return;
+          if (view.place->kind() == Place::Kind::kMainGraph && !main_graph_too) return;
+          for (auto& node : *view.nodes) {
+            for (auto& input : *node.mutable_input()) {
+              auto found = replaced_by.find(input);
+              if (found != replaced_by.end()) input = found->second;
+            }
+          }
+        },
+        /*with_training=*/false);
   }
 
   void remove_unused_initializers() {

@@ -22,15 +22,36 @@ std::optional<std::string> check_element_type(int32_t type, const std::set<int32
 const AttributeTypes& ort_attribute_types() {
   using A = onnx::AttributeProto;
   // ONNX Runtime's contrib op schemas.
-  static const AttributeTypes types = {
-      {"alpha", A::FLOAT}, {"beta", A::FLOAT}, {"gamma", A::FLOAT}, {"epsilon", A::FLOAT},
-      {"activation", A::STRING}, {"activation_alpha", A::FLOAT}, {"activation_beta", A::FLOAT},
-      {"activation_gamma", A::FLOAT}, {"activation_params", A::FLOATS}, {"transA", A::INT}, {"transB", A::INT},
-      {"transBatchA", A::INT}, {"transBatchB", A::INT}, {"axis", A::INT}, {"stash_type", A::INT},
-      {"is_inner_broadcast", A::INT}, {"channels", A::INT}, {"channels_last", A::INT}, {"group", A::INT},
-      {"auto_pad", A::STRING}, {"kernel_shape", A::INTS}, {"strides", A::INTS}, {"pads", A::INTS},
-      {"dilations", A::INTS}, {"ceil_mode", A::INT}, {"storage_order", A::INT}, {"count_include_pad", A::INT},
-      {"mode", A::STRING}, {"coordinate_transformation_mode", A::STRING}, {"allowzero", A::INT}};
+  static const AttributeTypes types = {{"alpha", A::FLOAT},
+                                       {"beta", A::FLOAT},
+                                       {"gamma", A::FLOAT},
+                                       {"epsilon", A::FLOAT},
+                                       {"activation", A::STRING},
+                                       {"activation_alpha", A::FLOAT},
+                                       {"activation_beta", A::FLOAT},
+                                       {"activation_gamma", A::FLOAT},
+                                       {"activation_params", A::FLOATS},
+                                       {"transA", A::INT},
+                                       {"transB", A::INT},
+                                       {"transBatchA", A::INT},
+                                       {"transBatchB", A::INT},
+                                       {"axis", A::INT},
+                                       {"stash_type", A::INT},
+                                       {"is_inner_broadcast", A::INT},
+                                       {"channels", A::INT},
+                                       {"channels_last", A::INT},
+                                       {"group", A::INT},
+                                       {"auto_pad", A::STRING},
+                                       {"kernel_shape", A::INTS},
+                                       {"strides", A::INTS},
+                                       {"pads", A::INTS},
+                                       {"dilations", A::INTS},
+                                       {"ceil_mode", A::INT},
+                                       {"storage_order", A::INT},
+                                       {"count_include_pad", A::INT},
+                                       {"mode", A::STRING},
+                                       {"coordinate_transformation_mode", A::STRING},
+                                       {"allowzero", A::INT}};
   return types;
 }
 
@@ -44,8 +65,7 @@ BuildFunction with_attribute_types_checked(const AttributeTypes& types, BuildFun
         auto expected = expected_types.find(attribute.name());
         if (expected == expected_types.end() || attribute.type() == expected->second) continue;
         return decline(fmt::format("node '{}': attribute '{}' is {}, the op takes {} (an invalid node)", node.description(),
-                                   attribute.name(), A::AttributeType_Name(attribute.type()),
-                                   A::AttributeType_Name(expected->second)));
+                                   attribute.name(), A::AttributeType_Name(attribute.type()), A::AttributeType_Name(expected->second)));
       }
     }
     return builder(match, b);
@@ -59,8 +79,8 @@ std::optional<Activation> mlas_activation(const NodeView& node, std::string& why
   activation.name = kind->s();
   // MLAS activation kinds (onnxruntime/contrib_ops/cpu/fused_activation.cc) and how many
   // activation_params each takes.
-  static const std::map<std::string, size_t> kinds = {{"Relu", 0}, {"Silu", 0}, {"Tanh", 0}, {"Sigmoid", 0},
-                                                       {"LeakyRelu", 1}, {"Clip", 2}, {"HardSigmoid", 2}};
+  static const std::map<std::string, size_t> kinds = {{"Relu", 0},      {"Silu", 0}, {"Tanh", 0},       {"Sigmoid", 0},
+                                                      {"LeakyRelu", 1}, {"Clip", 2}, {"HardSigmoid", 2}};
   auto it = kinds.find(activation.name);
   if (it == kinds.end()) {
     why = fmt::format("activation '{}' is not one ONNX Runtime's MLAS kernels implement", activation.name);
@@ -147,8 +167,8 @@ BodyGraph::BodyGraph(const Value& anchor, std::string_view graph_name) : prefix_
 
 std::string BodyGraph::name(std::string_view local) const { return prefix_ + "_" + std::string(local); }
 
-void BodyGraph::declare(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* infos, std::string_view local,
-                        int32_t element, bool scalar) {
+void BodyGraph::declare(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* infos, std::string_view local, int32_t element,
+                        bool scalar) {
   auto* info = infos->Add();
   info->set_name(name(local));
   auto* tensor = info->mutable_type()->mutable_tensor_type();
@@ -208,7 +228,8 @@ std::optional<Value> gather_elements(GraphBuilder& b, Value data, Value indices,
     if (count > kMaxPositions) return std::nullopt;
   }
   std::vector<int64_t> strides(static_cast<size_t>(rank), 1);
-  for (int64_t k = rank - 2; k >= 0; --k) strides[static_cast<size_t>(k)] = strides[static_cast<size_t>(k + 1)] * (*data_dims)[static_cast<size_t>(k + 1)];
+  for (int64_t k = rank - 2; k >= 0; --k)
+    strides[static_cast<size_t>(k)] = strides[static_cast<size_t>(k + 1)] * (*data_dims)[static_cast<size_t>(k + 1)];
   // Where each position of the indices starts in the flat data, every axis but `axis` counted.
   std::vector<int64_t> base(static_cast<size_t>(count), 0);
   for (int64_t flat = 0; flat < count; ++flat) {
@@ -241,11 +262,10 @@ Value range_values(GraphBuilder& b, const Value& start, const Value& limit, cons
 
 namespace onnx_rewrite {
 
-Value rotary_embedding(GraphBuilder& b, Value x, Value cos, Value sin, int64_t head_size, int64_t rotary_dim,
-                       bool interleaved) {
+Value rotary_embedding(GraphBuilder& b, Value x, Value cos, Value sin, int64_t head_size, int64_t rotary_dim, bool interleaved) {
   const int64_t half = rotary_dim / 2;
   const bool partial = head_size <= 0 || rotary_dim < head_size;  // unknown head size: slice the rest, maybe empty
-  auto rotate = [&](Value a, Value c) {  // (a·cos - c·sin, c·cos + a·sin)
+  auto rotate = [&](Value a, Value c) {                           // (a·cos - c·sin, c·cos + a·sin)
     const Value a_cos = b.Mul(a, cos);
     const Value c_sin = b.Mul(c, sin);
     const Value first = b.Sub(a_cos, c_sin);

@@ -47,8 +47,7 @@ const Imports& imports_of(const onnx::ModelProto& model, ImportOwner owner) {
 }
 
 Imports& imports_of(onnx::ModelProto& model, ImportOwner owner) {
-  return owner.function ? *const_cast<onnx::FunctionProto*>(owner.function)->mutable_opset_import()
-                        : *model.mutable_opset_import();
+  return owner.function ? *const_cast<onnx::FunctionProto*>(owner.function)->mutable_opset_import() : *model.mutable_opset_import();
 }
 
 int import_of(const Imports& imports, std::string_view domain) {
@@ -72,8 +71,7 @@ void set_import(Imports& imports, std::string_view domain, int64_t version) {
   added->set_version(version);
 }
 
-void for_each_owned_node(const onnx::ModelProto& model, ImportOwner owner,
-                         const std::function<void(const onnx::NodeProto&)>& visit) {
+void for_each_owned_node(const onnx::ModelProto& model, ImportOwner owner, const std::function<void(const onnx::NodeProto&)>& visit) {
   if (owner.function) return for_each_nested_node(owner.function->node(), visit);
   for_each_graph(model, [&](const GraphView<true>& view) {
     if (view.place->function()) return;
@@ -122,8 +120,8 @@ std::map<std::string, const onnx::TensorProto*> constant_values(const onnx::Mode
   return constants;
 }
 
-std::optional<std::string> import_move_blocker(const onnx::ModelProto& model, ImportOwner owner, const std::string& domain,
-                                               int from, int to, const std::set<int32_t>& types,
+std::optional<std::string> import_move_blocker(const onnx::ModelProto& model, ImportOwner owner, const std::string& domain, int from,
+                                               int to, const std::set<int32_t>& types,
                                                const std::function<bool(const onnx::NodeProto&)>& skip,
                                                const std::function<bool(const onnx::NodeProto&)>& built_for_to,
                                                const std::function<const NodeTypes*()>& node_types) {

@@ -45,8 +45,7 @@ int import_of(const Imports& imports, std::string_view domain);
 void set_import(Imports& imports, std::string_view domain, int64_t version);
 
 // Every node the owner's imports apply to, nested graphs included.
-void for_each_owned_node(const onnx::ModelProto& model, ImportOwner owner,
-                         const std::function<void(const onnx::NodeProto&)>& visit);
+void for_each_owned_node(const onnx::ModelProto& model, ImportOwner owner, const std::function<void(const onnx::NodeProto&)>& visit);
 
 // Element types the model mentions anywhere (declared values, tensors, Cast targets), with the
 // stand-ins of opset.h for sequences, optionals and maps: a version step that only added other
@@ -61,8 +60,8 @@ std::set<int32_t> model_types(const onnx::ModelProto& model);
 // The values of `owner`'s initializers (not overridable as graph inputs) and Constant nodes
 // <value>, by name: inputs a node's meaning across a version step may depend on.
 std::map<std::string, const onnx::TensorProto*> constant_values(const onnx::ModelProto& model, ImportOwner owner);
-std::optional<std::string> import_move_blocker(const onnx::ModelProto& model, ImportOwner owner, const std::string& domain,
-                                               int from, int to, const std::set<int32_t>& types,
+std::optional<std::string> import_move_blocker(const onnx::ModelProto& model, ImportOwner owner, const std::string& domain, int from,
+                                               int to, const std::set<int32_t>& types,
                                                const std::function<bool(const onnx::NodeProto&)>& skip = {},
                                                const std::function<bool(const onnx::NodeProto&)>& built_for_to = {},
                                                const std::function<const NodeTypes*()>& node_types = {});

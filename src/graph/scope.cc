@@ -22,7 +22,7 @@ struct Scope::Index {
   // One entry per value a node computes or reads: the questions come in pairs (who computes
   // it, who reads it), and each name is hashed once.
   struct Value {
-    Producer producer;  // node null: computed elsewhere
+    Producer producer;        // node null: computed elsewhere
     uint32_t uses_begin = 0;  // into uses, in node order
     uint32_t uses_count = 0;
     // What constant_tensor asks of a value, answered by the one lookup of its entry: 1 + the
@@ -63,9 +63,7 @@ struct Scope::Index {
   void index_reads(NodeList& nodes);
   void index_reads_in_halves(NodeList& nodes);
 };
-bool is_constant_node(const onnx::NodeProto& node) {
-  return node.op_type() == "Constant" && normalize_domain(node.domain()).empty();
-}
+bool is_constant_node(const onnx::NodeProto& node) { return node.op_type() == "Constant" && normalize_domain(node.domain()).empty(); }
 
 const onnx::TensorProto* constant_node_value(const onnx::NodeProto& node) {
   if (!is_constant_node(node)) return nullptr;
@@ -109,18 +107,20 @@ std::optional<onnx::TensorProto> constant_node_tensor(const onnx::NodeProto& nod
   return std::nullopt;
 }
 
-Scope::Scope(Kind kind, std::string where, const Model& model, const Scope* parent, onnx::GraphProto* graph,
-             onnx::FunctionProto* function)
-    : kind_(kind), where_(std::move(where)), model_(model), parent_(parent), graph_(graph), function_(function),
+Scope::Scope(Kind kind, std::string where, const Model& model, const Scope* parent, onnx::GraphProto* graph, onnx::FunctionProto* function)
+    : kind_(kind),
+      where_(std::move(where)),
+      model_(model),
+      parent_(parent),
+      graph_(graph),
+      function_(function),
       index_(std::make_unique<Index>()) {
   index_->build(*this);
 }
 
 // Through const accessors: the list is read on two threads at times (a mutable accessor may mark
 // the message as it goes).
-NodeList& Scope::nodes() const {
-  return const_cast<NodeList&>(graph_ ? std::as_const(*graph_).node() : std::as_const(*function_).node());
-}
+NodeList& Scope::nodes() const { return const_cast<NodeList&>(graph_ ? std::as_const(*graph_).node() : std::as_const(*function_).node()); }
 
 void Scope::Index::add_type(const onnx::ValueInfoProto& info) {
   if (!info.type().has_tensor_type()) return;
@@ -305,10 +305,10 @@ void Scope::Index::index_reads_in_halves(NodeList& nodes) {
   const int count = nodes.size();
   struct Half {
     int from = 0, to = 0;
-    std::vector<uint32_t> ids;                  // per read in node order: its entry (npos: not in the table yet)
-    std::vector<uint32_t> begins;               // per node: where its reads start in ids
-    std::vector<std::pair<int, int>> unknown;   // per npos in ids: the position and input reading it
-    std::vector<uint32_t> next;                 // per value: where the half's next use goes
+    std::vector<uint32_t> ids;                 // per read in node order: its entry (npos: not in the table yet)
+    std::vector<uint32_t> begins;              // per node: where its reads start in ids
+    std::vector<std::pair<int, int>> unknown;  // per npos in ids: the position and input reading it
+    std::vector<uint32_t> next;                // per value: where the half's next use goes
   };
   std::array<Half, 2> halves;
   halves[0].to = halves[1].from = count / 2;
@@ -499,7 +499,9 @@ std::optional<TensorValues> Scope::constant_values(std::string_view value, size_
   if (elements > max_elements) return std::nullopt;
   constexpr size_t kKeptElements = 64;  // what is kept decoded: scalars and short vectors
   // A tensor held whole (a Constant's, a new initializer) is decoded where it is, not copied.
-  auto decode = [&] { return model_.payload_elsewhere(*tensor) ? decode_tensor(model_.tensor_with_data(*tensor)) : decode_tensor(*tensor); };
+  auto decode = [&] {
+    return model_.payload_elsewhere(*tensor) ? decode_tensor(model_.tensor_with_data(*tensor)) : decode_tensor(*tensor);
+  };
   if (elements > kKeptElements) return decode();
   auto& decoded = index_->decoded[static_cast<size_t>(reader)];
   auto& kept = decoded.at(decoded.index_of(tensor));

@@ -24,7 +24,7 @@ using NodeList = google::protobuf::RepeatedPtrField<onnx::NodeProto>;
 
 struct Use {
   onnx::NodeProto* node = nullptr;
-  int input = 0;  // index into node->input(), or -1 when a subgraph of `node` refers to the value
+  int input = 0;     // index into node->input(), or -1 when a subgraph of `node` refers to the value
   int position = 0;  // the node's, Scope::position (it fits in what alignment leaves over)
 };
 
@@ -34,15 +34,14 @@ class Scope {
  public:
   enum class Kind { kMainGraph, kSubgraph, kFunction };
 
-  Scope(Kind kind, std::string where, const Model& model, const Scope* parent, onnx::GraphProto* graph,
-        onnx::FunctionProto* function);
+  Scope(Kind kind, std::string where, const Model& model, const Scope* parent, onnx::GraphProto* graph, onnx::FunctionProto* function);
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
   ~Scope();
 
   Kind kind() const { return kind_; }
   const std::string& where() const { return where_; }
-  onnx::GraphProto* graph() const { return graph_; }          // null for functions
+  onnx::GraphProto* graph() const { return graph_; }           // null for functions
   onnx::FunctionProto* function() const { return function_; }  // null for graphs
   NodeList& nodes() const;
   const Model& model() const { return model_; }
@@ -99,7 +98,7 @@ class Scope {
   // Its values, decoded (small tensors only: at most `max_elements`).
   static constexpr size_t kMaxDecodedElements = 4096;
   std::optional<TensorValues> constant_values(std::string_view value, size_t max_elements = kMaxDecodedElements,
-                                             Reader reader = Reader::kRound) const;
+                                              Reader reader = Reader::kRound) const;
   // What is known of a value's type and shape: what the graph declares (graph inputs and
   // outputs, value_info, initializers, Constant nodes), completed by shape inference through
   // the producers; worked out once per scope (shapes.h). The one shape API of the engine.

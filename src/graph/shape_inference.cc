@@ -140,8 +140,8 @@ class ShapeInference::Worker {
     ShapeFacts facts;
     const auto type = ShapeInference::declared(scope_, value);
     facts.elem_type = type.elem_type;
-    if (const auto* const* input = inputs_.find(value); input && (*input)->type().has_tensor_type() &&
-                                                         (*input)->type().tensor_type().has_shape()) {
+    if (const auto* const* input = inputs_.find(value);
+        input && (*input)->type().has_tensor_type() && (*input)->type().tensor_type().has_shape()) {
       Dims dims;
       const auto& shape = (*input)->type().tensor_type().shape();
       for (int axis = 0; axis < shape.dim_size(); ++axis) {
@@ -167,9 +167,7 @@ class ShapeInference::Worker {
     }
   }
 
-  static bool is_integer(int32_t type) {
-    return type == onnx::TensorProto::INT64 || type == onnx::TensorProto::INT32;
-  }
+  static bool is_integer(int32_t type) { return type == onnx::TensorProto::INT64 || type == onnx::TensorProto::INT32; }
 
   Dims numeric(const std::vector<int64_t>& dims, std::string_view value) const {
     Dims out;
@@ -338,8 +336,10 @@ class ShapeInference::Worker {
       return;
     }
     infer_standard(node, outputs);
+    // clang-format off
     static const OpNames kBoolean = {"And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual",
                                      "GreaterOrEqual", "Not", "IsNaN", "IsInf"};
+    // clang-format on
     if (kBoolean.count(op)) outputs[0].elem_type = onnx::TensorProto::BOOL;
     if (outputs[0].elem_type == 0 && kSameType.count(op)) outputs[0].elem_type = any_input_type(node);
     if (op == "LayerNormalization" || op == "SimplifiedLayerNormalization") {
@@ -352,6 +352,7 @@ class ShapeInference::Worker {
     const std::string& op = node.op_type();
     const std::string& out = node.output(0);
     ShapeFacts& result = outputs[0];
+    // clang-format off
     static const OpNames kSameShape = {
         "Identity", "Abs", "Neg", "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "Tanh",
         "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Softplus",
@@ -360,10 +361,13 @@ class ShapeInference::Worker {
         "BatchNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization",
         "MeanVarianceNormalization", "CumSum", "Cast", "CastLike", "Not", "IsNaN", "IsInf", "Trilu",
         "Scatter", "ScatterElements", "ScatterND"};
+    // clang-format on
+    // clang-format off
     static const OpNames kBroadcast = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum",
                                        "Mean", "Mod", "PRelu", "And", "Or", "Xor", "Equal", "Less",
                                        "Greater", "LessOrEqual", "GreaterOrEqual", "Where",
                                        "BitwiseAnd", "BitwiseOr", "BitwiseXor"};
+    // clang-format on
     const ShapeFacts& first = input(node, 0);
     if (kSameShape.count(op)) {
       result.shape = first.shape;
@@ -497,8 +501,8 @@ class ShapeInference::Worker {
     const auto& start = first.values;
     const auto& limit = input(node, 1).values;
     const auto& delta = input(node, 2).values;
-    if (start && limit && delta && start->size() == 1 && limit->size() == 1 && delta->size() == 1 &&
-        (*start)[0].known() && (*limit)[0].known() && (*delta)[0].known() && *(*delta)[0].number != 0) {
+    if (start && limit && delta && start->size() == 1 && limit->size() == 1 && delta->size() == 1 && (*start)[0].known() &&
+        (*limit)[0].known() && (*delta)[0].known() && *(*delta)[0].number != 0) {
       const int64_t span = *(*limit)[0].number - *(*start)[0].number;
       const int64_t step = *(*delta)[0].number;
       const int64_t count = span / step + (span % step != 0 && (span < 0) == (step < 0) ? 1 : 0);
@@ -508,11 +512,13 @@ class ShapeInference::Worker {
 
   // Ops whose tensor inputs and first output share one element type: any typed input tells it
   // (ONNX Runtime saves graphs without value_info; a weight's type is often the only one known).
+  // clang-format off
   inline static const OpNames kSameType = {
       "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "MatMul", "Gemm", "Conv", "ConvTranspose",
       "Concat", "PRelu", "BatchNormalization", "InstanceNormalization", "LayerNormalization", "GroupNormalization",
       "RMSNormalization", "SimplifiedLayerNormalization", "FusedMatMul", "TransposeMatMul", "FusedGemm", "FusedConv",
       "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu", "FastGelu", "BiasAdd", "BiasSoftmax"};
+  // clang-format on
 
   int32_t any_input_type(const onnx::NodeProto& node) {
     for (int i = 0; i < node.input_size(); ++i) {
@@ -522,9 +528,11 @@ class ShapeInference::Worker {
   }
 
   // Ops whose output keeps the input's rank and batch: convolutions and pools (NCHWc ones too).
+  // clang-format off
   inline static const OpNames kSpatial = {"Conv", "ConvTranspose", "ConvInteger", "MaxPool", "AveragePool",
                                           "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool",
                                           "FusedConv", "ReorderInput", "ReorderOutput", "Upsample"};
+  // clang-format on
 
   static bool is_permutation_of_axes(const std::vector<int64_t>& perm, size_t rank) {
     if (perm.size() != rank) return false;
@@ -607,8 +615,7 @@ class ShapeInference::Worker {
     }
   }
 
-  void infer_gemm(const onnx::NodeProto& node, const ShapeFacts& a, const ShapeFacts& b, const std::string& out,
-                         ShapeFacts& result) {
+  void infer_gemm(const onnx::NodeProto& node, const ShapeFacts& a, const ShapeFacts& b, const std::string& out, ShapeFacts& result) {
     result.elem_type = a.elem_type;
     Dims dims{fresh(out, 0), fresh(out, 1)};
     if (a.shape && a.shape->size() == 2) dims[0] = (*a.shape)[int_attribute(node, "transA").value_or(0) ? 1 : 0];
@@ -618,12 +625,11 @@ class ShapeInference::Worker {
 
   // Mean / inverse standard deviation outputs of a normalization over the axes from `axis` on:
   // the input's shape with those axes 1, in float (double for double input).
-  void infer_statistics(const onnx::NodeProto& node, const ShapeFacts& x, int64_t axis,
-                               std::vector<ShapeFacts>& outputs) {
+  void infer_statistics(const onnx::NodeProto& node, const ShapeFacts& x, int64_t axis, std::vector<ShapeFacts>& outputs) {
     for (size_t i = 1; i < outputs.size() && i < 3; ++i) {
       ShapeFacts& statistics = outputs[i];
       statistics.elem_type = x.elem_type == onnx::TensorProto::DOUBLE ? onnx::TensorProto::DOUBLE
-                                                                       : static_cast<int32_t>(int_attribute(node, "stash_type").value_or(1));
+                                                                      : static_cast<int32_t>(int_attribute(node, "stash_type").value_or(1));
       if (!x.shape) continue;
       const auto rank = static_cast<int64_t>(x.shape->size());
       const int64_t first = axis < 0 ? axis + rank : axis;
@@ -640,9 +646,11 @@ class ShapeInference::Worker {
     const std::string& out = node.output(0);
     ShapeFacts& result = outputs[0];
     const ShapeFacts& first = input(node, 0);
+    // clang-format off
     static const OpNames kSameShape = {"Gelu", "FastGelu", "BiasGelu", "QuickGelu", "BiasSoftmax",
                                        "SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
                                        "LayerNormalization", "SimplifiedLayerNormalization"};
+    // clang-format on
     if (kSameShape.count(op)) {
       result.elem_type = first.elem_type;
       result.shape = first.shape;
@@ -714,8 +722,7 @@ class ShapeInference::Worker {
     Dim total = sequence;
     if (past.shape && past.shape->size() == 5) {
       const Dim& past_length = (*past.shape)[3];
-      total = past_length.known() && sequence.known() ? Dim::of(*past_length.number + *sequence.number)
-                                                      : fresh(node.output(1), 3);
+      total = past_length.known() && sequence.known() ? Dim::of(*past_length.number + *sequence.number) : fresh(node.output(1), 3);
     }
     const Dim head_size = heads && *heads > 0 && qk_hidden ? Dim::of(*qk_hidden / *heads) : fresh(node.output(1), 4);
     outputs[1].shape = Dims{Dim::of(2), batch, heads ? Dim::of(*heads) : fresh(node.output(1), 2), total, head_size};
@@ -882,7 +889,7 @@ class ShapeInference::Worker {
   }
 
   void infer_reshape(const onnx::NodeProto& node, const ShapeFacts& data, const ShapeFacts& shape, const std::string& out,
-                            ShapeFacts& result) {
+                     ShapeFacts& result) {
     result.elem_type = data.elem_type;
     if (!shape.values) {
       if (shape.shape && shape.shape->size() == 1 && (*shape.shape)[0].known()) {
@@ -1014,8 +1021,8 @@ class ShapeInference::Worker {
   // hold references while asking for more.
   const onnx::NodeProto* visiting_ = nullptr;  // the node gather_inputs accepted, until visited
   std::vector<const ShapeFacts*> visiting_inputs_;
-  std::vector<uint32_t> fact_of_value_;        // by value id: 1 + its index in facts_, 0 if unknown
-  std::vector<uint32_t> walked_at_;            // by node position: the last walk that waited for its inputs
+  std::vector<uint32_t> fact_of_value_;  // by value id: 1 + its index in facts_, 0 if unknown
+  std::vector<uint32_t> walked_at_;      // by node position: the last walk that waited for its inputs
   uint32_t walks_ = 0;
   FlatMap<std::string_view, size_t> by_name_;  // the same for names the index doesn't know
   std::deque<ShapeFacts> facts_;

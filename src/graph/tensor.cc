@@ -14,6 +14,7 @@ struct TypeName {
   const char* name;
 };
 
+// clang-format off
 constexpr TypeName kTypeNames[] = {
     {TensorProto::FLOAT, "float"},       {TensorProto::UINT8, "uint8"},         {TensorProto::INT8, "int8"},
     {TensorProto::UINT16, "uint16"},     {TensorProto::INT16, "int16"},         {TensorProto::INT32, "int32"},
@@ -25,7 +26,9 @@ constexpr TypeName kTypeNames[] = {
     {22, "int4"},                        {23, "float4e2m1"},                    {24, "float8e8m0"},
     {25, "uint2"},                       {26, "int2"},
 };
+// clang-format on
 
+// clang-format off
 // Bytes per element in raw_data for the types decode_tensor reads a byte or more at a time; 0
 // for the others.
 size_t raw_element_size(int32_t type) {
@@ -38,6 +41,7 @@ size_t raw_element_size(int32_t type) {
     default: return 0;
   }
 }
+// clang-format on
 
 template <typename T>
 T load(const char* bytes) {
@@ -46,6 +50,7 @@ T load(const char* bytes) {
   return value;
 }
 
+// clang-format off
 double raw_element(int32_t type, const char* p) {
   switch (type) {
     case TensorProto::FLOAT: return load<float>(p);
@@ -63,6 +68,7 @@ double raw_element(int32_t type, const char* p) {
     default: return 0;
   }
 }
+// clang-format on
 
 // int32_data carries the bit patterns of 16-bit floats.
 double int32_field_element(int32_t type, int32_t value) {
@@ -71,6 +77,7 @@ double int32_field_element(int32_t type, int32_t value) {
   return value;
 }
 
+// clang-format off
 int64_t raw_integer(int32_t type, const char* p) {
   switch (type) {
     case TensorProto::INT8: return load<int8_t>(p);
@@ -83,6 +90,7 @@ int64_t raw_integer(int32_t type, const char* p) {
     default: return static_cast<int64_t>(load<uint64_t>(p));
   }
 }
+// clang-format on
 
 // The elements of an integer tensor without going through double.
 std::vector<int64_t> exact_integers(const TensorProto& tensor, size_t element_size) {
@@ -104,7 +112,8 @@ std::vector<int64_t> exact_integers(const TensorProto& tensor, size_t element_si
 TensorValues decode_4bit(const TensorProto& tensor, TensorValues values, int64_t count) {
   const bool is_signed = tensor.data_type() == 22;
   auto byte_at = [&](size_t i) -> uint8_t {
-    return tensor.has_raw_data() ? static_cast<uint8_t>(tensor.raw_data()[i]) : static_cast<uint8_t>(tensor.int32_data(static_cast<int>(i)));
+    return tensor.has_raw_data() ? static_cast<uint8_t>(tensor.raw_data()[i])
+                                 : static_cast<uint8_t>(tensor.int32_data(static_cast<int>(i)));
   };
   values.integers.reserve(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
@@ -228,6 +237,7 @@ TensorProto make_int64_tensor(const std::vector<int64_t>& dims, const std::vecto
   return tensor;
 }
 
+// clang-format off
 int element_bits(int32_t data_type) {
   switch (data_type) {
     case TensorProto::FLOAT: case TensorProto::INT32: case TensorProto::UINT32: return 32;
@@ -242,6 +252,7 @@ int element_bits(int32_t data_type) {
     default: return 0;
   }
 }
+// clang-format on
 
 std::string data_type_name(int32_t data_type) {
   for (const auto& entry : kTypeNames) {
@@ -294,6 +305,7 @@ float half_to_float(uint16_t bits) {
   return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
+// clang-format off
 bool is_integer_type(int32_t type) {
   switch (type) {
     case TensorProto::INT8: case TensorProto::INT16: case TensorProto::INT32: case TensorProto::INT64:
@@ -304,6 +316,7 @@ bool is_integer_type(int32_t type) {
       return false;
   }
 }
+// clang-format on
 
 bool is_float_type(int32_t type) {
   return type == TensorProto::FLOAT || type == TensorProto::DOUBLE || type == TensorProto::FLOAT16 || type == TensorProto::BFLOAT16;

@@ -152,10 +152,10 @@ std::vector<std::string_view> free_names(const std::vector<const onnx::GraphProt
     std::unordered_set<std::string_view> defined;
     OrderedNames free;
     int next_node = 0;
-    bool reading_subgraphs = false;              // graph->node(next_node)'s inputs were read
+    bool reading_subgraphs = false;                  // graph->node(next_node)'s inputs were read
     std::vector<const onnx::GraphProto*> subgraphs;  // of that node
     size_t next_subgraph = 0;
-    OrderedNames nested;                         // what its subgraphs read from outside them
+    OrderedNames nested;  // what its subgraphs read from outside them
   };
   auto open = [](const onnx::GraphProto* graph) {
     Frame frame{graph, {}, {}, 0, false, {}, 0, {}};

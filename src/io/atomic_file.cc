@@ -85,8 +85,7 @@ void install_interrupt_cleanup() {
   static const bool installed = [] {
     for (const int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
       struct sigaction current {};
-      if (::sigaction(signal_number, nullptr, &current) == 0 && current.sa_handler == SIG_DFL &&
-          !(current.sa_flags & SA_SIGINFO)) {
+      if (::sigaction(signal_number, nullptr, &current) == 0 && current.sa_handler == SIG_DFL && !(current.sa_flags & SA_SIGINFO)) {
         std::signal(signal_number, remove_pending_files);
       }
     }

@@ -105,8 +105,8 @@ std::vector<std::string> check_external_data(const Model& model, const std::stri
     }
     const std::optional<int64_t> needed = data_bytes(tensor, name, what);
     if (needed && length && *length != *needed) {
-      throw InputError(name, what + " length " + std::to_string(*length) + " does not match the tensor: " + shape_text(tensor) +
-                                 " takes " + std::to_string(*needed) + " bytes");
+      throw InputError(name, what + " length " + std::to_string(*length) + " does not match the tensor: " + shape_text(tensor) + " takes " +
+                                 std::to_string(*needed) + " bytes");
     }
     const fs::path file = base / location;
     if (!fs::is_regular_file(file, ec)) {

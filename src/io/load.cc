@@ -35,15 +35,14 @@ bool is_tensor_payload(uint32_t field_number) {
     case 10:  // double_data
     case 11:  // uint64_data
       return true;
-    default:
-      return false;
+    default: return false;
   }
 }
 
 // Splits the graph field: initializers become headers whose payload stays in `source`, nodes
 // are parsed apart (parse_graph), everything else is collected for a regular parse.
-void scan_graph(const SourceBytes& source, const wire::Field& graph_field, std::string& graph_rest,
-                std::vector<FileRange>& nodes, std::vector<std::pair<std::string, FileRange>>& initializers) {
+void scan_graph(const SourceBytes& source, const wire::Field& graph_field, std::string& graph_rest, std::vector<FileRange>& nodes,
+                std::vector<std::pair<std::string, FileRange>>& initializers) {
   wire::FieldReader reader(source.data(), graph_field.payload_begin, graph_field.end);
   wire::Field field;
   while (reader.next(field)) {

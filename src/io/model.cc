@@ -56,9 +56,7 @@ std::optional<FileRange> Model::raw_data_in_source(const onnx::TensorProto& head
   return std::nullopt;
 }
 
-void Model::assemble(const onnx::TensorProto& header, std::vector<FileRange> raw_data) {
-  assembled_[&header] = std::move(raw_data);
-}
+void Model::assemble(const onnx::TensorProto& header, std::vector<FileRange> raw_data) { assembled_[&header] = std::move(raw_data); }
 
 const std::vector<FileRange>* Model::assembled_raw_data(const onnx::TensorProto& header) const {
   auto it = assembled_.find(&header);

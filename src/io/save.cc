@@ -343,8 +343,8 @@ void make_directories(const fs::path& directory, const fs::path& root, const fs:
     if (S_ISLNK(st.st_mode)) {
       const fs::path resolved = fs::weakly_canonical(at, ec);
       if (ec || !lies_inside(resolved, real_root) || !fs::is_directory(resolved, ec)) {
-        throw InputError(output.string(), "'" + at.string() + "' is a symbolic link leading out of " + root.string() +
-                                              "; nothing is written outside it");
+        throw InputError(output.string(),
+                         "'" + at.string() + "' is a symbolic link leading out of " + root.string() + "; nothing is written outside it");
       }
     } else if (!S_ISDIR(st.st_mode)) {
       throw InputError(output.string(), "'" + at.string() + "' is in the way: not a directory");
@@ -411,12 +411,12 @@ struct PendingModel::State {
     fs::path to;
     std::unique_ptr<AtomicFile> copy;  // null: the file already at `to` holds the same bytes
     mode_t mode = 0;
-    dev_t device = 0;                   // of the file reused, or of the copy once in place
+    dev_t device = 0;  // of the file reused, or of the copy once in place
     ino_t inode = 0;
-    bool placed = false;                // the copy was moved into place by this commit
+    bool placed = false;  // the copy was moved into place by this commit
   };
-  fs::path output;  // as named, for errors
-  fs::path directory;  // the output's, where the model reads its data files
+  fs::path output;                  // as named, for errors
+  fs::path directory;               // the output's, where the model reads its data files
   std::set<std::string> locations;  // of every data file the model reads
   std::vector<Data> data;
   std::unique_ptr<AtomicFile> model;
@@ -425,8 +425,8 @@ struct PendingModel::State {
   std::unique_ptr<TemporaryDirectory> exposed;
 
   [[noreturn]] void conflict(const Data& item) const {
-    throw InputError(output.string(), "external data '" + printable(item.location) +
-                                          "' would replace a different file already in " + directory_of(item.to).string());
+    throw InputError(output.string(), "external data '" + printable(item.location) + "' would replace a different file already in " +
+                                          directory_of(item.to).string());
   }
   // Data files this commit put in place, removed again when a later step fails. Under the
   // directory locks, so no other onnx-rewrite can have started to rely on them.
@@ -440,8 +440,7 @@ struct PendingModel::State {
   }
 };
 
-PendingModel::PendingModel(const Model& model, const fs::path& path, const WriteOptions& options)
-    : state_(std::make_unique<State>()) {
+PendingModel::PendingModel(const Model& model, const fs::path& path, const WriteOptions& options) : state_(std::make_unique<State>()) {
   State& state = *state_;
   state.output = path;
   std::error_code ec;
@@ -581,7 +580,8 @@ fs::path PendingModel::expose() {
     std::error_code ec;
     fs::create_directories(to.parent_path(), ec);
     if (ec) throw InputError(state.output.string(), "cannot create '" + to.parent_path().string() + "': " + ec.message());
-    const auto copy = std::find_if(state.data.begin(), state.data.end(), [&](const State::Data& item) { return item.location == location; });
+    const auto copy =
+        std::find_if(state.data.begin(), state.data.end(), [&](const State::Data& item) { return item.location == location; });
     // Else the file the output will read is there already: reused, or the input's own beside it.
     if (copy != state.data.end() && copy->copy) copy->copy->link_to(to);
     else link_or_copy(state.directory / location, to);
@@ -590,8 +590,6 @@ fs::path PendingModel::expose() {
   return state.exposed->path() / target.filename();
 }
 
-void write_model(const Model& model, const fs::path& path, const WriteOptions& options) {
-  PendingModel(model, path, options).commit();
-}
+void write_model(const Model& model, const fs::path& path, const WriteOptions& options) { PendingModel(model, path, options).commit(); }
 
 }  // namespace onnx_rewrite

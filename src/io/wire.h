@@ -73,8 +73,7 @@ class FieldReader {
         field.payload_begin = pos_;
         skip(4);
         break;
-      default:
-        throw MalformedError("unsupported wire type " + std::to_string(tag & 7));
+      default: throw MalformedError("unsupported wire type " + std::to_string(tag & 7));
     }
     field.end = pos_;
     return true;

@@ -30,7 +30,9 @@ std::vector<Value> NodeView::inputs() const { return values_of(node_->input()); 
 
 std::vector<Value> NodeView::outputs() const { return values_of(node_->output()); }
 
-Value NodeView::input(size_t i) const { return i < static_cast<size_t>(node_->input_size()) ? Value{node_->input(static_cast<int>(i))} : Value{}; }
+Value NodeView::input(size_t i) const {
+  return i < static_cast<size_t>(node_->input_size()) ? Value{node_->input(static_cast<int>(i))} : Value{};
+}
 
 Value NodeView::output(size_t i) const {
   return i < static_cast<size_t>(node_->output_size()) ? Value{node_->output(static_cast<int>(i))} : Value{};
@@ -64,8 +66,8 @@ std::vector<int64_t> NodeView::attribute_ints(std::string_view name, std::vector
 Attributes NodeView::attributes_except(std::initializer_list<std::string_view> left_out) const {
   Attributes kept;
   for (const auto& attribute : node_->attribute()) {
-    const bool left = std::any_of(left_out.begin(), left_out.end(),
-                                  [&](std::string_view prefix) { return attribute.name().starts_with(prefix); });
+    const bool left =
+        std::any_of(left_out.begin(), left_out.end(), [&](std::string_view prefix) { return attribute.name().starts_with(prefix); });
     if (!left) kept.push_back(attribute);
   }
   return kept;
@@ -85,8 +87,7 @@ const std::string& BuildContext::rule_id() const { return match_.rule->id; }
 
 void BuildContext::require_value(std::string_view name) const {
   if (!signature_.declares_value(name)) {
-    throw BuilderContractError(
-        fmt::format("the builder of rule {} reads pattern value '{}', which it does not declare", rule_id(), name));
+    throw BuilderContractError(fmt::format("the builder of rule {} reads pattern value '{}', which it does not declare", rule_id(), name));
   }
 }
 
@@ -98,8 +99,8 @@ void BuildContext::require_attribute(std::string_view name) const {
 
 void BuildContext::require_node_attribute(std::string_view name) const {
   if (!signature_.declares_node_attribute(name)) {
-    throw BuilderContractError(fmt::format(
-        "the builder of rule {} reads attribute '{}' of a matched node, which it does not declare", rule_id(), name));
+    throw BuilderContractError(
+        fmt::format("the builder of rule {} reads attribute '{}' of a matched node, which it does not declare", rule_id(), name));
   }
 }
 
@@ -129,9 +130,7 @@ int32_t BuildContext::element_type(std::initializer_list<std::string_view> names
   return 0;
 }
 
-bool BuildContext::is_constant(std::string_view name) const {
-  return has(name) && match_.scope->is_constant(graph_name(name));
-}
+bool BuildContext::is_constant(std::string_view name) const { return has(name) && match_.scope->is_constant(graph_name(name)); }
 
 std::optional<TensorValues> BuildContext::constant(std::string_view name, size_t max_elements) const {
   return has(name) ? match_.scope->constant_values(graph_name(name), max_elements) : std::nullopt;

@@ -14,9 +14,7 @@ static bool listed(const std::vector<std::string>& names, std::string_view name)
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-bool BuilderSignature::declares_value(std::string_view name) const {
-  return listed(values, name) || listed(optional_values, name);
-}
+bool BuilderSignature::declares_value(std::string_view name) const { return listed(values, name) || listed(optional_values, name); }
 
 bool BuilderSignature::declares_attribute(std::string_view name) const {
   return listed(attributes, name) || listed(optional_attributes, name);

@@ -98,8 +98,7 @@ bool same_attribute_value(const onnx::AttributeProto& a, const onnx::AttributePr
   switch (a.type()) {
     case A::STRING: return a.s() == b.s();
     case A::INTS: return std::equal(a.ints().begin(), a.ints().end(), b.ints().begin(), b.ints().end());
-    case A::FLOATS:
-      return std::equal(a.floats().begin(), a.floats().end(), b.floats().begin(), b.floats().end(), close);
+    case A::FLOATS: return std::equal(a.floats().begin(), a.floats().end(), b.floats().begin(), b.floats().end(), close);
     case A::STRINGS: return std::equal(a.strings().begin(), a.strings().end(), b.strings().begin(), b.strings().end());
     default: return a.SerializeAsString() == b.SerializeAsString();
   }
@@ -222,7 +221,9 @@ class Matcher::Lookups {
  public:
   // Up to 256 entries, fewer for a small scope (models can hold thousands of subgraphs).
   Lookups(const Scope& scope, Scope::Reader reader)
-      : scope_(scope), reader_(reader), bits_(std::clamp(static_cast<int>(std::bit_width(static_cast<unsigned>(scope.nodes().size()))), 4, 8)),
+      : scope_(scope),
+        reader_(reader),
+        bits_(std::clamp(static_cast<int>(std::bit_width(static_cast<unsigned>(scope.nodes().size()))), 4, 8)),
         entries_(size_t{1} << bits_) {}
 
   const Scope::Producer* producer(std::string_view value) {
@@ -389,7 +390,13 @@ class Search {
  public:
   Search(const Scope& scope, Scope::Reader reader, Matcher::Lookups& lookups, Matcher::Bindings& trail, const Rule& rule,
          const Pattern& pattern, const NodeSet& claimed, bool explaining)
-      : scope_(scope), reader_(reader), lookups_(lookups), rule_(rule), pattern_(pattern), claimed_(claimed), explaining_(explaining),
+      : scope_(scope),
+        reader_(reader),
+        lookups_(lookups),
+        rule_(rule),
+        pattern_(pattern),
+        claimed_(claimed),
+        explaining_(explaining),
         state_(trail) {
     state_.clear();
   }
@@ -399,8 +406,7 @@ class Search {
       const int version = scope_.opset(range.domain);
       if (!range.contains(version)) {
         fail(0, [&] {
-          return fmt::format("the model imports {} {}, the pattern is for {}", display_domain(range.domain), version,
-                             range.describe());
+          return fmt::format("the model imports {} {}, the pattern is for {}", display_domain(range.domain), version, range.describe());
         });
         return std::nullopt;
       }
@@ -472,8 +478,7 @@ class Search {
       return reject(why);
     };
     switch (constraint.kind) {
-      case K::kConstant:
-        return lookups_.is_constant(value) ? true : reject("is not a constant");
+      case K::kConstant: return lookups_.is_constant(value) ? true : reject("is not a constant");
       case K::kScalar: {
         auto values = scope_.constant_values(value, 1, reader_);
         return values && values->numbers.size() == 1 ? true : reject("is not a constant scalar");
@@ -574,8 +579,8 @@ class Search {
     const PatternNode& pattern_node = pattern_.nodes[index];
     if (!is_op(*node, pattern_node)) {
       fail(depth, [&] {
-        return fmt::format("node {} is {}.{}, the pattern wants {}.{}", node_text(*node), display_domain(node->domain()),
-                           node->op_type(), display_domain(pattern_node.domain), pattern_node.op_type);
+        return fmt::format("node {} is {}.{}, the pattern wants {}.{}", node_text(*node), display_domain(node->domain()), node->op_type(),
+                           display_domain(pattern_node.domain), pattern_node.op_type);
       });
       return false;
     }
@@ -586,8 +591,8 @@ class Search {
     for (const auto& attribute : node->attribute()) {
       if (!attribute.ref_attr_name().empty()) {  // inside a function body: the value comes with each call
         fail(depth, [&] {
-          return fmt::format("node {}: attribute {} refers to the function's attribute @{}, known only at each call",
-                             node_text(*node), attribute.name(), attribute.ref_attr_name());
+          return fmt::format("node {}: attribute {} refers to the function's attribute @{}, known only at each call", node_text(*node),
+                             attribute.name(), attribute.ref_attr_name());
         });
         return false;
       }
@@ -598,8 +603,7 @@ class Search {
       return false;
     }
     state_.nodes.push_back(node);
-    const bool matched = pattern_node.associative ? match_tree_inputs(pattern_node, node, depth)
-                                                  : match_inputs(pattern_node, *node, depth);
+    const bool matched = pattern_node.associative ? match_tree_inputs(pattern_node, node, depth) : match_inputs(pattern_node, *node, depth);
     if (!matched) state_.undo(saved);
     return matched;
   }
@@ -665,8 +669,8 @@ class Search {
     for (size_t i = 0; i < pattern_node.outputs.size(); ++i) {
       const std::string& name = pattern_node.outputs[i];
       if (name.empty() || name == "_") continue;
-      std::string_view graph_value = i < static_cast<size_t>(node.output_size()) ? std::string_view(node.output(static_cast<int>(i)))
-                                                                                 : std::string_view();
+      std::string_view graph_value =
+          i < static_cast<size_t>(node.output_size()) ? std::string_view(node.output(static_cast<int>(i))) : std::string_view();
       if (may_be_absent(pattern_, name) && lookups_.uses(graph_value).empty() && !scope_.is_output(graph_value)) {
         graph_value = {};  // an optional output nothing reads is as good as absent
       }
@@ -749,8 +753,7 @@ class Search {
     grow(Tree{{root->input(0), root->input(1)}, {}}, 0, pattern_node, trees);
     if (trees.empty()) {
       fail(depth, [&] {
-        return fmt::format("node {} is not a chain of {} {} operands", node_text(*root), pattern_node.inputs.size(),
-                           pattern_node.op_type);
+        return fmt::format("node {} is not a chain of {} {} operands", node_text(*root), pattern_node.inputs.size(), pattern_node.op_type);
       });
       return false;
     }
@@ -871,8 +874,8 @@ Matcher::Matcher(const Scope& scope, const NodeSet& claimed, Scope::Reader reade
 
 Matcher::~Matcher() = default;
 
-std::optional<Match> Matcher::match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node, int position,
-                                    std::string* why_not, bool* on_facts) const {
+std::optional<Match> Matcher::match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node, int position, std::string* why_not,
+                                    bool* on_facts) const {
   if (!why_not && !prefilter_->may_match(pattern, *node, position)) {
     if (on_facts) *on_facts = false;
     return std::nullopt;

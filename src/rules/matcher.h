@@ -24,10 +24,10 @@ class Match {
   const Rule* rule = nullptr;
   const Pattern* pattern = nullptr;
   onnx::NodeProto* anchor = nullptr;
-  std::vector<onnx::NodeProto*> nodes;          // every graph node the match covers
-  std::map<std::string, std::string> values;    // pattern value -> graph value ("" when absent)
+  std::vector<onnx::NodeProto*> nodes;                     // every graph node the match covers
+  std::map<std::string, std::string> values;               // pattern value -> graph value ("" when absent)
   std::map<std::string, onnx::AttributeProto> attributes;  // captures, defaults and `let` results
-  std::map<std::string, int> opsets;            // domain -> version the replacement is built for
+  std::map<std::string, int> opsets;                       // domain -> version the replacement is built for
 
   // The graph value bound to a pattern value ("" when an optional input is absent).
   const std::string& value(const std::string& pattern_name) const;
@@ -62,8 +62,8 @@ class Matcher {
   // returns nullopt and, if `why_not` is given, the reason from the attempt that got furthest;
   // `on_facts`, if given, says whether a type or rank condition rejected a binding on the way
   // because the shape facts don't know it (the same place may match once they do).
-  std::optional<Match> match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node, int position,
-                             std::string* why_not = nullptr, bool* on_facts = nullptr) const;
+  std::optional<Match> match(const Rule& rule, const Pattern& pattern, onnx::NodeProto* node, int position, std::string* why_not = nullptr,
+                             bool* on_facts = nullptr) const;
 
   class Lookups;    // the index's last answers, which the search asks for (matcher.cc)
   struct Bindings;  // what a search has bound so far (matcher.cc)

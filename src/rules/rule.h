@@ -33,8 +33,8 @@ struct VersionRange {
 
 struct PatternAttribute {
   std::string name;
-  std::optional<onnx::AttributeProto> literal;  // must equal (ONNX's default counts when absent)
-  std::string capture;                          // else: bind the node's value to this name
+  std::optional<onnx::AttributeProto> literal;                                         // must equal (ONNX's default counts when absent)
+  std::string capture;                                                                 // else: bind the node's value to this name
   onnx::AttributeProto::AttributeType capture_type = onnx::AttributeProto::UNDEFINED;  // as declared
 };
 
@@ -56,17 +56,17 @@ struct PatternNode {
 // A condition on a pattern value or a captured attribute (`where` lines).
 struct Constraint {
   enum class Kind {
-    kConstant,     // x is constant
-    kScalar,       // x is scalar: a constant with one element
-    kApprox,       // x ≈ v ± tol: a constant whose every element is within tol of v
-    kEquals,       // x == literal (constant value or captured attribute)
-    kIn,           // x in [...] (captured attribute)
-    kOptional,     // x is optional: may be absent
-    kPresent,      // x is present (input or attribute)
-    kAbsent,       // x is absent
-    kDtype,        // x dtype in [...]
-    kRank,         // x rank in [min, max]
-    kVariadic,     // y is variadic: the node computing y may have further inputs
+    kConstant,  // x is constant
+    kScalar,    // x is scalar: a constant with one element
+    kApprox,    // x ≈ v ± tol: a constant whose every element is within tol of v
+    kEquals,    // x == literal (constant value or captured attribute)
+    kIn,        // x in [...] (captured attribute)
+    kOptional,  // x is optional: may be absent
+    kPresent,   // x is present (input or attribute)
+    kAbsent,    // x is absent
+    kDtype,     // x dtype in [...]
+    kRank,      // x rank in [min, max]
+    kVariadic,  // y is variadic: the node computing y may have further inputs
   };
   Kind kind;
   std::string subject;
@@ -84,9 +84,9 @@ struct Pattern {
   std::vector<std::string> outputs;
   std::vector<PatternNode> nodes;
   std::vector<Constraint> constraints;
-  std::vector<VersionRange> opsets;  // the model's imports this pattern is valid for
+  std::vector<VersionRange> opsets;                      // the model's imports this pattern is valid for
   std::map<std::string, onnx::AttributeProto> defaults;  // for absent captured attributes
-  std::vector<size_t> order;         // match order: anchor first, then connected nodes
+  std::vector<size_t> order;                             // match order: anchor first, then connected nodes
   int line = 0;
 
   const PatternNode& anchor() const { return nodes[order.front()]; }
@@ -150,6 +150,5 @@ struct Rule {
 // The rule files a --rules path names: the file, or a directory's *.rules files, sorted; throws
 // InputError when there is nothing at the path.
 std::vector<std::filesystem::path> rule_files(const std::string& path);
-
 
 }  // namespace onnx_rewrite

@@ -100,7 +100,8 @@ class RuleChecker {
     for (size_t p = 0; p < rule_.patterns.size(); ++p) {
       const Pattern& pattern = rule_.patterns[p];
       for (size_t n = 0; n < pattern.nodes.size(); ++n) {
-        if (auto message = pattern_node_problem(pattern, pattern.nodes[n])) return RuleProblem{RuleProblem::Place::kPatternNode, p, n, *message};
+        if (auto message = pattern_node_problem(pattern, pattern.nodes[n]))
+          return RuleProblem{RuleProblem::Place::kPatternNode, p, n, *message};
       }
     }
     for (size_t r = 0; r < rule_.requires_opsets.size(); ++r) {
@@ -162,9 +163,10 @@ class RuleChecker {
         if (named(normalize_domain(node.domain()))) return std::nullopt;
       }
     }
-    return fmt::format("requires: '{}' is no domain the op tables know (ai.onnx, ai.onnx.ml, com.microsoft, "
-                       "com.microsoft.nchwc), nor one the rule's nodes use",
-                       display_domain(range.domain));
+    return fmt::format(
+        "requires: '{}' is no domain the op tables know (ai.onnx, ai.onnx.ml, com.microsoft, "
+        "com.microsoft.nchwc), nor one the rule's nodes use",
+        display_domain(range.domain));
   }
 
   // The lowest import of `domain` a model this pattern matches can have, after `requires:`
@@ -201,10 +203,10 @@ class RuleChecker {
         if (some_target_loads(domain, op, version)) loaded_from = version;
       }
       if (loaded_from) {
-        return fmt::format("{} is not loadable at {} opset {} (the lowest a model this pattern matches has) by {}: add "
-                           "`requires: {} >= {}` (or a `where {{ opset ... }}` the pattern needs)",
-                           op_name(domain, op), display_domain(domain), lowest, fmt::join(rule_.targets, ", "),
-                           display_domain(domain), *loaded_from);
+        return fmt::format(
+            "{} is not loadable at {} opset {} (the lowest a model this pattern matches has) by {}: add "
+            "`requires: {} >= {}` (or a `where {{ opset ... }}` the pattern needs)",
+            op_name(domain, op), display_domain(domain), lowest, fmt::join(rule_.targets, ", "), display_domain(domain), *loaded_from);
       }
       std::string text = fmt::format("no target of the rule ({}) loads {}", fmt::join(rule_.targets, ", "), op_name(domain, op));
       if (table && !table->knows(op)) {

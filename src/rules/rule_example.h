@@ -12,7 +12,7 @@
 namespace onnx_rewrite {
 
 struct ExampleOutcome {
-  std::string problem;  // empty when the example rewrites exactly as the rule's expect says
+  std::string problem;           // empty when the example rewrites exactly as the rule's expect says
   std::string expected, actual;  // the canonical node lists, when they differ
   bool passed() const { return problem.empty(); }
 };
@@ -28,8 +28,7 @@ ExampleOutcome run_rule_example(const Rule& rule, const RuleSet& rules);
 // result compared with what a rule documents, whatever fresh names it chose.
 std::string canonical_nodes(const onnx::ModelProto& model, const std::set<std::string>& kept);
 // The same for a node list written in ONNX text (`{ ... }`), in the context of `model`.
-std::string canonical_nodes_text(const std::string& nodes_text, const onnx::ModelProto& model,
-                                 const std::set<std::string>& kept);
+std::string canonical_nodes_text(const std::string& nodes_text, const onnx::ModelProto& model, const std::set<std::string>& kept);
 // Graph inputs, outputs and initializers: the names a rewrite keeps.
 std::set<std::string> interface_names(const onnx::ModelProto& model);
 

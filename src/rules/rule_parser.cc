@@ -34,8 +34,8 @@ class OnnxTextParser : public onnx::OnnxParser {
 
 bool is_identifier_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; }
 
-const std::set<std::string> kCommutative = {"Add", "Mul", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor",
-                                            "Equal", "BitwiseAnd", "BitwiseOr", "BitwiseXor"};
+const std::set<std::string> kCommutative = {"Add", "Mul", "Max",   "Min",        "Sum",       "Mean",      "And",
+                                            "Or",  "Xor", "Equal", "BitwiseAnd", "BitwiseOr", "BitwiseXor"};
 
 class RuleFileParser {
  public:
@@ -247,8 +247,7 @@ class RuleFileParser {
       } else if (clause == "fuses for") {
         rule.fuse_targets = split_list(value, clause_at);
         clauses.fuse_targets_at = clause_at;
-      }
-      else if (clause == "priority") rule.priority = parse_int(value, clause_at);
+      } else if (clause == "priority") rule.priority = parse_int(value, clause_at);
       else {
         rule.requires_opsets = parse_version_list(value, clause_at);
         clauses.requires_at = clause_at;
@@ -278,8 +277,9 @@ class RuleFileParser {
         rule.example->expected_nodes_text = parse_onnx(nodes, "the expected nodes");
       }
     } else {
-      error_at(clause_at, "unknown clause '" + clause + "' (description, targets, fuses for, priority, requires, where, "
-                          "pattern, let, replace, example, expect, end)");
+      error_at(clause_at, "unknown clause '" + clause +
+                              "' (description, targets, fuses for, priority, requires, where, "
+                              "pattern, let, replace, example, expect, end)");
     }
   }
 
@@ -366,8 +366,7 @@ class RuleFileParser {
 
   std::shared_ptr<const Replacement> make_replacement(const Rule& rule, Clauses& clauses) {
     if (clauses.builder_name.empty()) {
-      check_replacement(rule, clauses.replacement_nodes, clauses.replacement_inputs, clauses.replacement_outputs,
-                        clauses.replacement_at);
+      check_replacement(rule, clauses.replacement_nodes, clauses.replacement_inputs, clauses.replacement_outputs, clauses.replacement_at);
       return std::make_shared<TextReplacement>(std::move(clauses.replacement_nodes), clauses.replacement_inputs,
                                                clauses.replacement_outputs);
     }
@@ -546,8 +545,8 @@ class RuleFileParser {
         tokens.push_back({line.substr(i, end - i), Token::Kind::kWord});
         i = end;
       } else {
-        static const char* const kSymbols[] = {"\xE2\x89\x88", "\xC2\xB1", "~=", "+-", "==", ">=", "<=", "..",
-                                               "[", "]", "(", ")", ",", "+", "-", "*", "/", "="};
+        static const char* const kSymbols[] = {
+            "\xE2\x89\x88", "\xC2\xB1", "~=", "+-", "==", ">=", "<=", "..", "[", "]", "(", ")", ",", "+", "-", "*", "/", "="};
         bool found = false;
         for (const char* symbol : kSymbols) {
           if (line.compare(i, std::strlen(symbol), symbol) == 0) {
@@ -656,9 +655,8 @@ class RuleFileParser {
         defaults[constraint.subject] = literal_list(tokens, 2, at).front();
         continue;
       } else if (verb == "is" && tokens.size() == 3) {
-        static const std::map<std::string, K> kinds = {{"constant", K::kConstant}, {"scalar", K::kScalar},
-                                                       {"optional", K::kOptional}, {"absent", K::kAbsent},
-                                                       {"present", K::kPresent},   {"variadic", K::kVariadic}};
+        static const std::map<std::string, K> kinds = {{"constant", K::kConstant}, {"scalar", K::kScalar},   {"optional", K::kOptional},
+                                                       {"absent", K::kAbsent},     {"present", K::kPresent}, {"variadic", K::kVariadic}};
         auto it = kinds.find(tokens[2].text);
         if (it == kinds.end()) error_at(at, "expected constant, scalar, optional, absent, present or variadic");
         constraint.kind = it->second;
@@ -760,7 +758,8 @@ class RuleFileParser {
     struct Nested {
       ExpressionParser& parser;
       explicit Nested(ExpressionParser& p) : parser(p) {
-        if (++parser.nesting > kMaxNesting) parser.file.error_at(parser.at, fmt::format("expression nested deeper than {} levels", kMaxNesting));
+        if (++parser.nesting > kMaxNesting)
+          parser.file.error_at(parser.at, fmt::format("expression nested deeper than {} levels", kMaxNesting));
       }
       ~Nested() { --parser.nesting; }
     };
@@ -817,7 +816,8 @@ class RuleFileParser {
   // ---- Checks ----------------------------------------------------------------------------
   static bool pattern_has_name(const Pattern& pattern, const std::string& name) {
     for (const auto& node : pattern.nodes) {
-      if (std::count(node.inputs.begin(), node.inputs.end(), name) || std::count(node.outputs.begin(), node.outputs.end(), name)) return true;
+      if (std::count(node.inputs.begin(), node.inputs.end(), name) || std::count(node.outputs.begin(), node.outputs.end(), name))
+        return true;
       for (const auto& attribute : node.attributes) {
         if (attribute.capture == name) return true;
       }
@@ -846,10 +846,12 @@ class RuleFileParser {
       case K::kAbsent: return;
       case K::kOptional:
         error_at(constraint, fmt::format("{}: '{}' is an attribute, which may always be absent (a default or 'is present' "
-                                         "says what the rule needs)", where, constraint.subject));
+                                         "says what the rule needs)",
+                                         where, constraint.subject));
       default:
         error_at(constraint, fmt::format("{}: '{}' is an attribute; '{}' applies to values (attributes take ==, in, ≈, "
-                                         "is present, is absent)", where, constraint.subject, constraint.describe()));
+                                         "is present, is absent)",
+                                         where, constraint.subject, constraint.describe()));
     }
   }
 
@@ -940,8 +942,8 @@ class RuleFileParser {
     for (const auto& pattern : rule.patterns) {
       for (const auto& name : builder.signature.values) {
         if (!binds_value(pattern, name)) {
-          error_at(at, fmt::format("rule {}: builder {} reads pattern value '{}', which the pattern at line {} does not bind",
-                                   rule.id, builder.name, name, pattern.line));
+          error_at(at, fmt::format("rule {}: builder {} reads pattern value '{}', which the pattern at line {} does not bind", rule.id,
+                                   builder.name, name, pattern.line));
         }
       }
     }
@@ -950,7 +952,8 @@ class RuleFileParser {
       for (const auto& pattern : rule.patterns) {
         if (let || is_capture(pattern, name) || pattern.defaults.count(name)) continue;
         error_at(at, fmt::format("rule {}: builder {} reads '{}', which the pattern at line {} neither captures nor defaults "
-                                 "(and no let defines)", rule.id, builder.name, name, pattern.line));
+                                 "(and no let defines)",
+                                 rule.id, builder.name, name, pattern.line));
       }
     }
   }

@@ -254,8 +254,8 @@ BuildResult TextReplacement::build(const Match& match, GraphBuilder& builder) co
       if (!value) continue;  // unset: the op's own default applies, as in an ONNX function call
       auto converted = convert_attribute(*value, attribute.type(), attribute.name());
       if (!converted) {
-        return decline(fmt::format("@{} is {}, the replacement wants {}", attribute.ref_attr_name(),
-                                   A::AttributeType_Name(value->type()), A::AttributeType_Name(attribute.type())));
+        return decline(fmt::format("@{} is {}, the replacement wants {}", attribute.ref_attr_name(), A::AttributeType_Name(value->type()),
+                                   A::AttributeType_Name(attribute.type())));
       }
       *node.add_attribute() = std::move(*converted);
     }

@@ -40,7 +40,7 @@ class BuilderReplacement : public Replacement {
 std::string evaluate_lets(const Rule& rule, Match& match);
 
 // `value` converted to an attribute of `type` named `name`; nullopt if it can't be.
-std::optional<onnx::AttributeProto> convert_attribute(const onnx::AttributeProto& value,
-                                                      onnx::AttributeProto::AttributeType type, const std::string& name);
+std::optional<onnx::AttributeProto> convert_attribute(const onnx::AttributeProto& value, onnx::AttributeProto::AttributeType type,
+                                                      const std::string& name);
 
 }  // namespace onnx_rewrite

@@ -20,10 +20,12 @@ std::string dims_text(const std::vector<int64_t>& dims) { return fmt::format("[{
 Tolerance tolerance_for(int32_t data_type, const Tolerance& asked) {
   double rtol = 0, atol = 0;
   switch (data_type) {
-    case TensorProto::FLOAT: case TensorProto::DOUBLE: rtol = 1e-4, atol = 1e-5; break;
+    case TensorProto::FLOAT:
+    case TensorProto::DOUBLE: rtol = 1e-4, atol = 1e-5; break;
     case TensorProto::FLOAT16: rtol = 1e-2, atol = 1e-3; break;
     case TensorProto::BFLOAT16: rtol = 2e-2, atol = 1e-2; break;
-    case TensorProto::INT8: case TensorProto::UINT8: return {0.0, asked.atol.value_or(1.0)};
+    case TensorProto::INT8:
+    case TensorProto::UINT8: return {0.0, asked.atol.value_or(1.0)};
     default: return {0.0, 0.0};
   }
   return {asked.rtol.value_or(rtol), asked.atol.value_or(atol)};
@@ -39,13 +41,17 @@ ValueStats stats_of(const TensorProto& tensor) {
     stats.inf += std::isinf(number);
   }
   // Integers compared exactly: int64 beyond 2^53 has no double of its own.
-  stats.constant = values->integers.empty()
-                       ? numbers.size() > 1 && std::all_of(numbers.begin(), numbers.end(), [&](double x) { return x == numbers[0] || (std::isnan(x) && std::isnan(numbers[0])); })
-                       : values->integers.size() > 1 && std::all_of(values->integers.begin(), values->integers.end(), [&](int64_t x) { return x == values->integers[0]; });
+  stats.constant =
+      values->integers.empty()
+          ? numbers.size() > 1 && std::all_of(numbers.begin(), numbers.end(),
+                                              [&](double x) { return x == numbers[0] || (std::isnan(x) && std::isnan(numbers[0])); })
+          : values->integers.size() > 1 &&
+                std::all_of(values->integers.begin(), values->integers.end(), [&](int64_t x) { return x == values->integers[0]; });
   return stats;
 }
 
-OutputComparison compare_output(const std::string& name, const TensorProto& original, const TensorProto* rewritten, const Tolerance& asked) {
+OutputComparison compare_output(const std::string& name, const TensorProto& original, const TensorProto* rewritten,
+                                const Tolerance& asked) {
   OutputComparison result;
   result.name = name;
   result.data_type = original.data_type();
@@ -64,7 +70,8 @@ OutputComparison compare_output(const std::string& name, const TensorProto& orig
   result.rewritten = stats_of(*rewritten);
   result.status = "mismatch";
   if (rewritten->data_type() != original.data_type()) {
-    result.message = fmt::format("element type {} where the original has {}", data_type_name(rewritten->data_type()), data_type_name(original.data_type()));
+    result.message = fmt::format("element type {} where the original has {}", data_type_name(rewritten->data_type()),
+                                 data_type_name(original.data_type()));
     return result;
   }
   const std::vector<int64_t> dims(rewritten->dims().begin(), rewritten->dims().end());

@@ -112,7 +112,8 @@ Runtime find_runtime(const std::string& preference) {
     const auto modules = node ? node_modules_with_ort(*drivers) : std::nullopt;
     if (modules) {
       const std::string node_path = env_or("NODE_PATH", "");
-      return {"node", {*node, (*drivers / "ort_driver.js").string()},
+      return {"node",
+              {*node, (*drivers / "ort_driver.js").string()},
               {"NODE_PATH=" + modules->string() + (node_path.empty() ? "" : ":" + node_path)}};
     }
     tried.push_back(node ? "node has no onnxruntime-node (looked in NODE_PATH, ONNX_REWRITE_NPM_PREFIX and the node_modules of this "
@@ -130,7 +131,9 @@ Runtime find_runtime(const std::string& preference) {
   const std::string npm = "`npm install onnxruntime-node` (in this directory, or set ONNX_REWRITE_NPM_PREFIX to the prefix it went to)";
   const std::string pip = "`pip install onnxruntime`";
   throw UsageError(fmt::format("no ONNX Runtime to run the models in: {}; install {}", fmt::join(tried, "; "),
-                               wanted == "node" ? "it: " + npm : wanted == "python" ? "it: " + pip : "one: " + npm + " or " + pip));
+                               wanted == "node"     ? "it: " + npm
+                               : wanted == "python" ? "it: " + pip
+                                                    : "one: " + npm + " or " + pip));
 }
 
 std::vector<RunResult> run_models(const Runtime& runtime, const std::vector<ModelRun>& models, const fs::path& work, int threads) {
@@ -143,7 +146,8 @@ std::vector<RunResult> run_models(const Runtime& runtime, const std::vector<Mode
     for (size_t i : pending) {
       const ModelRun& model = models[i];
       job.begin_object().key("path").value(model.path.string()).key("inputs").begin_array();
-      for (const auto& [name, file] : model.inputs) job.begin_object().key("name").value(name).key("file").value(file.string()).end_object();
+      for (const auto& [name, file] : model.inputs)
+        job.begin_object().key("name").value(name).key("file").value(file.string()).end_object();
       job.end_array().key("outputs").strings(model.outputs);
       job.key("output_dir").value((work / fmt::format("model{}", i)).string());
       job.key("result").value((work / fmt::format("model{}.json", i)).string()).end_object();

@@ -28,7 +28,7 @@ Runtime find_runtime(const std::string& preference);
 struct ModelRun {
   std::filesystem::path path;
   std::vector<std::pair<std::string, std::filesystem::path>> inputs;  // by input name, a TensorProto file
-  std::vector<std::string> outputs;                                  // the graph outputs to fetch
+  std::vector<std::string> outputs;                                   // the graph outputs to fetch
 };
 
 struct RunResult {
@@ -36,7 +36,7 @@ struct RunResult {
   // or fetch a type); crashed (the driver process died on the model)
   std::string status;
   std::string message;
-  std::string runtime, version;  // "onnxruntime-node", "1.30.0"
+  std::string runtime, version;                          // "onnxruntime-node", "1.30.0"
   std::map<std::string, std::filesystem::path> outputs;  // by name, a TensorProto file
   double load_seconds = 0, run_seconds = 0;
 };

@@ -41,7 +41,8 @@ class Random {
 const onnx::TypeProto_Tensor* tensor_type(const onnx::ValueInfoProto& input) {
   const auto& type = input.type();
   if (type.has_tensor_type()) return &type.tensor_type();
-  if (type.has_optional_type() && type.optional_type().elem_type().has_tensor_type()) return &type.optional_type().elem_type().tensor_type();
+  if (type.has_optional_type() && type.optional_type().elem_type().has_tensor_type())
+    return &type.optional_type().elem_type().tensor_type();
   return nullptr;
 }
 
@@ -76,7 +77,8 @@ constexpr IndexUse kIndexUses[] = {
 
 // A .pb's values in raw_data, as the drivers read them.
 TensorProto with_raw_data(const TensorProto& tensor, const std::filesystem::path& file) {
-  if (tensor.data_location() == TensorProto::EXTERNAL) throw InputError(file.string(), "a TensorProto with external data; give its values inline");
+  if (tensor.data_location() == TensorProto::EXTERNAL)
+    throw InputError(file.string(), "a TensorProto with external data; give its values inline");
   if (tensor.has_raw_data()) return tensor;
   const auto values = decode_tensor(tensor);
   if (!values) throw InputError(file.string(), "a TensorProto whose values don't fit its type and dims");
@@ -107,9 +109,10 @@ TensorProto random_tensor(int32_t type, const std::vector<int64_t>& dims, int64_
   std::vector<double> numbers(static_cast<size_t>(count));
   for (double& number : numbers) {
     switch (type) {
-      case TensorProto::FLOAT: case TensorProto::DOUBLE: case TensorProto::FLOAT16: case TensorProto::BFLOAT16:
-        number = random.symmetric();
-        break;
+      case TensorProto::FLOAT:
+      case TensorProto::DOUBLE:
+      case TensorProto::FLOAT16:
+      case TensorProto::BFLOAT16: number = random.symmetric(); break;
       case TensorProto::INT8: number = static_cast<double>(random.next() % 256) - 128; break;
       case TensorProto::UINT8: number = static_cast<double>(random.next() % 256); break;
       case TensorProto::BOOL: number = static_cast<double>(random.next() >> 63); break;
@@ -121,7 +124,6 @@ TensorProto random_tensor(int32_t type, const std::vector<int64_t>& dims, int64_
 
 bool fed_at_random(int32_t type) { return is_float_type(type) || is_integer_type(type); }
 
-
 using Constants = std::map<std::string, const TensorProto*>;
 
 // The bound `node` puts on the values of its input `value` (exclusive; 0: none).
@@ -131,7 +133,8 @@ int64_t limit_at(const onnx::NodeProto& node, const std::string& value, const Co
     return found == constants.end() ? nullptr : found->second;
   };
   for (const auto& use : kIndexUses) {
-    if (node.domain() != use.domain || node.op_type() != use.op || node.input_size() <= use.index || node.input(use.index) != value) continue;
+    if (node.domain() != use.domain || node.op_type() != use.op || node.input_size() <= use.index || node.input(use.index) != value)
+      continue;
     if (use.table < 0) return 2;
     const TensorProto* table = constant(use.table);
     if (!table) continue;
@@ -171,7 +174,8 @@ ModelInterface interface_of(const onnx::GraphProto& graph) {
       for (auto [at, end] = readers.equal_range(values[k]); at != end; ++at) {
         const onnx::NodeProto& node = *at->second;
         const std::string& op = node.op_type();
-        if (node.domain().empty() && (op == "Cast" || op == "Unsqueeze" || op == "Squeeze" || op == "Reshape" || op == "Flatten" || op == "Identity")) {
+        if (node.domain().empty() &&
+            (op == "Cast" || op == "Unsqueeze" || op == "Squeeze" || op == "Reshape" || op == "Flatten" || op == "Identity")) {
           if (node.input(0) == values[k]) values.push_back(node.output(0));
           continue;
         }
@@ -233,12 +237,14 @@ std::vector<TensorProto> make_feeds(const ModelInterface& interface, const std::
         else if (dim.has_dim_param() && !dim.dim_param().empty()) {
           auto [bound, fresh] = symbols.emplace(dim.dim_param(), tensor.dims(i));
           if (!fresh && bound->second != tensor.dims(i)) {
-            throw fail(name, fmt::format("{} has {} = {}, another input's file {}", file.string(), dim.dim_param(), tensor.dims(i), bound->second));
+            throw fail(name, fmt::format("{} has {} = {}, another input's file {}", file.string(), dim.dim_param(), tensor.dims(i),
+                                         bound->second));
           }
         }
       }
       if (!fits) {
-        throw fail(name, fmt::format("{} has shape {}, the model declares {}", file.string(), dims_text(tensor.dims()), declared_text(shape)));
+        throw fail(name,
+                   fmt::format("{} has shape {}, the model declares {}", file.string(), dims_text(tensor.dims()), declared_text(shape)));
       }
     }
     given.emplace(name, std::move(tensor));
@@ -254,10 +260,11 @@ std::vector<TensorProto> make_feeds(const ModelInterface& interface, const std::
     const onnx::TypeProto_Tensor* declared = tensor_type(input);
     if (!declared) throw fail(input.name(), "not a tensor: only tensors are fed");
     if (!fed_at_random(declared->elem_type())) {
-      throw fail(input.name(), fmt::format("{} tensors are not generated; give its values with --inputs {}=FILE", data_type_name(declared->elem_type()),
-                                           input.name()));
+      throw fail(input.name(), fmt::format("{} tensors are not generated; give its values with --inputs {}=FILE",
+                                           data_type_name(declared->elem_type()), input.name()));
     }
-    if (!declared->has_shape()) throw fail(input.name(), fmt::format("its rank is unknown: give it with --input-shape {}=D0,D1,...", input.name()));
+    if (!declared->has_shape())
+      throw fail(input.name(), fmt::format("its rank is unknown: give it with --input-shape {}=D0,D1,...", input.name()));
     std::vector<int64_t> dims;
     for (const auto& dim : declared->shape().dim()) {
       auto bound = dim.has_dim_param() ? symbols.find(dim.dim_param()) : symbols.end();

@@ -24,10 +24,9 @@ struct Dtype {
 };
 
 constexpr Dtype kDtypes[] = {
-    {"b1", TensorProto::BOOL, 1},    {"i1", TensorProto::INT8, 1},     {"u1", TensorProto::UINT8, 1},
-    {"i2", TensorProto::INT16, 2},   {"u2", TensorProto::UINT16, 2},   {"i4", TensorProto::INT32, 4},
-    {"u4", TensorProto::UINT32, 4},  {"i8", TensorProto::INT64, 8},    {"u8", TensorProto::UINT64, 8},
-    {"f2", TensorProto::FLOAT16, 2}, {"f4", TensorProto::FLOAT, 4},    {"f8", TensorProto::DOUBLE, 8},
+    {"b1", TensorProto::BOOL, 1},   {"i1", TensorProto::INT8, 1},    {"u1", TensorProto::UINT8, 1},  {"i2", TensorProto::INT16, 2},
+    {"u2", TensorProto::UINT16, 2}, {"i4", TensorProto::INT32, 4},   {"u4", TensorProto::UINT32, 4}, {"i8", TensorProto::INT64, 8},
+    {"u8", TensorProto::UINT64, 8}, {"f2", TensorProto::FLOAT16, 2}, {"f4", TensorProto::FLOAT, 4},  {"f8", TensorProto::DOUBLE, 8},
 };
 
 // The value of `key` in the header dict, as written: "'<f4'", "False", "(2, 3)".
@@ -39,7 +38,9 @@ std::string header_value(const std::string& header, const std::string& key) {
   begin = header.find_first_not_of(' ', begin + 1);
   if (begin == std::string::npos) return {};
   const char open = header[begin];
-  const auto end = open == '(' ? header.find(')', begin) + 1 : open == '\'' ? header.find('\'', begin + 1) + 1 : header.find_first_of(",}", begin);
+  const auto end = open == '('    ? header.find(')', begin) + 1
+                   : open == '\'' ? header.find('\'', begin + 1) + 1
+                                  : header.find_first_of(",}", begin);
   if (end == std::string::npos || end == 0 || end <= begin) return {};
   return header.substr(begin, end - begin);
 }
@@ -47,7 +48,9 @@ std::string header_value(const std::string& header, const std::string& key) {
 }  // namespace
 
 TensorProto read_npy(const std::filesystem::path& path) {
-  const auto fail = [&](const std::string& why) -> InputError { return InputError(path.string(), "not a .npy file onnx-rewrite reads: " + why); };
+  const auto fail = [&](const std::string& why) -> InputError {
+    return InputError(path.string(), "not a .npy file onnx-rewrite reads: " + why);
+  };
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path.string(), std::string("cannot read: ") + std::strerror(errno));
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -46,7 +46,9 @@ std::vector<ModelRun> plan_runs(const VerifiedModel& original, const VerifiedMod
     const fs::path file = work / fmt::format("input{}.pb", verification.inputs.size());
     write_file_atomically(file, feed.SerializeAsString());
     auto source = options.input_files.find(feed.name());
-    verification.inputs.push_back({feed.name(), feed.data_type(), {feed.dims().begin(), feed.dims().end()},
+    verification.inputs.push_back({feed.name(),
+                                   feed.data_type(),
+                                   {feed.dims().begin(), feed.dims().end()},
                                    source == options.input_files.end() ? "" : source->second.string()});
     runs[0].inputs.emplace_back(feed.name(), file);
   }
@@ -86,8 +88,8 @@ bool judged_without_comparing(const RunResult& before, const RunResult& after, c
   const bool inputs_unfit = before.status == "run-error" || before.status == "crashed";
   if (after.status == "load-error" || (after.status != "ran" && !inputs_unfit)) {
     verification.status = "rewritten-failed";
-    verification.reason = fmt::format("ONNX Runtime {} the rewritten model: {}", after.status == "load-error" ? "does not load" : "fails to run",
-                                      after.message);
+    verification.reason = fmt::format("ONNX Runtime {} the rewritten model: {}",
+                                      after.status == "load-error" ? "does not load" : "fails to run", after.message);
     return true;
   }
   if (before.status == "ran") return false;
@@ -99,9 +101,10 @@ bool judged_without_comparing(const RunResult& before, const RunResult& after, c
     verification.reason = fmt::format("the original does not run on these inputs ({}){}; give inputs that fit it (--input-shape, --inputs)",
                                       before.message, rewritten_too);
   } else {
-    verification.reason = fmt::format("the original does not load in ONNX Runtime ({}), so there is nothing to compare with; the "
-                                      "rewritten model loads and runs",
-                                      before.message);
+    verification.reason = fmt::format(
+        "the original does not load in ONNX Runtime ({}), so there is nothing to compare with; the "
+        "rewritten model loads and runs",
+        before.message);
   }
   for (const auto& name : rewritten_run.outputs) {
     if (after.outputs.count(name)) verification.outputs.push_back(alone(name, after.outputs.at(name)));
@@ -126,8 +129,8 @@ void compare_outputs(const RunResult& before, const RunResult& after, const Mode
   for (const auto& output : verification.outputs) differing += output.status == "mismatch" || output.status == "missing";
   verification.status = differing ? "mismatch" : "match";
   if (differing) {
-    verification.reason = fmt::format("{} of {} output{} differ{}", differing, verification.outputs.size(), verification.outputs.size() == 1 ? "" : "s",
-                                      differing == 1 ? "s" : "");
+    verification.reason = fmt::format("{} of {} output{} differ{}", differing, verification.outputs.size(),
+                                      verification.outputs.size() == 1 ? "" : "s", differing == 1 ? "s" : "");
   }
 }
 
@@ -161,7 +164,8 @@ Verification verify_models(const Runtime& runtime, const VerifiedModel& original
   if (before.status != "ran") verification.original_error = before.message;
   if (after.status != "ran") verification.rewritten_error = after.message;
   verification.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!judged_without_comparing(before, after, runs[1], verification)) compare_outputs(before, after, runs[0], options.tolerance, verification);
+  if (!judged_without_comparing(before, after, runs[1], verification))
+    compare_outputs(before, after, runs[0], options.tolerance, verification);
   return verification;
 }
 

@@ -15,11 +15,11 @@
 namespace onnx_rewrite {
 
 struct VerifyOptions {
-  std::string runtime;  // --runtime node|python; empty: $ONNX_REWRITE_RUNTIME, else the first found
-  uint64_t seed = 1;    // --seed
-  Tolerance tolerance;  // --rtol, --atol
+  std::string runtime;                                       // --runtime node|python; empty: $ONNX_REWRITE_RUNTIME, else the first found
+  uint64_t seed = 1;                                         // --seed
+  Tolerance tolerance;                                       // --rtol, --atol
   std::map<std::string, std::filesystem::path> input_files;  // --inputs NAME=FILE
-  int threads = 0;      // ONNX Runtime's intra-op threads; 0: its default
+  int threads = 0;                                           // ONNX Runtime's intra-op threads; 0: its default
 };
 
 // A model to verify: where it is, and what it takes and gives.

@@ -40,7 +40,8 @@ bool holds_unknown_fields(const google::protobuf::Message& message) {
     for (const auto* field : fields) {
       if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
       if (field->is_repeated()) {
-        for (int i = 0; i < reflection->FieldSize(*current, field); ++i) pending.push_back(&reflection->GetRepeatedMessage(*current, field, i));
+        for (int i = 0; i < reflection->FieldSize(*current, field); ++i)
+          pending.push_back(&reflection->GetRepeatedMessage(*current, field, i));
       } else {
         pending.push_back(&reflection->GetMessage(*current, field));
       }

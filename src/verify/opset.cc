@@ -10,13 +10,9 @@
 
 namespace onnx_rewrite {
 
-std::string normalize_domain(std::string_view domain) {
-  return domain == "ai.onnx" ? std::string() : std::string(domain);
-}
+std::string normalize_domain(std::string_view domain) { return domain == "ai.onnx" ? std::string() : std::string(domain); }
 
-std::string display_domain(std::string_view domain) {
-  return domain.empty() ? std::string("ai.onnx") : std::string(domain);
-}
+std::string display_domain(std::string_view domain) { return domain.empty() ? std::string("ai.onnx") : std::string(domain); }
 
 namespace {
 
@@ -156,8 +152,8 @@ bool non_negative(const onnx::NodeProto& node, std::string_view name) {
 // Ops whose version 11 only let their axis (or axes) attribute count from the back: a node whose
 // axes are all >= 0 (or absent: the same default on both sides) means the same either side.
 std::optional<std::string_view> negative_axes_only_at_11(const std::string& op) {
-  if (op == "Flatten" || op == "Concat" || op == "ArgMax" || op == "ArgMin" || op == "Softmax" || op == "LogSoftmax" ||
-      op == "Hardmax" || op == "Split" || op == "Compress") {
+  if (op == "Flatten" || op == "Concat" || op == "ArgMax" || op == "ArgMin" || op == "Softmax" || op == "LogSoftmax" || op == "Hardmax" ||
+      op == "Split" || op == "Compress") {
     return "axis";
   }
   if (op == "Squeeze" || op == "Unsqueeze" || op.starts_with("Reduce")) return "axes";
@@ -181,7 +177,7 @@ bool same_meaning_across(const onnx::NodeProto& node, int step, const OpTable::C
   };
   if (step == 11) {
     if (auto axes = negative_axes_only_at_11(op)) return non_negative(node, *axes);
-    if (op == "Gemm") return has_input(node, 2);                // 11 made C optional
+    if (op == "Gemm") return has_input(node, 2);                        // 11 made C optional
     if (op == "Constant") return !has_attribute(node, "sparse_value");  // 11 added sparse_value
     // 11 let Gather's axis and indices, and Slice's axes, count from the back.
     if (op == "Gather") return non_negative(node, "axis") && input_non_negative(1);
@@ -190,8 +186,8 @@ bool same_meaning_across(const onnx::NodeProto& node, int step, const OpTable::C
   if (op == "BatchNormalization" && (step == 14 || step == 9)) {
     // Inference, one output: 14 added training_mode (and changed the training outputs), 9 removed
     // `spatial` (its default, 1, is what 9 does).
-    return !has_attribute(node, "training_mode") && !has_attribute(node, "spatial") && !has_output(node, 1) &&
-           !has_output(node, 2) && !has_output(node, 3) && !has_output(node, 4);
+    return !has_attribute(node, "training_mode") && !has_attribute(node, "spatial") && !has_output(node, 1) && !has_output(node, 2) &&
+           !has_output(node, 3) && !has_output(node, 4);
   }
   if (op == "ConvTranspose" && step == 11) {  // 11 redefined the automatic padding (auto_pad, output_shape)
     for (const auto& attribute : node.attribute()) {
@@ -219,7 +215,7 @@ bool same_meaning_across(const onnx::NodeProto& node, int step, const OpTable::C
     return node.input_size() <= 1 && !has_attribute(node, "min") && !has_attribute(node, "max");
   }
   if (op == "Resize" && step == 13) return has_input(node, 1) && has_input(node, 2);  // 13 made them optional
-  if (op == "Resize" && step == 18) {  // 18 added these
+  if (op == "Resize" && step == 18) {                                                 // 18 added these
     return !has_attribute(node, "antialias") && !has_attribute(node, "axes") && !has_attribute(node, "keep_aspect_ratio_policy");
   }
   if (op == "Resize" && step == 19) {  // 19 added a coordinate mode
@@ -248,8 +244,7 @@ bool same_meaning_across(const onnx::NodeProto& node, int step, const OpTable::C
   return false;
 }
 
-std::optional<std::string> added_type_used(const OpVersionStep& step, const std::string& where,
-                                           const std::set<int32_t>& model_types) {
+std::optional<std::string> added_type_used(const OpVersionStep& step, const std::string& where, const std::set<int32_t>& model_types) {
   for (int32_t type : step.added_types) {
     if (model_types.count(type)) return where + " added " + type_text(type) + " types, which the model uses";
   }
@@ -311,8 +306,8 @@ std::optional<int> OpTable::introduced(const std::string& op_type) const {
   return it->second.front().version;
 }
 
-std::optional<std::string> OpTable::move_blocker(const onnx::NodeProto& node, int from, int to,
-                                                 const std::set<int32_t>& model_types, const ConstantOf& constant) const {
+std::optional<std::string> OpTable::move_blocker(const onnx::NodeProto& node, int from, int to, const std::set<int32_t>& model_types,
+                                                 const ConstantOf& constant) const {
   const std::string& op = node.op_type();
   if (std::max(from, to) > highest_) {
     return "opset " + std::to_string(std::max(from, to)) + " is newer than the version tables (" + std::to_string(highest_) + ")";

@@ -47,12 +47,12 @@ constexpr int32_t kMapTypes = 1002;
 // How an op version differs from the one before it (targets/README.md).
 struct OpVersionStep {
   int version = 0;
-  bool breaking = true;               // a plain version number: not safe to cross
-  bool deprecated = false;            // the op no longer exists from this version on
-  bool relaxed = false;               // accepts more; every node valid before means the same
-  std::vector<int32_t> added_types;   // types(...)
+  bool breaking = true;                                               // a plain version number: not safe to cross
+  bool deprecated = false;                                            // the op no longer exists from this version on
+  bool relaxed = false;                                               // accepts more; every node valid before means the same
+  std::vector<int32_t> added_types;                                   // types(...)
   std::vector<std::pair<std::string, std::string>> added_attributes;  // attr(name=default)
-  std::vector<int> added_inputs;      // input(k)
+  std::vector<int> added_inputs;                                      // input(k)
 };
 
 class OpTable {
@@ -71,12 +71,11 @@ class OpTable {
   // `constant` gives the value of an input fed by an initializer or a Constant node (null when
   // not known): some nodes mean the same across a step only for some values of an input.
   using ConstantOf = std::function<const onnx::TensorProto*(const std::string&)>;
-  std::optional<std::string> move_blocker(const onnx::NodeProto& node, int from, int to,
-                                          const std::set<int32_t>& model_types, const ConstantOf& constant = {}) const;
+  std::optional<std::string> move_blocker(const onnx::NodeProto& node, int from, int to, const std::set<int32_t>& model_types,
+                                          const ConstantOf& constant = {}) const;
   // The types part of move_blocker alone: for nodes a rewrite built for `to`, which mean what
   // they should there but may take element types only `from` has.
-  std::optional<std::string> type_blocker(const onnx::NodeProto& node, int from, int to,
-                                          const std::set<int32_t>& model_types) const;
+  std::optional<std::string> type_blocker(const onnx::NodeProto& node, int from, int to, const std::set<int32_t>& model_types) const;
   int highest_version() const { return highest_; }
   std::vector<std::string> op_types() const;
 

@@ -116,9 +116,10 @@ void note_newer_than_tables(const ImportMap& imports, const Target& target, std:
     const OpTable* table = OpRegistry::builtin().table(domain);
     if (!table || version <= table->highest_version()) continue;
     if (std::find(target.domains.begin(), target.domains.end(), domain) == target.domains.end()) continue;
-    notes.insert(fmt::format("{0} opset {1} is newer than the tables: nodes were checked against {0} opset {2}, "
-                             "and ops added or changed after it are not verified",
-                             display_domain(domain), version, table->highest_version()));
+    notes.insert(
+        fmt::format("{0} opset {1} is newer than the tables: nodes were checked against {0} opset {2}, "
+                    "and ops added or changed after it are not verified",
+                    display_domain(domain), version, table->highest_version()));
   }
 }
 
@@ -176,7 +177,8 @@ struct TargetLine {
     if (arguments.size() < low || arguments.size() > high) fail(fmt::format("expected '{}'", form));
   }
   bool yes_or_no() const {  // `KEY yes` or `KEY no`
-    if (arguments.size() != 1 || (arguments[0] != "yes" && arguments[0] != "no")) fail(fmt::format("expected '{} yes' or '{} no'", key, key));
+    if (arguments.size() != 1 || (arguments[0] != "yes" && arguments[0] != "no"))
+      fail(fmt::format("expected '{} yes' or '{} no'", key, key));
     return arguments[0] == "yes";
   }
   std::string domain_of(const std::string& domain) const {
@@ -248,9 +250,10 @@ void apply_line(Target& target, const TargetLine& line, bool first, const std::f
   } else if (key == "simplify") {
     target.simplify = line.yes_or_no();
   } else {
-    line.fail(fmt::format("unknown key '{}' (inherits, description, source, load-tested, domain, no-domain, max-opset, op, no-op, "
-                          "caveat, local-functions, simplify)",
-                          key));
+    line.fail(
+        fmt::format("unknown key '{}' (inherits, description, source, load-tested, domain, no-domain, max-opset, op, no-op, "
+                    "caveat, local-functions, simplify)",
+                    key));
   }
 }
 
@@ -278,9 +281,7 @@ Target parse_target(const std::string& name, const std::string& file, std::strin
   return target;
 }
 
-bool Target::builds_on(std::string_view other) const {
-  return std::find(lineage.begin(), lineage.end(), other) != lineage.end();
-}
+bool Target::builds_on(std::string_view other) const { return std::find(lineage.begin(), lineage.end(), other) != lineage.end(); }
 
 std::optional<int> Target::max_onnx_opset() const {
   auto it = max_opsets.find("");
@@ -399,8 +400,8 @@ using OpsetBlockers = std::map<std::pair<std::string, std::string>, std::pair<in
 OpsetBlockers nodes_keeping_the_import(const Model& model, const ImportMap& model_imports, int max_opset, bool exact) {
   const OpTable* table = OpRegistry::builtin().table("");
   const auto types = model_types(model.proto);
-  std::unique_ptr<NodeTypes> node_types;  // inferred once a node is in the way
-  std::map<const onnx::FunctionProto*, int64_t> imported;  // ai.onnx import per owner (0: none)
+  std::unique_ptr<NodeTypes> node_types;                                                            // inferred once a node is in the way
+  std::map<const onnx::FunctionProto*, int64_t> imported;                                           // ai.onnx import per owner (0: none)
   std::map<const onnx::FunctionProto*, std::map<std::string, const onnx::TensorProto*>> constants;  // per owner
   OpsetBlockers blocked;
   for_each_node(model.proto, [&](const onnx::NodeProto& node, const Place& place) {
@@ -437,8 +438,8 @@ void check_opset_limit(const Model& model, const ImportMap& model_imports, int m
   auto check_import = [&](const ImportMap& imports, const std::string& owner) {
     auto it = imports.find("");
     if (it != imports.end() && it->second > max_opset) {
-      report.opset_problems.push_back(fmt::format("{} imports ai.onnx opset {}, above --{}opset {}", owner, it->second,
-                                                  exact ? "to-" : "", max_opset));
+      report.opset_problems.push_back(
+          fmt::format("{} imports ai.onnx opset {}, above --{}opset {}", owner, it->second, exact ? "to-" : "", max_opset));
     }
     if (exact && it != imports.end() && it->second < max_opset) {
       report.opset_problems.push_back(fmt::format("{} imports ai.onnx opset {}, below --to-opset {}", owner, it->second, max_opset));
@@ -450,7 +451,8 @@ void check_opset_limit(const Model& model, const ImportMap& model_imports, int m
   }
   const OpsetBlockers blocked = nodes_keeping_the_import(model, model_imports, max_opset, exact);
   for (const auto& [key, entry] : blocked) {
-    report.opset_problems.push_back(fmt::format("  {} x{} ({}) keeps it there as it is: {}", key.first, entry.first, entry.second, key.second));
+    report.opset_problems.push_back(
+        fmt::format("  {} x{} ({}) keeps it there as it is: {}", key.first, entry.first, entry.second, key.second));
   }
   if (!blocked.empty()) {
     report.notes.push_back(exact ? fmt::format("`rewrite --to-opset {}` converts many such nodes with rules (rules/opset-up, "
@@ -488,8 +490,8 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
   CheckReport report;
   for (auto& [key, entry] : checker.tally.entries) report.unloadable.push_back(std::move(entry));
   for (const auto& [op, seen] : checker.tally.restricted) {
-    notes.insert(fmt::format("{}.{} x{} ({}): target {} restricts it: {} (not checked here)", display_domain(op.first),
-                             op.second, seen.count, seen.first_place, target.name, seen.caveat->text));
+    notes.insert(fmt::format("{}.{} x{} ({}): target {} restricts it: {} (not checked here)", display_domain(op.first), op.second,
+                             seen.count, seen.first_place, target.name, seen.caveat->text));
   }
   report.opset_problems = impossible_opset_imports(model.proto);  // no runtime loads those
   // A runtime refuses a model whose import is above what it loads, whether nodes use it or not.
@@ -497,8 +499,8 @@ CheckReport check_model(const Model& model, const Target& target, std::optional<
     for (const auto& [domain, cap] : target.max_opsets) {
       auto it = imports.find(domain);
       if (it == imports.end() || it->second <= cap) continue;
-      report.opset_problems.push_back(fmt::format("{} imports {} opset {}; target {} loads up to {}", owner, display_domain(domain),
-                                                  it->second, target.name, cap));
+      report.opset_problems.push_back(
+          fmt::format("{} imports {} opset {}; target {} loads up to {}", owner, display_domain(domain), it->second, target.name, cap));
     }
   };
   check_cap(model_imports, "the model");

@@ -74,7 +74,8 @@ class Verifier {
     Frame& frame = stack.emplace_back(Frame{std::move(place), nodes, graph, function, {}, 0, false, {}, 0});
     if (stack.size() == 1) root_ = &frame;
     // About one value per node: no rehashing on the way (a large part of the cost on big graphs).
-    const size_t expected = static_cast<size_t>(nodes->size()) + (graph ? static_cast<size_t>(graph->input_size() + graph->initializer_size()) : 0);
+    const size_t expected =
+        static_cast<size_t>(nodes->size()) + (graph ? static_cast<size_t>(graph->input_size() + graph->initializer_size()) : 0);
     frame.local.reserve(expected);
     if (&frame != root_) visible_.reserve(visible_.size() + expected);
     if (graph) {
